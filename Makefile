@@ -1,0 +1,33 @@
+# Quick start:   make train   (set up .venv, run the main job)
+#                make test    (set up .venv, run the test suite)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup train test lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml constraints-ci.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints-ci.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints-ci.txt -e '.[dev,tasks,onnx,plot]'
+	touch $(STAMP)
+
+train: setup
+	$(PY) tools/run_train.py --cfg configs/cate_recognition/digits_mlp.yaml
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) work_dir

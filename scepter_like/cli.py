@@ -1,0 +1,88 @@
+"""What every command-line tool shares: ``--cfg FILE [--import M]... [--print-config]
+[--debug] [KEY.PATH=VALUE ...]``, config loading, and the one-line error contract.
+
+A ``UserError`` ends the command with ``error: ...`` on stderr and exit status 2 (the
+traceback only with ``--debug``); the process group is always torn down.
+"""
+
+import argparse
+import os
+import sys
+import traceback
+
+from scepter_like.config import ROOT_KEYS, Config, apply_overrides
+from scepter_like.errors import ConfigError, UserError, suggest
+from scepter_like.utils.distributed import destroy_distributed
+from scepter_like.utils.imports import import_user_modules
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Options and KEY=VALUE overrides may mix in any order; errors are one line."""
+
+    def parse_args(self, args=None, namespace=None):
+        return self.parse_intermixed_args(args, namespace)
+
+    def error(self, message):
+        raise ConfigError(f'{message}; see {self.prog} --help')
+
+
+def make_parser(description):
+    parser = _Parser(description=description)
+    parser.add_argument('--cfg', help='YAML config file')
+    parser.add_argument(
+        '--import',
+        dest='imports',
+        action='append',
+        default=[],
+        metavar='MODULE',
+        help='module or .py file to import before building (adds to IMPORTS)',
+    )
+    parser.add_argument('--print-config', action='store_true', help='print the resolved config and exit')
+    parser.add_argument('--debug', action='store_true', help='show tracebacks of user errors')
+    parser.add_argument('overrides', nargs='*', metavar='KEY.PATH=VALUE', help='config overrides')
+    return parser
+
+
+def load_config(args):
+    """The config of ``--cfg`` with the overrides applied and IMPORTS imported."""
+    if not args.cfg:
+        raise ConfigError('--cfg FILE is required; give the YAML config to run')
+    cfg = Config(cfg_file=args.cfg)
+    for key in cfg.keys():
+        if key not in ROOT_KEYS:
+            raise ConfigError(
+                f'{args.cfg}: unknown top-level key {key}{suggest(key, ROOT_KEYS)} (keys: {", ".join(ROOT_KEYS)})'
+            )
+    apply_overrides(cfg, args.overrides)
+    imports = list(cfg.get('IMPORTS') or []) + list(args.imports)
+    if imports:
+        cfg['IMPORTS'] = imports
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    import_user_modules(imports, base_dir=os.getcwd())
+    if 'SOLVER' not in cfg or cfg.SOLVER is None:
+        raise ConfigError(f'{args.cfg}: no SOLVER section; add SOLVER with a NAME')
+    return cfg
+
+
+def run(main, argv=None):
+    """Run ``main(argv)`` under the error contract; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = '--debug' in argv
+    try:
+        return main(argv) or 0
+    except UserError as e:
+        if debug:
+            traceback.print_exc()
+        message = ' '.join(str(e).split('\n'))
+        rank = os.environ.get('RANK')
+        prefix = f'[rank {rank}] ' if rank not in (None, '', '0') else ''
+        print(f'{prefix}error: {message}', file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print('interrupted', file=sys.stderr)
+        return 130
+    finally:
+        destroy_distributed()

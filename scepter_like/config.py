@@ -1,0 +1,256 @@
+"""Config: a YAML-backed tree of dicts and lists with attribute access.
+
+A ``Config`` remembers where it sits in the whole tree (``SOLVER.TRAIN_HOOKS[2]``) so
+that every error can name the exact place a user must fix.  YAML is read with the safe
+loader only; ``_BASE_`` files are merged in (dicts deeply, lists replaced).
+"""
+
+import copy
+import os
+
+import yaml
+
+from scepter_like.errors import ConfigError, suggest
+
+BASE_KEY = '_BASE_'
+ROOT_KEYS = ('ENV', 'SOLVER', 'IMPORTS')
+
+
+def _child_path(path, key):
+    if isinstance(key, int):
+        return f'{path}[{key}]'
+    return f'{path}.{key}' if path else str(key)
+
+
+class Config:
+    """A mapping with ``cfg.KEY`` access whose nested dicts are Configs too."""
+
+    __slots__ = ('_d', '_path', '_root')
+
+    def __init__(self, cfg_dict=None, cfg_file=None, path='', root=None):
+        object.__setattr__(self, '_path', path)
+        object.__setattr__(self, '_root', root)
+        if cfg_file is not None:
+            cfg_dict = load_yaml_with_base(cfg_file)
+        if cfg_dict is None:
+            cfg_dict = {}
+        if isinstance(cfg_dict, Config):
+            cfg_dict = cfg_dict.to_dict()
+        if not isinstance(cfg_dict, dict):
+            raise ConfigError(f'{path or "config"}: expected a mapping, got {type(cfg_dict).__name__}')
+        object.__setattr__(self, '_d', {})
+        for k, v in cfg_dict.items():
+            self._d[k] = self._wrap(k, v)
+
+    # -- tree plumbing -------------------------------------------------------------
+    @property
+    def root(self):
+        """The top of the tree this Config belongs to (itself at the top)."""
+        return self._root if self._root is not None else self
+
+    @property
+    def path(self):
+        """Where this Config sits in the whole tree, e.g. ``SOLVER.TRAIN_HOOKS[2]``."""
+        return self._path
+
+    def path_of(self, key):
+        return _child_path(self._path, key)
+
+    def _wrap(self, key, value, path=None):
+        path = _child_path(self._path, key) if path is None else path
+        if isinstance(value, Config):
+            value = value.to_dict()
+        if isinstance(value, dict):
+            return Config(value, path=path, root=self.root)
+        if isinstance(value, (list, tuple)):
+            return [self._wrap(i, v, _child_path(path, i)) for i, v in enumerate(value)]
+        return value
+
+    # -- mapping interface ------------------------------------------------------------
+    def __getattr__(self, key):
+        try:
+            return self._d[key]
+        except KeyError:
+            raise AttributeError(f'{self.path_of(key)} is not in the config') from None
+
+    def __setattr__(self, key, value):
+        self[key] = value
+
+    def __getitem__(self, key):
+        return self._d[key]
+
+    def __setitem__(self, key, value):
+        self._d[key] = self._wrap(key, value)
+
+    def __delitem__(self, key):
+        del self._d[key]
+
+    def __contains__(self, key):
+        return key in self._d
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __eq__(self, other):
+        if isinstance(other, Config):
+            other = other.to_dict()
+        return self.to_dict() == other
+
+    def __repr__(self):
+        return f'Config({self.to_dict()!r})'
+
+    def __deepcopy__(self, memo):
+        return Config(copy.deepcopy(self.to_dict(), memo), path=self._path)
+
+    def __getstate__(self):
+        return {'d': self.to_dict(), 'path': self._path}
+
+    def __setstate__(self, state):
+        object.__setattr__(self, '_path', state['path'])
+        object.__setattr__(self, '_root', None)
+        object.__setattr__(self, '_d', {})
+        for k, v in state['d'].items():
+            self._d[k] = self._wrap(k, v)
+
+    def get(self, key, default=None):
+        return self._d.get(key, default)
+
+    def keys(self):
+        return self._d.keys()
+
+    def values(self):
+        return self._d.values()
+
+    def items(self):
+        return self._d.items()
+
+    def pop(self, key, *default):
+        return self._d.pop(key, *default)
+
+    def setdefault(self, key, value):
+        if key not in self._d:
+            self[key] = value
+        return self._d[key]
+
+    def to_dict(self):
+        """Plain dicts and lists, ready for YAML or JSON."""
+        return {k: _plain(v) for k, v in self._d.items()}
+
+    def dump(self):
+        """YAML text that loads back to an equal config."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _plain(value):
+    if isinstance(value, Config):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# -- files -------------------------------------------------------------------------------
+def _read_yaml(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f'config file not found: {path}; check the --cfg path')
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark else ''
+        problem = getattr(e, 'problem', None) or str(e).splitlines()[0]
+        raise ConfigError(f'invalid YAML in {path}{where}: {problem}; fix the syntax there') from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f'{path}: the top level must be a mapping of keys, got {type(data).__name__}')
+    return data
+
+
+def merge_dicts(base, override):
+    """Deep merge: dicts merge key by key, everything else (lists too) is replaced."""
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge_dicts(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_yaml_with_base(path, _seen=()):
+    """Load ``path``; its ``_BASE_`` (a path or list of paths, relative to it) goes first."""
+    path = os.path.abspath(path)
+    if path in _seen:
+        raise ConfigError(f'{path}: _BASE_ includes itself in a cycle')
+    data = _read_yaml(path)
+    bases = data.pop(BASE_KEY, None)
+    if bases is None:
+        return data
+    if isinstance(bases, str):
+        bases = [bases]
+    merged = {}
+    for base in bases:
+        base_path = os.path.join(os.path.dirname(path), base)
+        merged = merge_dicts(merged, load_yaml_with_base(base_path, _seen + (path,)))
+    return merge_dicts(merged, data)
+
+
+# -- command-line overrides -----------------------------------------------------------------
+def parse_override(text):
+    """``'A.B.0.C=value'`` -> (['A', 'B', 0, 'C'], parsed YAML scalar or list)."""
+    if '=' not in text:
+        raise ConfigError(f"override '{text}' has no '='; write KEY.PATH=VALUE")
+    key, raw = text.split('=', 1)
+    if not key or any(not part for part in key.split('.')):
+        raise ConfigError(f"override '{text}' has an empty key part; write KEY.PATH=VALUE")
+    parts = [int(p) if p.isdigit() else p for p in key.split('.')]
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"override '{text}': the value is not valid YAML; quote it") from None
+    return parts, value
+
+
+def apply_overrides(cfg, overrides):
+    """Set each ``A.B.C=value`` in ``cfg`` (a Config), creating missing mapping keys.
+
+    A key written here that no component declares is reported when the component is
+    built, with the closest declared keys.
+    """
+    for text in overrides:
+        parts, value = parse_override(text)
+        if parts[0] not in ROOT_KEYS and parts[0] not in cfg:
+            raise ConfigError(f"override '{text}': unknown top-level key {parts[0]}{suggest(parts[0], ROOT_KEYS)}")
+        node = cfg
+        for i, part in enumerate(parts[:-1]):
+            node = _step(node, part, parts[: i + 1], text)
+        last = parts[-1]
+        if isinstance(node, list):
+            if not isinstance(last, int) or last >= len(node):
+                raise ConfigError(f"override '{text}': index {last} is outside the list of {len(node)}")
+        elif not isinstance(node, Config):
+            raise ConfigError(f"override '{text}': {'.'.join(map(str, parts[:-1]))} is a value, not a mapping")
+        node[last] = value
+    # re-wrap the whole tree so values placed into lists become Configs with their paths
+    for key in list(cfg.keys()):
+        cfg[key] = _plain(cfg[key])
+    return cfg
+
+
+def _step(node, part, so_far, text):
+    """Walk one part of an override path; a missing or empty mapping key becomes {}."""
+    where = '.'.join(str(p) for p in so_far)
+    if isinstance(node, list):
+        if not isinstance(part, int) or part >= len(node):
+            raise ConfigError(f"override '{text}': {where} is not an index of a list of {len(node)}")
+        return node[part]
+    if not isinstance(node, Config):
+        raise ConfigError(f"override '{text}': {where} is inside a value that is not a mapping")
+    if node.get(part) is None:
+        node[part] = {}
+    return node[part]

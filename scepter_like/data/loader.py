@@ -1,0 +1,104 @@
+"""DataLoader construction from a data config (TRAIN_DATA / EVAL_DATA / TEST_DATA).
+
+A data config names a DATASETS entry and holds the loader keys below beside the
+dataset's own keys.  The solver owns the sampler so that it can shard, shuffle per
+epoch and resume mid-epoch.
+"""
+
+import math
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from scepter_like.config import Config
+from scepter_like.data.collate import collate
+from scepter_like.data.registry import DATASETS
+from scepter_like.data.sampler import ShardedSampler
+from scepter_like.errors import ConfigError, DistributedError
+from scepter_like.registry import resolve_params
+
+LOADER_PARA_DICT = {
+    'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank'},
+    'NUM_WORKERS': {'value': 0, 'description': 'DataLoader worker processes (0: load in the main process)'},
+    'PIN_MEMORY': {'value': False, 'description': 'pin batches in page-locked memory (CUDA only)'},
+    'SHUFFLE': {'value': True, 'description': 'shuffle each pass (train data); eval / test data keep their order'},
+    'DROP_LAST': {'value': False, 'description': 'drop the last incomplete batch'},
+}
+
+
+def _seed_worker(worker_id):
+    """Seed numpy and random in a worker from the seed torch gave it (deterministic per epoch)."""
+    seed = torch.initial_seed() % (2**32)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+class DataBundle:
+    """A dataset with its sampler and DataLoader, and the per-epoch iteration plan."""
+
+    def __init__(self, dataset, loader, sampler, batch_size, seed):
+        self.dataset = dataset
+        self.loader = loader
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.seed = seed
+
+    def num_batches(self):
+        """Batches in a whole pass on this rank (equal on every rank in train mode)."""
+        n = self.sampler.rank_length()
+        return n // self.batch_size if self.loader.drop_last else math.ceil(n / self.batch_size)
+
+    def iterate(self, start_batch=0, stop_batch=None):
+        """An iterator over batches ``[start_batch, stop_batch)`` of the current pass."""
+        stop = None if stop_batch is None else stop_batch * self.batch_size
+        self.sampler.set_window(start_batch * self.batch_size, stop)
+        self.loader.generator.manual_seed(self.seed * 100003 + self.sampler.epoch)
+        return iter(self.loader)
+
+
+def build_data(cfg, mode, dist_info, seed, logger=None):
+    """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
+    if not isinstance(cfg, Config):
+        raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
+    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
+    resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
+    for key in LOADER_PARA_DICT:
+        cfg[key] = loader_cfg[key]
+    if loader_cfg.BATCH_SIZE < 1:
+        raise ConfigError(f'{cfg.path_of("BATCH_SIZE")}: must be a positive integer, got {loader_cfg.BATCH_SIZE}')
+    if loader_cfg.NUM_WORKERS < 0:
+        raise ConfigError(f'{cfg.path_of("NUM_WORKERS")}: must be 0 or more, got {loader_cfg.NUM_WORKERS}')
+    ds_cfg = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
+    dataset = DATASETS.build(ds_cfg, logger=logger)
+    for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
+        cfg[key] = value
+    train = mode == 'train'
+    sampler = ShardedSampler(
+        len(dataset),
+        num_replicas=dist_info.world_size,
+        rank=dist_info.rank,
+        shuffle=train and loader_cfg.SHUFFLE,
+        seed=seed,
+        pad=train,
+        drop_last=train and loader_cfg.DROP_LAST,
+    )
+    if train and sampler.rank_length() < (loader_cfg.BATCH_SIZE if loader_cfg.DROP_LAST else 1):
+        raise DistributedError(
+            f'{cfg.path}: {len(dataset)} samples cannot give each of {dist_info.world_size} ranks one batch of'
+            f' {loader_cfg.BATCH_SIZE}; use fewer processes, a smaller BATCH_SIZE or DROP_LAST: false'
+        )
+    workers = loader_cfg.NUM_WORKERS
+    loader = DataLoader(
+        dataset,
+        batch_size=loader_cfg.BATCH_SIZE,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
+        drop_last=loader_cfg.DROP_LAST if train else False,
+        collate_fn=collate,
+        worker_init_fn=_seed_worker if workers > 0 else None,
+        generator=torch.Generator(),
+    )
+    return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed)

@@ -1,0 +1,44 @@
+"""User-facing error types.
+
+Every error a user can cause by a bad config, a bad name or a bad file derives from
+:class:`UserError`.  The command-line tools catch ``UserError`` and print it as one
+``error: ...`` line with exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+import difflib
+
+
+class UserError(Exception):
+    """A mistake in the user's input: printed as one line, exit status 2."""
+
+
+class ConfigError(UserError):
+    """A config value, key or file is wrong."""
+
+
+class RegistryError(ConfigError):
+    """A ``NAME`` names nothing in its registry."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint or weights file cannot be used."""
+
+
+class DataError(UserError):
+    """Input data does not fit what the model or dataset needs."""
+
+
+class DistributedError(UserError):
+    """The distributed setup cannot run (world size, rendezvous, ...)."""
+
+
+class TrainingError(UserError):
+    """Training cannot go on (for example too many non-finite losses in a row)."""
+
+
+def suggest(word, candidates, n=3):
+    """Return ``"; did you mean X?"`` for the closest candidates, or ``""``."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.6)
+    if not close:
+        return ''
+    return '; did you mean ' + ' or '.join(close) + '?'

@@ -1,0 +1,37 @@
+"""Top-k classification accuracy."""
+
+import torch
+
+from scepter_like.metric.base import Metric
+from scepter_like.metric.registry import METRICS
+
+
+@METRICS.register_class()
+class AccuracyMetric(Metric):
+    """Reports ``accuracy`` for top-1 and ``accuracy_top{k}`` for k > 1 (fractions in [0, 1])."""
+
+    para_dict = {
+        'KEYS': {'value': ['logits', 'label'], 'description': 'the logits key, then the label key'},
+        'TOPK': {'value': [1], 'description': 'which top-k accuracies to report'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.topk = sorted(set(cfg.TOPK))
+        self.state_names = tuple(f'correct@{k}' for k in self.topk) + ('count',)
+
+    def update(self, data):
+        logits, label = self.inputs(data)
+        k_max = min(max(self.topk), logits.shape[-1])
+        top = logits.topk(k_max, dim=-1).indices
+        hit = top.eq(label.view(-1, 1))
+        correct = [hit[:, : min(k, k_max)].any(dim=1).sum() for k in self.topk]
+        count = torch.tensor(label.numel(), device=logits.device)
+        self.accumulate(torch.stack(correct + [count]))
+
+    def output_names(self):
+        return ['accuracy' if k == 1 else f'accuracy_top{k}' for k in self.topk]
+
+    def finish(self, sums):
+        count = max(sums['count'], 1.0)
+        return {name: sums[f'correct@{k}'] / count for name, k in zip(self.output_names(), self.topk)}

@@ -1,0 +1,57 @@
+"""Metric base: state is a vector of sums kept on the device, reduced once per evaluation."""
+
+import torch
+
+from scepter_like.errors import DataError
+from scepter_like.utils.distributed import all_reduce_sum
+
+
+class Metric:
+    """Accumulate per-batch sums with ``update``; ``compute`` all-reduces them and divides.
+
+    Subclasses name their sums in ``state_names`` and turn the reduced sums into
+    ``{metric name: float}`` in ``finish``.
+    """
+
+    para_dict = {'KEYS': {'value': [], 'description': 'output / batch keys the metric reads, in order'}}
+    state_names = ()
+
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+        self.logger = logger
+        self.keys = list(cfg.KEYS)
+        self._state = None
+
+    def reset(self):
+        self._state = None
+
+    def inputs(self, data):
+        missing = [k for k in self.keys if k not in data]
+        if missing:
+            raise DataError(
+                f'{type(self).__name__} needs keys {missing} in the model outputs or batch; it has {sorted(data)}'
+            )
+        return [data[k] for k in self.keys]
+
+    def accumulate(self, sums):
+        """Add a 1-d tensor of sums (in ``state_names`` order) to the running state."""
+        sums = sums.detach().to(torch.float64)
+        self._state = sums if self._state is None else self._state + sums
+
+    def update(self, data):
+        raise NotImplementedError
+
+    def output_names(self):
+        """The names ``compute`` reports (known before any data is seen)."""
+        raise NotImplementedError
+
+    def compute(self, device=None):
+        """Exact values over every rank's samples (an all-reduce when distributed)."""
+        state = self._state
+        if state is None:
+            state = torch.zeros(len(self.state_names), dtype=torch.float64, device=device)
+        state = all_reduce_sum(state.clone())
+        return self.finish(dict(zip(self.state_names, state.tolist())))
+
+    def finish(self, sums):
+        raise NotImplementedError

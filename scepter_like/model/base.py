@@ -1,0 +1,21 @@
+"""BaseModel: the keys every model accepts, whatever its own are."""
+
+import torch
+
+
+class BaseModel(torch.nn.Module):
+    """``nn.Module`` built from a config.
+
+    ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
+    after building the model, so finetuning is one config key.
+    """
+
+    para_dict = {
+        'PRETRAINED_MODEL': {'value': '', 'description': '.safetensors or .pth weights to load before training'},
+        'PRETRAINED_STRICT': {'value': True, 'description': 'require the weights to fit the model exactly'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__()
+        self.cfg = cfg
+        self.logger = logger

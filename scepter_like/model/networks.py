@@ -1,0 +1,77 @@
+"""Generic backbones: an MLP and a small ConvNet."""
+
+import torch
+from torch import nn
+
+from scepter_like.model.base import BaseModel
+from scepter_like.model.registry import MODELS
+
+_ACTIVATIONS = {'relu': nn.ReLU, 'gelu': nn.GELU, 'tanh': nn.Tanh, 'silu': nn.SiLU}
+
+
+def _activation(cfg, key='ACTIVATION'):
+    name = cfg[key]
+    if name not in _ACTIVATIONS:
+        from scepter_like.errors import ConfigError, suggest
+
+        raise ConfigError(f'{cfg.path_of(key)}: unknown activation {name!r}{suggest(name, _ACTIVATIONS)}')
+    return _ACTIVATIONS[name]
+
+
+@MODELS.register_class()
+class MLP(BaseModel):
+    """Fully connected layers ``IN_DIM -> HIDDEN_DIMS... -> OUT_DIM``; inputs are flattened."""
+
+    para_dict = {
+        'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)'},
+        'HIDDEN_DIMS': {'value': [256, 256], 'description': 'widths of the hidden layers'},
+        'OUT_DIM': {'value': 10, 'description': 'output features'},
+        'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu'},
+        'DROPOUT': {'value': 0.0, 'description': 'dropout after each hidden layer'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        act = _activation(cfg)
+        layers, dim = [], cfg.IN_DIM
+        for width in cfg.HIDDEN_DIMS:
+            layers += [nn.Linear(dim, width), act()]
+            if cfg.DROPOUT > 0:
+                layers.append(nn.Dropout(cfg.DROPOUT))
+            dim = width
+        layers.append(nn.Linear(dim, cfg.OUT_DIM))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x.flatten(1))
+
+
+@MODELS.register_class()
+class ConvNet(BaseModel):
+    """Conv-BN-ReLU-pool stages and a linear head over globally pooled features."""
+
+    para_dict = {
+        'IN_CHANNELS': {'value': 1, 'description': 'input image channels'},
+        'CHANNELS': {'value': [32, 64], 'description': 'output channels of each conv stage'},
+        'OUT_DIM': {'value': 10, 'description': 'output features'},
+        'BATCH_NORM': {'value': True, 'description': 'BatchNorm after each conv'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        layers, ch = [], cfg.IN_CHANNELS
+        for i, out in enumerate(cfg.CHANNELS):
+            layers.append(nn.Conv2d(ch, out, 3, padding=1, bias=not cfg.BATCH_NORM))
+            if cfg.BATCH_NORM:
+                layers.append(nn.BatchNorm2d(out))
+            layers.append(nn.ReLU())
+            if i < len(cfg.CHANNELS) - 1:
+                layers.append(nn.MaxPool2d(2))
+            ch = out
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(ch, cfg.OUT_DIM)
+
+    def forward(self, x):
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))

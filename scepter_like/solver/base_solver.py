@@ -1,0 +1,611 @@
+"""BaseSolver: builds everything from the SOLVER config and runs the loop, calling hooks.
+
+::
+
+    solver = SOLVERS.build(cfg.SOLVER, logger=logger)
+    solver.set_up_pre()   # environment, work dir, log file, construct_hook
+    solver.set_up()       # construct_data / model / metrics, model_to_device, init_opti, resume
+    solver.solve()        # before_solve; per epoch solve_train, solve_eval; solve_test; after_solve
+
+Counters a hook may read: ``epoch`` (0-based, current), ``iter`` (steps completed in
+this mode's epoch), ``total_iter`` (train steps completed), ``epoch_max_iter``.
+"""
+
+import contextlib
+import logging
+import os
+import time
+from collections import OrderedDict
+
+import torch
+
+from scepter_like.data.loader import build_data
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.metric.registry import METRICS
+from scepter_like.model.registry import MODELS
+from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
+from scepter_like.solver import state as training_state
+from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.solver.hooks.hook import STAGES
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.parallel import wrap_model
+from scepter_like.solver.registry import SOLVERS
+from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
+from scepter_like.utils.logger import add_file_handler
+
+MODES = ('train', 'eval', 'test')
+_DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
+_HOOK_KEYS = {'train': 'TRAIN_HOOKS', 'eval': 'EVAL_HOOKS', 'test': 'TEST_HOOKS'}
+_NULL_CONTEXT = contextlib.nullcontext()
+
+
+@SOLVERS.register_class()
+class BaseSolver:
+    para_dict = {
+        'FILE_SYSTEM': {'value': None, 'description': 'accepted for scepter configs; files are always local'},
+        'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
+        'LOG_FILE': {'value': 'std_log.txt', 'description': 'log file name inside WORK_DIR'},
+        'RESUME_FROM': {'value': '', 'description': "checkpoint to resume from; 'auto': the newest in WORK_DIR"},
+        'MAX_EPOCHS': {'value': 10, 'description': 'training epochs'},
+        'MAX_STEPS': {'value': 0, 'description': 'stop after this many train steps (0: no limit)'},
+        'ACCU_STEP': {
+            'value': 1,
+            'description': 'gradient accumulation steps (same knob as BackwardHook.ACCUMULATE_STEP)',
+        },
+        'NUM_FOLDS': {'value': 1, 'description': 'split each pass over the train data into this many epochs'},
+        'EVAL_INTERVAL': {'value': 1, 'description': 'evaluate every this many epochs (and after the last)'},
+        'EXTRA_KEYS': {'value': [], 'description': 'batch keys handed to metrics besides the model outputs'},
+        'TRAIN_DATA': {'value': None, 'description': 'train data config (a DATASETS entry plus loader keys)'},
+        'EVAL_DATA': {'value': None, 'description': 'evaluation data config'},
+        'TEST_DATA': {'value': None, 'description': 'test data config'},
+        'TRAIN_HOOKS': {'value': [], 'description': 'hooks of train mode'},
+        'EVAL_HOOKS': {'value': [], 'description': 'hooks of eval mode'},
+        'TEST_HOOKS': {'value': [], 'description': 'hooks of test mode'},
+        'MODEL': {'value': None, 'description': 'a MODELS config'},
+        'OPTIMIZER': {'value': None, 'description': 'an OPTIMIZERS config'},
+        'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
+        'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
+        'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1'},
+        'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+        self.logger = logger or logging.getLogger('scepter_like')
+        self.work_dir = cfg.WORK_DIR
+        self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
+        self.resume_from = cfg.RESUME_FROM
+        self.max_epochs = cfg.MAX_EPOCHS
+        self.max_steps = cfg.MAX_STEPS
+        self.accu_step = cfg.ACCU_STEP
+        self.num_folds = cfg.NUM_FOLDS
+        self.eval_interval = cfg.EVAL_INTERVAL
+        self.extra_keys = list(cfg.EXTRA_KEYS)
+        for key in ('MAX_EPOCHS', 'ACCU_STEP', 'NUM_FOLDS', 'EVAL_INTERVAL'):
+            if cfg[key] < 1:
+                raise ConfigError(f'{cfg.path_of(key)}: must be at least 1, got {cfg[key]}')
+        if self.max_steps < 0:
+            raise ConfigError(f'{cfg.path_of("MAX_STEPS")}: must be 0 (no limit) or positive, got {self.max_steps}')
+
+        self.env_cfg = None
+        self.dist_info = None
+        self.seed = 0
+        self._mode = 'train'
+        self.epoch = 0
+        self.total_iter = 0
+        self._iter = dict.fromkeys(MODES, 0)
+        self._epoch_max_iter = dict.fromkeys(MODES, 0)
+        self._train_epoch_finished = False
+        self._eval_done_epoch = -1
+        self.optimizer_steps = 0
+        self.accumulate_steps = 1
+        self.in_accumulation = False
+        self.sync_grads = True
+        self.autocast_dtype = None
+        self.stop_requested = False
+        self.failed = None
+        self.data_time = 0.0
+
+        self.datas = {}
+        self.hooks_dict = {mode: [] for mode in MODES}
+        self._hook_keys = {}
+        self._stages = {}
+        self._callbacks = {mode: {stage: [] for stage in STAGES} for mode in MODES}
+        self.model = None
+        self.optimizer = None
+        self.lr_scheduler = None
+        self.metrics = []
+        self.loss = None
+        self.iter_outputs = {}
+        self.epoch_outputs = {}
+        self._file_handler = None
+
+    # -- set-up -------------------------------------------------------------------------------
+    def set_up_pre(self):
+        """Environment (seed, process group, device), work dir, log file, hooks."""
+        self.env_cfg = resolve_env(self.cfg)
+        self.dist_info = set_up_environment(self.env_cfg)
+        self.seed = self.env_cfg.SEED
+        if self.is_main:
+            os.makedirs(self.work_dir, exist_ok=True)
+            if self.log_file:
+                self._file_handler = add_file_handler(self.logger, self.log_file)
+        self.construct_hook()
+        self.logger.info('hook order per stage:\n' + self.get_hooks_info())
+
+    def set_up(self):
+        """Data, model, metrics, device placement, optimizer; then resume if asked."""
+        self.construct_data()
+        self.construct_model()
+        self.construct_metrics()
+        self.model_to_device()
+        self.init_opti()
+        # rank r draws its own random stream from here on (dropout, augmentation)
+        torch.manual_seed(self.seed + self.rank)
+        self.resume()
+
+    def construct_hook(self):
+        for mode in MODES:
+            entries = self.cfg[_HOOK_KEYS[mode]] or []
+            if not isinstance(entries, list):
+                raise ConfigError(f'{self.cfg.path_of(_HOOK_KEYS[mode])}: expected a list of hook configs')
+            hooks = [HOOKS.build(entry, logger=self.logger) for entry in entries]
+            for index, hook in enumerate(hooks):
+                self._hook_keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
+            # stable sort: equal priorities keep config order
+            self.hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
+        self._build_stage_table()
+
+    def _build_stage_table(self):
+        """Per mode and stage, the bound methods to call: only hooks that implement the stage."""
+        every = sorted((h for mode in MODES for h in self.hooks_dict[mode]), key=lambda h: h.priority)
+        self._stages = {}
+        for mode in MODES:
+            for stage in STAGES:
+                hooks = every if stage in ('before_solve', 'after_solve') else self.hooks_dict[mode]
+                fns = [getattr(h, stage) for h in hooks if h.implements(stage)]
+                self._stages[(mode, stage)] = fns + self._callbacks[mode][stage]
+
+    def get_hooks_info(self):
+        """The resolved hook order of every stage, one line per mode and stage."""
+        lines = []
+        for mode in MODES:
+            for stage in STAGES:
+                hooks = [
+                    f'{type(fn.__self__).__name__}({fn.__self__.priority})'
+                    for fn in self._stages[(mode, stage)]
+                    if hasattr(fn, '__self__')
+                ]
+                if hooks and not (mode != 'train' and stage in ('before_solve', 'after_solve')):
+                    lines.append(f'  {mode:5s} {stage:22s} ' + ' -> '.join(hooks))
+        return '\n'.join(lines) or '  (no hooks)'
+
+    def hooks_by_key(self):
+        """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
+        return self._hook_keys
+
+    def stage_functions(self, stage, mode=None):
+        """The hook methods that run at ``stage`` (every mode's hooks for checkpoint stages)."""
+        if mode is None:
+            seen, out = set(), []
+            for m in MODES:
+                for fn in self._stages[(m, stage)]:
+                    if id(fn) not in seen:
+                        seen.add(id(fn))
+                        out.append(fn)
+            return out
+        return self._stages[(mode, stage)]
+
+    def construct_data(self):
+        for mode in MODES:
+            data_cfg = self.cfg[_DATA_KEYS[mode]]
+            if data_cfg is not None:
+                self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
+
+    def construct_model(self):
+        if self.cfg.MODEL is None:
+            raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
+        self.model = MODELS.build(self.cfg.MODEL, logger=self.logger)
+        pretrained = self.cfg.MODEL.get('PRETRAINED_MODEL')
+        if pretrained:
+            state = load_weights_file(pretrained)
+            strict = self.cfg.MODEL.get('PRETRAINED_STRICT', True)
+            missing, unexpected = load_state_dict_checked(self.model, state, pretrained, strict=strict)
+            self.logger.info(
+                f'loaded pretrained weights from {pretrained}'
+                + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
+            )
+
+    def construct_metrics(self):
+        entries = self.cfg.METRICS or []
+        if not isinstance(entries, list):
+            raise ConfigError(f'{self.cfg.path_of("METRICS")}: expected a list of metric configs')
+        self.metrics = [METRICS.build(entry, logger=self.logger) for entry in entries]
+
+    def model_to_device(self, tg_model_ins=None):
+        """Move to this rank's device and wrap for DDP; returns the result when given a model."""
+        model = self.model if tg_model_ins is None else tg_model_ins
+        wrapped = wrap_model(model, self.dist_info, self.cfg.PARALLEL, self.cfg.FIND_UNUSED_PARAMETERS)
+        if tg_model_ins is not None:
+            return wrapped
+        self.model = wrapped
+        return None
+
+    def init_opti(self):
+        if self.cfg.OPTIMIZER is not None:
+            params = [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
+            self.optimizer = OPTIMIZERS.build(self.cfg.OPTIMIZER, logger=self.logger, params=params)
+        if self.cfg.LR_SCHEDULER is not None:
+            if self.optimizer is None:
+                raise ConfigError(f'{self.cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
+            self.lr_scheduler = LR_SCHEDULERS.build(self.cfg.LR_SCHEDULER, logger=self.logger, optimizer=self.optimizer)
+
+    # -- properties hooks read ------------------------------------------------------------------
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        self._mode = mode
+        if self.model is not None:
+            self.model.train(mode == 'train')
+
+    @property
+    def iter(self):
+        return self._iter[self._mode]
+
+    @iter.setter
+    def iter(self, value):
+        self._iter[self._mode] = value
+
+    @property
+    def epoch_max_iter(self):
+        return self._epoch_max_iter[self._mode]
+
+    @property
+    def rank(self):
+        return self.dist_info.rank if self.dist_info else 0
+
+    @property
+    def world_size(self):
+        return self.dist_info.world_size if self.dist_info else 1
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    @property
+    def device(self):
+        return self.dist_info.device if self.dist_info else torch.device('cpu')
+
+    @property
+    def unwrapped_model(self):
+        return unwrap_model(self.model)
+
+    @property
+    def batch_size(self):
+        """Per-rank batch size of the current mode's data (0 without data)."""
+        bundle = self.datas.get(self._mode)
+        return bundle.batch_size if bundle else 0
+
+    def train_finished(self):
+        return (
+            self.stop_requested
+            or self.epoch >= self.max_epochs
+            or (self.max_steps > 0 and self.total_iter >= self.max_steps)
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+    def solve(self, epoch=None, every_epoch=False):
+        """Train for MAX_EPOCHS (``epoch`` overrides it), evaluating every EVAL_INTERVAL; test at the end.
+
+        ``every_epoch=True`` also runs the test data after every epoch.
+        """
+        if epoch is not None:
+            self.max_epochs = epoch
+        self.failed = None
+        self.before_solve()
+        try:
+            if self._eval_pending():  # a resume cut off between an epoch and its evaluation
+                self.solve_eval()
+                self._next_epoch()
+            while 'train' in self.datas and not self.train_finished():
+                self.solve_train()
+                if self._eval_due():
+                    self.solve_eval()
+                if every_epoch and 'test' in self.datas:
+                    self.solve_test()
+                self._next_epoch()
+            if 'test' in self.datas and not every_epoch:
+                self.solve_test()
+        except BaseException as e:
+            self.failed = e
+            raise
+        finally:
+            self.after_solve()
+
+    def _eval_due(self):
+        if 'eval' not in self.datas or self._eval_done_epoch == self.epoch:
+            return False
+        return (self.epoch + 1) % self.eval_interval == 0 or self.epoch + 1 >= self.max_epochs or self.train_finished()
+
+    def _eval_pending(self):
+        return self._train_epoch_finished and self._eval_due()
+
+    def _next_epoch(self):
+        self.epoch += 1
+        self._iter['train'] = 0
+        self._train_epoch_finished = False
+
+    def solve_train(self):
+        self.mode = 'train'
+        self.before_epoch()
+        self.run_train()
+        self.after_epoch()
+
+    def solve_eval(self):
+        self._solve_no_grad('eval')
+        self._eval_done_epoch = self.epoch
+
+    def solve_test(self):
+        self._solve_no_grad('test')
+
+    def _solve_no_grad(self, mode):
+        if mode not in self.datas:
+            return
+        previous = self._mode
+        self.mode = mode
+        self._iter[mode] = 0
+        try:
+            with torch.no_grad():
+                self.before_epoch()
+                self.run_eval() if mode == 'eval' else self.run_test()
+                self.after_epoch()
+        finally:
+            self.mode = previous
+
+    def _fold_window(self, bundle):
+        """Batches [start, stop) of the current pass that this epoch (fold) covers."""
+        n = bundle.num_batches()
+        fold = self.epoch % self.num_folds
+        return fold * n // self.num_folds, (fold + 1) * n // self.num_folds
+
+    def run_train(self):
+        bundle = self.datas['train']
+        start, stop = self._fold_window(bundle)
+        self._epoch_max_iter['train'] = stop - start
+        first = start + self._iter['train']
+        if self.max_steps > 0:
+            stop = min(stop, first + self.max_steps - self.total_iter)
+        self.before_all_iter()
+        batches = bundle.iterate(first, stop) if first < stop else iter(())
+        run_step, before_iter, after_iter = self.run_step_train, self.before_iter, self.after_iter
+        rank, to_device = self.rank, self.device.type != 'cpu'
+        t0 = time.perf_counter()
+        for batch_idx, batch in enumerate(batches, first - start):
+            self.data_time = time.perf_counter() - t0
+            if to_device:
+                batch = self.transfer_data_to_device(batch)
+            before_iter()
+            run_step(batch, batch_idx, self.total_iter, rank)
+            self._iter['train'] += 1
+            self.total_iter += 1
+            after_iter()
+            if self.stop_requested:
+                break
+            t0 = time.perf_counter()
+        self._train_epoch_finished = not self.stop_requested
+        self.after_all_iter()
+
+    def _run_no_grad_loop(self, step_fn):
+        bundle = self.datas[self._mode]
+        self._epoch_max_iter[self._mode] = bundle.num_batches()
+        self.before_all_iter()
+        to_device = self.device.type != 'cpu'
+        for batch_idx, batch in enumerate(bundle.iterate()):
+            if to_device:
+                batch = self.transfer_data_to_device(batch)
+            self.before_iter()
+            step_fn(batch, batch_idx, self.total_iter, self.rank)
+            self.iter += 1
+            self.after_iter()
+        self.epoch_outputs[self._mode] = self.compute_epoch_outputs()
+        self.after_all_iter()
+
+    def run_eval(self):
+        self._run_no_grad_loop(self.run_step_eval)
+
+    def run_test(self):
+        self._run_no_grad_loop(self.run_step_test)
+
+    def transfer_data_to_device(self, batch):
+        device = self.device
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    def grad_sync_context(self):
+        """``model.no_sync()`` on micro-steps that must not all-reduce gradients (DDP accumulation)."""
+        if self.sync_grads or not hasattr(self.model, 'no_sync'):
+            return _NULL_CONTEXT
+        return self.model.no_sync()
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return _NULL_CONTEXT
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+        """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
+        with self.grad_sync_context(), self.autocast():
+            results = self.model(**batch_data)
+        self.loss = self.total_loss(results)
+        self.iter_outputs = self._detached(results)
+        return results
+
+    def total_loss(self, results):
+        """``results['loss']``, or the sum of the ``loss_*`` terms when there is no ``loss``."""
+        if not isinstance(results, dict):
+            raise DataError(f'the model must return a dict in train mode, got {type(results).__name__}')
+        loss = results.get('loss')
+        if loss is None:
+            terms = [v for k, v in results.items() if k.startswith('loss_')]
+            if not terms:
+                raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
+            loss = results['loss'] = sum(terms)
+        return loss
+
+    @staticmethod
+    def _detached(results):
+        return {k: v.detach() for k, v in results.items() if isinstance(v, torch.Tensor)}
+
+    def _eval_forward(self, batch_data):
+        model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
+        with self.autocast():
+            results = model(**batch_data)
+        if not isinstance(results, dict):
+            raise DataError(f'the model must return a dict in {self._mode} mode, got {type(results).__name__}')
+        self.iter_outputs = self._detached(results)
+        return results
+
+    def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
+        return self._eval_forward(batch_data)
+
+    def run_step_test(self, batch_data, batch_idx=0, step=None, rank=None):
+        return self._eval_forward(batch_data)
+
+    def compute_epoch_outputs(self):
+        """The flat ``{name: float}`` summary of an eval / test epoch (none in BaseSolver)."""
+        return {}
+
+    def metric_names(self, mode='eval'):
+        """Names ``epoch_outputs[mode]`` will hold (none in BaseSolver, which computes no metrics)."""
+        return []
+
+    # -- stages ---------------------------------------------------------------------------------
+    def _call(self, stage):
+        for fn in self._stages[(self._mode, stage)]:
+            fn(self)
+
+    def before_solve(self):
+        self._call('before_solve')
+
+    def after_solve(self):
+        if self.failed is None:
+            self._call('after_solve')
+            return
+        for fn in self._stages[(self._mode, 'after_solve')]:  # clean up, but keep the first error
+            try:
+                fn(self)
+            except Exception:
+                self.logger.exception('a hook failed in after_solve while handling an earlier error')
+
+    def before_epoch(self):
+        self._call('before_epoch')
+
+    def after_epoch(self):
+        self._call('after_epoch')
+
+    def before_all_iter(self):
+        self._call('before_all_iter')
+
+    def after_all_iter(self):
+        self._call('after_all_iter')
+
+    def before_iter(self):
+        for fn in self._stages[(self._mode, 'before_iter')]:
+            fn(self)
+
+    def after_iter(self):
+        for fn in self._stages[(self._mode, 'after_iter')]:
+            fn(self)
+
+    def collect_log_vars(self):
+        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
+        ret = OrderedDict((k, v) for k, v in self.iter_outputs.items() if v.dim() == 0)
+        if self.optimizer is not None:
+            ret['lr'] = self.optimizer.param_groups[0]['lr']
+        return ret
+
+    # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
+    def _register_callback(self, stage, fn, mode='train'):
+        self._callbacks[mode][stage].append(lambda solver: fn(solver))
+        if self._stages:
+            self._build_stage_table()
+
+    def register_callback_on_epoch_begin(self, fn):
+        self._register_callback('before_epoch', fn)
+
+    def register_callback_on_epoch_end(self, fn):
+        self._register_callback('after_epoch', fn)
+
+    def register_callback_on_iter_begin(self, fn):
+        self._register_callback('before_iter', fn)
+
+    def register_callback_on_iter_end(self, fn):
+        self._register_callback('after_iter', fn)
+
+    # -- checkpoint state ------------------------------------------------------------------------
+    def progress_state(self):
+        """Where training stands: the position of the next train batch and the last results."""
+        finished = self._train_epoch_finished
+        return {
+            'epoch': self.epoch + 1 if finished else self.epoch,
+            'iter': 0 if finished else self._iter['train'],
+            'total_iter': self.total_iter,
+            'optimizer_steps': self.optimizer_steps,
+            'eval_pending': finished and self._eval_due(),
+            'epoch_outputs': {m: dict(v) for m, v in self.epoch_outputs.items()},
+        }
+
+    def load_progress_state(self, state):
+        self.epoch = state['epoch']
+        self._iter['train'] = state['iter']
+        self.total_iter = state['total_iter']
+        self.optimizer_steps = state['optimizer_steps']
+        self.epoch_outputs = {m: dict(v) for m, v in state['epoch_outputs'].items()}
+        if state['eval_pending']:
+            # the evaluation after the last finished epoch was cut off: solve() runs it first
+            self.epoch -= 1
+            self._train_epoch_finished = True
+
+    def save_checkpoint(self, path):
+        """Collect the full state (all ranks) and write it atomically (rank 0)."""
+        from scepter_like.utils.checkpoint import atomic_torch_save
+
+        ckpt = training_state.collect_training_state(self)
+        if self.is_main:
+            atomic_torch_save(ckpt, path)
+        return ckpt
+
+    def load_checkpoint(self, path):
+        ckpt = training_state.load_checkpoint_file(path)
+        training_state.restore_training_state(self, ckpt, path)
+        return ckpt
+
+    def resume(self):
+        """Resume from RESUME_FROM: a path, or 'auto' for the newest complete checkpoint in WORK_DIR."""
+        if not self.resume_from:
+            return None
+        from scepter_like.utils.checkpoint import latest_checkpoint
+
+        if self.resume_from == 'auto':
+            path = latest_checkpoint(os.path.join(self.work_dir, 'checkpoints'))
+            if path is None:
+                self.logger.info(f'RESUME_FROM auto: no checkpoint in {self.work_dir}/checkpoints; starting fresh')
+                return None
+        else:
+            path = self.resume_from
+            if not os.path.isfile(path):
+                raise ConfigError(f'{self.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist; fix the path')
+        self.load_checkpoint(path)
+        self.logger.info(
+            f'resumed from {path} at epoch {self.epoch}, iter {self._iter["train"]}, step {self.total_iter}'
+        )
+        return path
+
+    def close(self):
+        """Detach the log file (the process group is the caller's)."""
+        if self._file_handler is not None:
+            self.logger.removeHandler(self._file_handler)
+            self._file_handler.close()
+            self._file_handler = None

@@ -1,0 +1,159 @@
+"""CheckpointHook: periodic, best and last checkpoints, written so no crash can tear one.
+
+Files live in ``WORK_DIR/checkpoints/``: ``{prefix}-epoch-{E}.pth`` every INTERVAL
+epochs, ``{prefix}-step-{S}.pth`` every STEP_INTERVAL train steps, ``{prefix}-best.pth``
+when SAVE_BEST_BY improves, ``{prefix}-last.pth`` at the end with SAVE_LAST.  Each is
+written atomically; then the ``latest`` pointer moves to it; only then are periodic
+checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
+accumulation group is taken at the end of that group (checkpoints never hold
+half-accumulated gradients).  Resuming is the solver's (RESUME_FROM, at the end of
+``set_up``), so every hook's ``before_solve`` already sees the resumed state.
+"""
+
+import math
+import os
+
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.checkpoint import remove_temp_files, write_latest_pointer
+
+CHECKPOINT_DIR = 'checkpoints'
+
+
+def parse_best_by(text):
+    """'+metric' / 'metric' -> (metric, True: greater is better); '-metric' -> (metric, False)."""
+    if text.startswith('-'):
+        return text[1:], False
+    return text.lstrip('+'), True
+
+
+@HOOKS.register_class()
+class CheckpointHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_CHECKPOINT, 'description': 'after the LR and log hooks'},
+        'INTERVAL': {'value': 1, 'description': 'save every this many epochs (<= 0: no epoch checkpoints)'},
+        'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)'},
+        'SAVE_NAME_PREFIX': {'value': 'ldm_step', 'description': 'file name prefix'},
+        'SAVE_LAST': {'value': False, 'description': 'save {prefix}-last.pth when training ends'},
+        'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
+        'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
+        'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.interval = cfg.INTERVAL
+        self.step_interval = cfg.STEP_INTERVAL
+        self.prefix = cfg.SAVE_NAME_PREFIX
+        self.save_last = cfg.SAVE_LAST
+        self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
+        self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
+        self.keep_last = cfg.KEEP_LAST
+        if self.keep_last < 0 or self.step_interval < 0:
+            raise ConfigError(f'{cfg.path}: KEEP_LAST and STEP_INTERVAL must be 0 or more')
+        self.folder = None
+        self.saved = []  # periodic checkpoints, oldest first
+        self.best_value = None
+        self.best_epoch = None
+        self.checked_eval = None
+        self._step_due = False
+
+    def before_solve(self, solver):
+        self.folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+        if solver.is_main:
+            os.makedirs(self.folder, exist_ok=True)
+            removed = remove_temp_files(self.folder)
+            if removed:
+                solver.logger.warning(
+                    f'removed {len(removed)} temporary file(s) of an interrupted save in {self.folder}'
+                )
+        if self.save_best and self.best_metric not in solver.metric_names('eval'):
+            raise ConfigError(
+                f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
+                f' the metrics give {solver.metric_names("eval")}'
+            )
+
+    def _save(self, solver, name, periodic=True):
+        path = os.path.join(self.folder, name)
+        solver.save_checkpoint(path)
+        if not solver.is_main:
+            return path
+        write_latest_pointer(self.folder, name)
+        if periodic:
+            if name in self.saved:
+                self.saved.remove(name)
+            self.saved.append(name)
+            self._prune()
+        solver.logger.info(f'checkpoint saved: {path}')
+        return path
+
+    def _prune(self):
+        if self.keep_last <= 0:
+            return
+        while len(self.saved) > self.keep_last:
+            old = self.saved.pop(0)
+            old_path = os.path.join(self.folder, old)
+            if os.path.exists(old_path):
+                os.remove(old_path)
+
+    def after_iter(self, solver):
+        if self.step_interval <= 0 or solver.mode != 'train':
+            return
+        if solver.total_iter % self.step_interval == 0:
+            self._step_due = True
+        if self._step_due and not solver.in_accumulation:
+            self._step_due = False
+            self._save(solver, f'{self.prefix}-step-{solver.total_iter}.pth')
+
+    def after_epoch(self, solver):
+        if solver.mode != 'train' or self.interval <= 0:
+            return
+        if (solver.epoch + 1) % self.interval == 0 and solver.iter == solver.epoch_max_iter:
+            self._save(solver, f'{self.prefix}-epoch-{solver.epoch + 1}.pth')
+
+    def before_epoch(self, solver):
+        if solver.mode == 'train':
+            self._check_best(solver)
+
+    def _check_best(self, solver):
+        """Consider the newest eval results once; save the best checkpoint when they improve."""
+        if not self.save_best or 'eval' not in solver.epoch_outputs:
+            return
+        marker = (solver.epoch, solver.total_iter)
+        if self.checked_eval == list(marker):
+            return
+        self.checked_eval = list(marker)
+        value = solver.epoch_outputs['eval'].get(self.best_metric)
+        if value is None or not math.isfinite(value):
+            return
+        better = self.best_value is None or (
+            value > self.best_value if self.greater_is_better else value < self.best_value
+        )
+        if better:
+            self.best_value, self.best_epoch = value, solver.epoch
+            self._save(solver, f'{self.prefix}-best.pth', periodic=False)
+            solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
+
+    def after_solve(self, solver):
+        if solver.failed is not None or self.folder is None:
+            return
+        self._check_best(solver)
+        if self.save_last:
+            self._save(solver, f'{self.prefix}-last.pth')
+
+    def state_dict(self):
+        return {
+            'saved': list(self.saved),
+            'best_value': self.best_value,
+            'best_epoch': self.best_epoch,
+            'checked_eval': self.checked_eval,
+            'step_due': self._step_due,
+        }
+
+    def load_state_dict(self, state):
+        self.saved = list(state['saved'])
+        self.best_value = state['best_value']
+        self.best_epoch = state['best_epoch']
+        self.checked_eval = state['checked_eval']
+        self._step_due = state['step_due']

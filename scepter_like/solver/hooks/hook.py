@@ -1,0 +1,89 @@
+"""Hook base class and the named priority levels.
+
+The solver's loop, with the stage each hook may implement::
+
+    before_solve
+    for epoch:      before_epoch, before_all_iter
+        for batch:  before_iter, run_step_*, after_iter
+                    after_all_iter, after_epoch
+    after_solve
+
+Hooks run in ascending PRIORITY (ties keep config order).  A hook implements only the
+stages it needs: the solver calls a stage only on hooks that override it, so an unused
+stage costs nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint``
+let a hook add to and read back the checkpoint; ``state_dict`` / ``load_state_dict``
+carry its own state across a resume.
+"""
+
+PRIORITY_BACKWARD = 0
+PRIORITY_LOG = 100
+PRIORITY_LR = 200
+PRIORITY_PROBE = 200
+PRIORITY_SAFETENSORS = 200
+PRIORITY_CHECKPOINT = 300
+PRIORITY_SAMPLER = 400
+PRIORITY_NORMAL = 500
+
+STAGES = (
+    'before_solve',
+    'after_solve',
+    'before_epoch',
+    'after_epoch',
+    'before_all_iter',
+    'after_all_iter',
+    'before_iter',
+    'after_iter',
+    'before_save_checkpoint',
+    'after_load_checkpoint',
+)
+
+
+class Hook:
+    para_dict = {'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first; ties keep config order'}}
+
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+        self.logger = logger
+        self.priority = cfg.get('PRIORITY', PRIORITY_NORMAL) if cfg is not None else PRIORITY_NORMAL
+
+    def before_solve(self, solver):
+        pass
+
+    def after_solve(self, solver):
+        pass
+
+    def before_epoch(self, solver):
+        pass
+
+    def after_epoch(self, solver):
+        pass
+
+    def before_all_iter(self, solver):
+        pass
+
+    def after_all_iter(self, solver):
+        pass
+
+    def before_iter(self, solver):
+        pass
+
+    def after_iter(self, solver):
+        pass
+
+    def before_save_checkpoint(self, solver, checkpoint):
+        pass
+
+    def after_load_checkpoint(self, solver, checkpoint):
+        pass
+
+    def state_dict(self):
+        """State to carry across a resume (plain values and tensors only)."""
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    @classmethod
+    def implements(cls, stage):
+        """Whether this hook class overrides ``stage`` (so the solver should call it)."""
+        return getattr(cls, stage) is not getattr(Hook, stage)

@@ -1,0 +1,105 @@
+"""LogHook: periodic train log lines (loss, lr, step and data time, samples/s, ETA).
+
+Per step it only adds this step's scalar outputs to running sums on their device; at
+each LOG_INTERVAL it reads them once (one all-reduce under DDP, so the logged loss is
+the mean over all ranks) and formats one line.
+"""
+
+import datetime
+import math
+import time
+
+import torch
+
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.distributed import all_reduce_sum
+
+
+@HOOKS.register_class()
+class LogHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_LOG, 'description': 'after BackwardHook'},
+        'LOG_INTERVAL': {'value': 10, 'description': 'train steps between log lines; <= 0: off'},
+        'SHOW_GPU_MEM': {'value': False, 'description': 'add the peak CUDA memory to each line'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.interval = cfg.LOG_INTERVAL
+        self.show_gpu_mem = cfg.SHOW_GPU_MEM
+        self.last_logged = {}
+        self._reset(time.perf_counter())
+        self._epoch_start = time.perf_counter()
+
+    def _reset(self, now):
+        self._sums = {}
+        self._count = 0
+        self._data_time = 0.0
+        self._since = now
+
+    def before_epoch(self, solver):
+        if solver.mode == 'train':
+            self._epoch_start = time.perf_counter()
+            self._reset(self._epoch_start)
+
+    def after_iter(self, solver):
+        if solver.mode != 'train' or self.interval <= 0:
+            return
+        sums = self._sums
+        for key, value in solver.iter_outputs.items():
+            if value.dim() == 0:
+                if key in sums:
+                    sums[key] += value
+                else:
+                    sums[key] = value.float().clone()
+        self._count += 1
+        self._data_time += solver.data_time
+        if solver.iter % self.interval == 0 or solver.iter == solver.epoch_max_iter:
+            self._log(solver)
+
+    def _log(self, solver):
+        now = time.perf_counter()
+        count = max(self._count, 1)
+        names = list(self._sums)
+        means = {}
+        if names:
+            stacked = torch.stack([self._sums[k].float() for k in names])
+            values = (all_reduce_sum(stacked) / (count * solver.world_size)).tolist()
+            means = dict(zip(names, values))
+        step_time = (now - self._since) / count
+        remaining = self._remaining_steps(solver)
+        parts = [
+            f'epoch {solver.epoch + 1}/{solver.max_epochs}',
+            f'iter {solver.iter}/{solver.epoch_max_iter}',
+            f'step {solver.total_iter}',
+        ]
+        parts += [f'{k}: {v:.4g}' for k, v in means.items()]
+        if solver.optimizer is not None:
+            parts.append(f'lr: {solver.optimizer.param_groups[0]["lr"]:.4g}')
+        parts.append(f'time: {step_time * 1e3:.2f}ms')
+        parts.append(f'data: {self._data_time / count * 1e3:.2f}ms')
+        if step_time > 0:
+            parts.append(f'samples/s: {solver.batch_size * solver.world_size / step_time:.0f}')
+        parts.append(f'eta: {datetime.timedelta(seconds=round(remaining * step_time))}')
+        if self.show_gpu_mem and solver.device.type == 'cuda':
+            parts.append(f'mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB')
+        solver.logger.info(' '.join(parts))
+        bad = [k for k, v in means.items() if not math.isfinite(v)]
+        if bad:
+            solver.logger.warning(f'non-finite {", ".join(bad)} in the last {count} steps')
+        self.last_logged = means
+        self._reset(now)
+
+    @staticmethod
+    def _remaining_steps(solver):
+        per_epoch = solver.epoch_max_iter
+        left = per_epoch - solver.iter + (solver.max_epochs - solver.epoch - 1) * per_epoch
+        if solver.max_steps > 0:
+            left = min(left, solver.max_steps - solver.total_iter)
+        return max(left, 0)
+
+    def after_epoch(self, solver):
+        if solver.mode == 'train':
+            seconds = time.perf_counter() - self._epoch_start
+            solver.logger.info(f'epoch {solver.epoch + 1}/{solver.max_epochs} trained in {seconds:.2f}s')

@@ -1,0 +1,123 @@
+"""LrHook: linear warmup composed with any LR_SCHEDULER, by epoch or by optimizer step.
+
+The scheduler owns the "scheduled" learning rates; warmup multiplies them by
+``r0 + (1 - r0) * progress`` with ``r0 = WARMUP_START_LR / initial lr`` of the first
+group, so every parameter group keeps its ratio to the others.  Before each scheduler
+step the scheduled rates are put back, so chainable schedulers never see warmed values.
+The scheduler steps once per optimizer step (SET_BY_EPOCH false) or once per epoch
+(true) — never per micro-batch, never twice: the epoch step happens at the next
+``before_epoch`` (after that epoch's evaluation, so ReduceLROnPlateau gets its metric)
+and is remembered in the hook's state across a resume.
+"""
+
+import math
+
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+
+
+@HOOKS.register_class()
+class LrHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_LR, 'description': 'after BackwardHook and LogHook'},
+        'WARMUP_FUNC': {'value': 'linear', 'description': 'warmup shape: linear'},
+        'WARMUP_EPOCHS': {'value': 1, 'description': 'warmup length in epochs (0: no warmup)'},
+        'WARMUP_START_LR': {'value': 0.0001, 'description': 'learning rate at the start of warmup'},
+        'SET_BY_EPOCH': {'value': True, 'description': 'set the LR once per epoch (false: every optimizer step)'},
+        'PLATEAU_METRIC': {'value': '', 'description': 'eval metric fed to ReduceLROnPlateau'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        if cfg.WARMUP_FUNC != 'linear':
+            raise ConfigError(f"{cfg.path_of('WARMUP_FUNC')}: only 'linear' is supported, got {cfg.WARMUP_FUNC!r}")
+        if cfg.WARMUP_EPOCHS < 0:
+            raise ConfigError(f'{cfg.path_of("WARMUP_EPOCHS")}: must be 0 or more')
+        self.warmup_epochs = cfg.WARMUP_EPOCHS
+        self.warmup_start_lr = cfg.WARMUP_START_LR
+        self.by_epoch = cfg.SET_BY_EPOCH
+        self.plateau_metric = cfg.PLATEAU_METRIC
+        self.sched_lrs = None
+        self.start_ratio = None
+        self.last_epoch = 0
+        self.seen_steps = 0
+        self._warmup_steps = 0
+
+    def before_solve(self, solver):
+        optimizer = solver.optimizer
+        if optimizer is None:
+            raise ConfigError('LrHook needs SOLVER.OPTIMIZER; add an optimizer config')
+        sched = solver.lr_scheduler
+        if isinstance(sched, ReduceLROnPlateau):
+            if not self.by_epoch:
+                raise ConfigError('LrHook: ReduceLROnPlateau steps by epoch; set SET_BY_EPOCH: true')
+            names = solver.metric_names('eval') if hasattr(solver, 'metric_names') else []
+            if self.plateau_metric not in names:
+                raise ConfigError(
+                    f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric;'
+                    f' got {self.plateau_metric!r}, the metrics give {names}'
+                )
+        if self.sched_lrs is None:  # fresh start (a resume restores these)
+            self.sched_lrs = [g['lr'] for g in optimizer.param_groups]
+            self.start_ratio = self.warmup_start_lr / self.sched_lrs[0] if self.sched_lrs[0] else 1.0
+        if 'train' in solver.datas:
+            batches = solver.datas['train'].num_batches() / solver.num_folds
+            self._warmup_steps = round(self.warmup_epochs * math.ceil(batches / solver.accumulate_steps))
+        self._apply(solver)
+
+    def _progress(self, solver):
+        if self.by_epoch:
+            return solver.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
+        return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
+
+    def _apply(self, solver):
+        """Set each group's LR: the scheduled LR times the warmup factor."""
+        p = self._progress(solver)
+        factor = 1.0 if p >= 1.0 else self.start_ratio + (1.0 - self.start_ratio) * p
+        for group, lr in zip(solver.optimizer.param_groups, self.sched_lrs):
+            group['lr'] = lr * factor
+
+    def _step_scheduler(self, solver):
+        sched = solver.lr_scheduler
+        if sched is not None:
+            for group, lr in zip(solver.optimizer.param_groups, self.sched_lrs):
+                group['lr'] = lr
+            if isinstance(sched, ReduceLROnPlateau):
+                value = solver.epoch_outputs.get('eval', {}).get(self.plateau_metric)
+                if value is not None:
+                    sched.step(value)
+            else:
+                sched.step()
+            self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
+
+    def before_epoch(self, solver):
+        if solver.mode != 'train' or not self.by_epoch:
+            return
+        if solver.epoch > self.last_epoch:
+            self._step_scheduler(solver)
+            self.last_epoch = solver.epoch
+        self._apply(solver)
+
+    def after_iter(self, solver):
+        if self.by_epoch or solver.mode != 'train' or solver.optimizer_steps == self.seen_steps:
+            return
+        self.seen_steps = solver.optimizer_steps
+        self._step_scheduler(solver)
+        self._apply(solver)
+
+    def state_dict(self):
+        return {
+            'sched_lrs': self.sched_lrs,
+            'start_ratio': self.start_ratio,
+            'last_epoch': self.last_epoch,
+            'seen_steps': self.seen_steps,
+        }
+
+    def load_state_dict(self, state):
+        self.sched_lrs = state['sched_lrs']
+        self.start_ratio = state['start_ratio']
+        self.last_epoch = state['last_epoch']
+        self.seen_steps = state['seen_steps']

@@ -1,0 +1,16 @@
+"""DistSamplerHook: tell the sampler which pass (epoch) begins, so each pass shuffles anew."""
+
+from scepter_like.solver.hooks.hook import PRIORITY_SAMPLER, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+
+
+@HOOKS.register_class()
+class DistSamplerHook(Hook):
+    """Calls ``sampler.set_epoch(pass)`` before each epoch (pass = epoch // NUM_FOLDS)."""
+
+    para_dict = {'PRIORITY': {'value': PRIORITY_SAMPLER, 'description': 'runs last in before_epoch'}}
+
+    def before_epoch(self, solver):
+        bundle = solver.datas.get(solver.mode)
+        if bundle is not None:
+            bundle.sampler.set_epoch(solver.epoch // solver.num_folds)

@@ -1,0 +1,5 @@
+"""SOLVERS: training / evaluation loops."""
+
+from scepter_like.registry import Registry
+
+SOLVERS = Registry('SOLVERS')

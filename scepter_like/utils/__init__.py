@@ -1,0 +1,1 @@
+"""Small helpers: distributed environment, logging, checkpoint I/O, seeding, imports."""

@@ -1,0 +1,166 @@
+"""Crash-safe file writes and safe loading of checkpoints and weights.
+
+Every file is written to a temporary name in its own folder, flushed and fsynced, then
+``os.replace``d over the target and the folder fsynced: a crash at any instant leaves
+either the old file or the complete new one.  Checkpoints are read with
+``torch.load(weights_only=True)``, so a file can never run code.
+"""
+
+import os
+import pickle
+import zipfile
+
+import torch
+
+from scepter_like.errors import CheckpointError
+
+TMP_PREFIX = '.tmp.'
+
+
+def _fsync_dir(folder):
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write_fn, mode='wb'):
+    """Call ``write_fn(file)`` on a temp file beside ``path``, then move it into place."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f'{TMP_PREFIX}{os.path.basename(path)}.{os.getpid()}')
+    try:
+        with open(tmp, mode) as f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def atomic_write_text(path, text):
+    atomic_write(path, lambda f: f.write(text), mode='w')
+
+
+def atomic_torch_save(obj, path):
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def remove_temp_files(folder):
+    """Delete temp files a crashed save left in ``folder``; returns their names."""
+    if not os.path.isdir(folder):
+        return []
+    removed = []
+    for name in os.listdir(folder):
+        if name.startswith(TMP_PREFIX):
+            os.remove(os.path.join(folder, name))
+            removed.append(name)
+    return removed
+
+
+def load_torch_file(path, map_location='cpu'):
+    """``torch.load(weights_only=True)`` with every failure turned into one clear CheckpointError."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f'checkpoint not found: {path}; check the path')
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ''
+        if 'Weights only load failed' in str(e) or 'Unsupported' in str(e) or 'global' in str(e).lower():
+            raise CheckpointError(
+                f'refused to load {path}: it holds pickled Python objects beyond tensors and plain values'
+                ' (weights_only=True); export its weights to .safetensors from a trusted environment'
+            ) from None
+        raise CheckpointError(f'{path} is not a readable checkpoint ({detail}); it may be truncated') from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f'{path} is not a readable checkpoint ({detail}); it may be truncated') from None
+
+
+def unwrap_model(model):
+    """The user's module inside DDP / FSDP / compile wrappers."""
+    while True:
+        inner = getattr(model, 'module', None) or getattr(model, '_orig_mod', None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
+
+
+def load_weights_file(path):
+    """A state dict from a ``.safetensors`` file or a torch file (a checkpoint's ``model`` or a bare state dict)."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f'weights file not found: {path}; check the path')
+    if path.endswith('.safetensors'):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f'{path} is not a valid .safetensors file ({str(e).splitlines()[0]})') from None
+    data = load_torch_file(path)
+    if isinstance(data, dict) and isinstance(data.get('model'), dict):
+        return data['model']
+    if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
+        return data
+    raise CheckpointError(f'{path} holds no model weights (expected a state dict or a checkpoint with "model")')
+
+
+def load_state_dict_checked(model, state, source, strict=True):
+    """Load ``state`` into ``model``; a mismatch raises one readable CheckpointError.
+
+    The message lists missing, unexpected and mis-shaped keys (the first few of each).
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shaped = [
+        f'{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
+        for k in own
+        if k in state and hasattr(state[k], 'shape') and tuple(state[k].shape) != tuple(own[k].shape)
+    ]
+    if shaped or (strict and (missing or unexpected)):
+        parts = []
+        for label, items in (('missing', missing), ('unexpected', unexpected), ('mis-shaped', shaped)):
+            if items:
+                more = f' (+{len(items) - 5} more)' if len(items) > 5 else ''
+                parts.append(f'{label}: {", ".join(items[:5])}{more}')
+        raise CheckpointError(
+            f'weights in {source} do not fit the model — {"; ".join(parts)}; use weights of this model'
+            + (' or set strict loading off' if not shaped else '')
+        )
+    model.load_state_dict(state, strict=strict)
+    return missing, unexpected
+
+
+LATEST_POINTER = 'latest'
+
+
+def write_latest_pointer(folder, filename):
+    """Point ``folder/latest`` at ``filename`` (a complete checkpoint in ``folder``), atomically."""
+    atomic_write_text(os.path.join(folder, LATEST_POINTER), filename + '\n')
+
+
+def latest_checkpoint(folder):
+    """The checkpoint ``folder/latest`` names, or None when there is none."""
+    pointer = os.path.join(folder, LATEST_POINTER)
+    if not os.path.isfile(pointer):
+        return None
+    with open(pointer, encoding='utf-8') as f:
+        name = f.read().strip()
+    path = os.path.join(folder, name)
+    if not name or not os.path.isfile(path):
+        raise CheckpointError(
+            f'{pointer} names {name!r}, which is missing; remove the pointer or give RESUME_FROM a path'
+        )
+    return path

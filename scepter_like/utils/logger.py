@@ -1,0 +1,39 @@
+"""Logging set-up on the standard ``logging`` module.
+
+Rank 0 logs INFO and up to the console and the log file; other ranks show only warnings
+and errors, prefixed by their rank, so a problem on any rank is still seen.
+"""
+
+import logging
+import os
+import sys
+
+FORMAT = '%(asctime)s %(levelname)s %(message)s'
+DATEFMT = '%Y-%m-%d %H:%M:%S'
+
+
+def get_logger(name='scepter_like', rank=0, stream=None):
+    """A logger with one console handler for this rank (handlers are replaced, not added)."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for h in list(logger.handlers):
+        if getattr(h, '_scepter_console', False):
+            logger.removeHandler(h)
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler._scepter_console = True
+    prefix = f'[rank {rank}] ' if rank else ''
+    handler.setFormatter(logging.Formatter(f'{prefix}{FORMAT}', DATEFMT))
+    handler.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    logger.addHandler(handler)
+    return logger
+
+
+def add_file_handler(logger, path):
+    """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    handler = logging.FileHandler(path, encoding='utf-8')
+    handler.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+    handler.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    return handler

@@ -1,0 +1,1 @@
+"""Task-specific components (dataset readers, models, metrics), one package per task."""

@@ -1,0 +1,81 @@
+import pytest
+import yaml
+
+from scepter_like.config import Config, apply_overrides
+from scepter_like.errors import ConfigError
+
+
+def write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_access_styles():
+    cfg = Config({'A': {'B': 1}, 'L': [{'N': 'x'}]})
+    assert cfg.A.B == 1 and cfg['A']['B'] == 1 and cfg.get('Z', 5) == 5 and 'A' in cfg
+    assert cfg.L[0].N == 'x'
+    assert cfg.L[0].path == 'L[0]' and cfg.A.path == 'A'
+    assert cfg.A.root is cfg
+
+
+def test_load_with_base_merges_dicts_and_replaces_lists(tmp_path):
+    write(tmp_path / 'base.yaml', 'SOLVER:\n  A: 1\n  B: {X: 1, Y: 2}\n  L: [1, 2, 3]\n')
+    sub = tmp_path / 'sub'
+    sub.mkdir()
+    child = write(sub / 'child.yaml', '_BASE_: ../base.yaml\nSOLVER:\n  B: {Y: 20}\n  L: [9]\n')
+    cfg = Config(cfg_file=child)
+    assert cfg.to_dict() == {'SOLVER': {'A': 1, 'B': {'X': 1, 'Y': 20}, 'L': [9]}}
+
+
+def test_overrides_including_list_indices_and_new_keys():
+    cfg = Config({'SOLVER': {'MAX_EPOCHS': 3, 'HOOKS': [{'NAME': 'A'}, {'NAME': 'B', 'I': 1}]}})
+    apply_overrides(cfg, ['SOLVER.MAX_EPOCHS=5', 'SOLVER.HOOKS.1.I=7', 'SOLVER.HOOKS.0.NEW=[1, 2]', 'SOLVER.X.Y=ok'])
+    assert cfg.SOLVER.MAX_EPOCHS == 5
+    assert cfg.SOLVER.HOOKS[1].I == 7
+    assert cfg.SOLVER.HOOKS[0].NEW == [1, 2]
+    assert cfg.SOLVER.X.Y == 'ok'
+    assert cfg.SOLVER.HOOKS[1].path == 'SOLVER.HOOKS[1]'
+    apply_overrides(cfg, ['SOLVER.HOOKS.1={NAME: C}'])
+    assert cfg.SOLVER.HOOKS[1].NAME == 'C' and cfg.SOLVER.HOOKS[1].path == 'SOLVER.HOOKS[1]'
+
+
+@pytest.mark.parametrize(
+    'override, match',
+    [
+        ('SOLVER.MAX_EPOCHS', "no '='"),
+        ('SOLVER.HOOKS.5.I=1', 'outside the list|not an index'),
+        ('SOVLER.X=1', 'did you mean SOLVER'),
+        ('SOLVER.MAX_EPOCHS.X=1', 'not a mapping'),
+        ('SOLVER..X=1', 'empty key'),
+    ],
+)
+def test_bad_overrides(override, match):
+    cfg = Config({'SOLVER': {'MAX_EPOCHS': 3, 'HOOKS': [{'NAME': 'A'}]}})
+    with pytest.raises(ConfigError, match=match):
+        apply_overrides(cfg, [override])
+
+
+def test_dump_round_trips(tmp_path):
+    data = {'ENV': {'SEED': 1}, 'SOLVER': {'NAME': 'S', 'L': [{'NAME': 'h', 'X': 1.5}], 'N': None, 'B': True}}
+    cfg = Config(data)
+    text = cfg.dump()
+    assert yaml.safe_load(text) == data
+    again = Config(cfg_file=write(tmp_path / 'x.yaml', text))
+    assert again == cfg
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match='not found'):
+        Config(cfg_file=str(tmp_path / 'missing.yaml'))
+    with pytest.raises(ConfigError, match='invalid YAML.*line 3'):
+        Config(cfg_file=write(tmp_path / 'bad.yaml', 'A: 1\nB: [1, 2\n'))
+    with pytest.raises(ConfigError, match='top level must be a mapping'):
+        Config(cfg_file=write(tmp_path / 'list.yaml', '- 1\n- 2\n'))
+    with pytest.raises(ConfigError, match='cycle'):
+        Config(cfg_file=write(tmp_path / 'self.yaml', '_BASE_: self.yaml\nA: 1\n'))
+
+
+def test_safe_loader_only(tmp_path):
+    path = write(tmp_path / 'evil.yaml', "A: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError, match='invalid YAML'):
+        Config(cfg_file=path)

@@ -1,0 +1,98 @@
+"""Hooks run in ascending PRIORITY at all eight stages; ties keep config order."""
+
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.solver.hooks import HOOKS, Hook
+from scepter_like.solver.hooks.hook import STAGES
+
+CALLS = []
+
+
+@HOOKS.register_class()
+class RecorderHook(Hook):
+    para_dict = {'TAG': {'value': '', 'description': 'name in the record'}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.tag = cfg.TAG
+
+
+for _stage in STAGES[:8]:
+
+    def _record(self, solver, _stage=_stage):
+        CALLS.append((solver.mode, _stage, self.tag))
+
+    setattr(RecorderHook, _stage, _record)
+
+
+@HOOKS.register_class()
+class OnlyAfterIterHook(Hook):
+    para_dict = {}
+
+    def after_iter(self, solver):
+        CALLS.append((solver.mode, 'after_iter', 'only'))
+
+
+def recorder(tag, priority=None):
+    cfg = {'NAME': 'RecorderHook', 'TAG': tag}
+    if priority is not None:
+        cfg['PRIORITY'] = priority
+    return cfg
+
+
+def test_priority_order_ties_and_stage_skipping(tmp_path):
+    CALLS.clear()
+    npz = write_blobs(tmp_path / 'd.npz', n=32)
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        recorder('late', 900),
+        recorder('tie_a', 50),
+        {'NAME': 'OnlyAfterIterHook', 'PRIORITY': 60},
+        recorder('tie_b', 50),
+        recorder('default'),  # Hook's default priority 500
+        recorder('first', -10),
+    ]
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_HOOKS=[recorder('eval_hook', 1)])
+    cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 16
+    solver = build_solver(cfg)
+    solver.solve()
+    expected_train = ['first', 'tie_a', 'tie_b', 'default', 'late']
+    for stage in ('before_epoch', 'after_epoch', 'before_all_iter', 'after_all_iter'):
+        assert [t for m, s, t in CALLS if m == 'train' and s == stage] == expected_train, stage
+    assert [t for m, s, t in CALLS if m == 'train' and s == 'before_iter'] == expected_train * 2
+    after_iter = [t for m, s, t in CALLS if m == 'train' and s == 'after_iter']
+    assert after_iter[:6] == ['first', 'tie_a', 'tie_b', 'only', 'default', 'late']
+    assert len(after_iter) == 2 * 6  # 32 samples / 16 = 2 steps
+    # before_solve / after_solve reach the hooks of every mode, by priority
+    assert [t for _, s, t in CALLS if s == 'before_solve'] == [
+        'first',
+        'eval_hook',
+        'tie_a',
+        'tie_b',
+        'default',
+        'late',
+    ]
+    assert [t for _, s, t in CALLS if s == 'after_solve'] == ['first', 'eval_hook', 'tie_a', 'tie_b', 'default', 'late']
+    # eval hooks run in eval mode only, at every per-epoch stage
+    eval_stages = [s for m, s, t in CALLS if t == 'eval_hook' and m == 'eval']
+    assert eval_stages[:3] == ['before_epoch', 'before_all_iter', 'before_iter']
+    assert eval_stages[-2:] == ['after_all_iter', 'after_epoch']
+    assert all(m == 'eval' for m, s, t in CALLS if t == 'eval_hook' and s not in ('before_solve', 'after_solve'))
+    # whole-run shape: train epoch, then its evaluation
+    modes = [m for m, s, t in CALLS if s == 'before_epoch' and t == 'first'] + ['eval']
+    assert modes == ['train', 'eval']
+    info = solver.get_hooks_info()
+    assert (
+        'RecorderHook(-10) -> BackwardHook(0) -> RecorderHook(50) -> RecorderHook(50) -> OnlyAfterIterHook(60)' in info
+    )
+    assert 'before_iter' in info and 'OnlyAfterIterHook' not in info.split('before_iter')[1].split('\n')[0]
+
+
+def test_stage_table_skips_hooks_that_do_not_implement_a_stage(tmp_path):
+    npz = write_blobs(tmp_path / 'd.npz', n=32)
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=[{'NAME': 'BackwardHook'}, {'NAME': 'OnlyAfterIterHook'}])
+    solver = build_solver(cfg)
+    owners = {type(fn.__self__).__name__ for fn in solver.stage_functions('before_iter', 'train')}
+    assert 'OnlyAfterIterHook' not in owners
+    owners = [type(fn.__self__).__name__ for fn in solver.stage_functions('after_iter', 'train')]
+    assert owners == ['BackwardHook', 'OnlyAfterIterHook']

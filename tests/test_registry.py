@@ -1,0 +1,132 @@
+import pytest
+
+from scepter_like.config import Config
+from scepter_like.errors import ConfigError, RegistryError
+from scepter_like.registry import Registry
+
+
+class Base:
+    para_dict = {'PRIORITY': {'value': 5, 'description': 'order'}}
+
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+        self.logger = logger
+
+
+@pytest.fixture
+def reg():
+    r = Registry('THINGS')
+
+    @r.register_class()
+    class Widget(Base):
+        para_dict = {
+            'SIZE': {'value': 3, 'description': 'how big'},
+            'RATE': {'value': 0.5, 'description': 'a float'},
+            'TAGS': {'value': ['a'], 'description': 'a list'},
+        }
+
+    @r.register_class('Legacy')
+    class ScepterStyle(Base):  # no para_dict of its own: inherits PRIORITY, accepts extras
+        pass
+
+    @r.register_function()
+    def make_pair(cfg, logger=None, offset=0):
+        return (cfg.A + offset, logger)
+
+    make_pair.para_dict = {'A': {'value': 1, 'description': 'first'}}
+    return r
+
+
+def test_build_fills_defaults_merged_over_parents(reg):
+    w = reg.build({'NAME': 'Widget', 'SIZE': 7})
+    assert w.cfg.SIZE == 7
+    assert w.cfg.RATE == 0.5
+    assert w.cfg.TAGS == ['a']
+    assert w.cfg.PRIORITY == 5  # from the parent's para_dict
+
+
+def test_int_accepted_for_float_and_converted(reg):
+    w = reg.build({'NAME': 'Widget', 'RATE': 2})
+    assert w.cfg.RATE == 2.0 and isinstance(w.cfg.RATE, float)
+
+
+def test_logger_and_kwargs_are_passed(reg):
+    value, logger = reg.build({'NAME': 'make_pair', 'A': 4}, logger='L', offset=10)
+    assert value == 14 and logger == 'L'
+
+
+def test_alias_and_class_without_para_dict_accepts_extra_keys(reg):
+    obj = reg.build({'NAME': 'Legacy', 'ANYTHING': 1})
+    assert obj.cfg.ANYTHING == 1
+    assert obj.cfg.PRIORITY == 5
+
+
+def test_unknown_name_suggests_closest_and_path(reg):
+    cfg = Config({'SOLVER': {'HOOKS': [{'NAME': 'Widget'}, {'NAME': 'Widgit'}]}})
+    with pytest.raises(RegistryError) as e:
+        reg.build(cfg.SOLVER.HOOKS[1])
+    msg = str(e.value)
+    assert 'SOLVER.HOOKS[1].NAME' in msg and 'Widgit' in msg and 'did you mean Widget' in msg and 'THINGS' in msg
+
+
+def test_unknown_key_suggests_closest(reg):
+    cfg = Config({'X': {'NAME': 'Widget', 'SIZ': 2}})
+    with pytest.raises(ConfigError) as e:
+        reg.build(cfg.X)
+    assert 'X.SIZ' in str(e.value) and 'did you mean SIZE' in str(e.value)
+
+
+def test_wrong_type_is_reported(reg):
+    with pytest.raises(ConfigError, match=r'SIZE: expected an int.*abc'):
+        reg.build({'NAME': 'Widget', 'SIZE': 'abc'})
+    with pytest.raises(ConfigError, match='expected a bool|expected an int'):
+        reg.build({'NAME': 'Widget', 'SIZE': True})
+
+
+def test_missing_name(reg):
+    with pytest.raises(ConfigError, match='NAME is missing'):
+        reg.build({'SIZE': 1})
+
+
+def test_double_registration_is_an_error_unless_same_object(reg):
+    widget = reg.get('Widget')
+    reg.register_class('Widget')(widget)  # same object again: fine
+    with pytest.raises(RegistryError, match='already registered'):
+
+        @reg.register_class('Widget')
+        class Other(Base):
+            pass
+
+
+def test_config_template_lists_every_key_with_default_and_description(reg):
+    import yaml
+
+    text = reg.get_config_template('Widget')
+    data = yaml.safe_load(text)
+    assert data == {'NAME': 'Widget', 'PRIORITY': 5, 'SIZE': 3, 'RATE': 0.5, 'TAGS': ['a']}
+    assert '# how big' in text
+    built = reg.build(data)
+    assert built.cfg.SIZE == 3
+
+
+def test_torch_optimizers_and_schedulers_by_name():
+    import torch
+
+    from scepter_like.opt import LR_SCHEDULERS, OPTIMIZERS
+
+    assert {'SGD', 'Adam', 'AdamW', 'RMSprop'} <= set(OPTIMIZERS.names())
+    assert {'StepLR', 'CosineAnnealingLR', 'OneCycleLR', 'ReduceLROnPlateau'} <= set(LR_SCHEDULERS.names())
+    model = torch.nn.Linear(2, 2)
+    opt = OPTIMIZERS.build(
+        {'NAME': 'SGD', 'LEARNING_RATE': 0.5, 'MOMENTUM': 0.9, 'WEIGHT_DECAY': 0.01}, params=model.parameters()
+    )
+    assert isinstance(opt, torch.optim.SGD)
+    assert opt.param_groups[0]['lr'] == 0.5 and opt.param_groups[0]['momentum'] == 0.9
+    sched = LR_SCHEDULERS.build({'NAME': 'CosineAnnealingLR', 'T_MAX': 4}, optimizer=opt)
+    assert isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingLR) and sched.T_max == 4
+    with pytest.raises(ConfigError, match='T_MAX.*needs this key'):
+        LR_SCHEDULERS.build({'NAME': 'CosineAnnealingLR'}, optimizer=opt)
+    with pytest.raises(ConfigError, match='STEP_SIZE: expected an int'):
+        LR_SCHEDULERS.build({'NAME': 'StepLR', 'STEP_SIZE': 'ten'}, optimizer=opt)
+    with pytest.raises(RegistryError, match='did you mean SGD'):
+        OPTIMIZERS.build({'NAME': 'SDG'}, params=model.parameters())

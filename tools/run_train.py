@@ -1,0 +1,36 @@
+#!/usr/bin/env python
+"""Train: ``python tools/run_train.py --cfg FILE [--import M]... [--print-config] [KEY.PATH=VALUE ...]``.
+
+Works alone and under ``torchrun`` (one or many nodes).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scepter_like.cli import load_config, make_parser, run  # noqa: E402
+
+
+def main(argv):
+    args = make_parser('Train a model from a YAML config.').parse_args(argv)
+    cfg = load_config(args)
+    if args.print_config:
+        print(cfg.dump(), end='')
+        return 0
+    from scepter_like.solver import SOLVERS
+    from scepter_like.utils.logger import get_logger
+
+    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    solver = SOLVERS.build(cfg.SOLVER, logger=logger)
+    try:
+        solver.set_up_pre()
+        solver.set_up()
+        solver.solve()
+    finally:
+        solver.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(run(main))
