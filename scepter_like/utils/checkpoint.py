@@ -164,3 +164,29 @@ def latest_checkpoint(folder):
             f'{pointer} names {name!r}, which is missing; remove the pointer or give RESUME_FROM a path'
         )
     return path
+
+
+def save_safetensors(state_dict, path, metadata=None):
+    """Write ``state_dict`` as ``.safetensors`` atomically; ``metadata`` values become strings.
+
+    Tensors that share memory are written once each as separate contiguous copies, so
+    tied weights (an embedding shared with a head) export without error.
+    """
+    from safetensors.torch import save
+
+    seen, tensors = {}, {}
+    for key, tensor in state_dict.items():
+        tensor = tensor.detach()
+        ptr = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        tensors[key] = tensor.clone().contiguous() if ptr in seen or not tensor.is_contiguous() else tensor
+        seen[ptr] = key
+    blob = save({k: v.cpu() for k, v in tensors.items()}, metadata={k: str(v) for k, v in (metadata or {}).items()})
+    atomic_write(path, lambda f: f.write(blob))
+
+
+def read_safetensors_metadata(path):
+    """The metadata dict of a ``.safetensors`` file."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework='pt') as f:
+        return dict(f.metadata() or {})
