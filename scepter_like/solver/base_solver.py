@@ -65,6 +65,7 @@ class BaseSolver:
         'OPTIMIZER': {'value': None, 'description': 'an OPTIMIZERS config'},
         'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
         'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
+        'LOSS_WEIGHTS': {'value': {}, 'description': 'weights of the loss_* terms summed into loss (default 1.0)'},
         'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1'},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
     }
@@ -81,6 +82,7 @@ class BaseSolver:
         self.num_folds = cfg.NUM_FOLDS
         self.eval_interval = cfg.EVAL_INTERVAL
         self.extra_keys = list(cfg.EXTRA_KEYS)
+        self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         for key in ('MAX_EPOCHS', 'ACCU_STEP', 'NUM_FOLDS', 'EVAL_INTERVAL'):
             if cfg[key] < 1:
                 raise ConfigError(f'{cfg.path_of(key)}: must be at least 1, got {cfg[key]}')
@@ -316,7 +318,8 @@ class BaseSolver:
                     self.solve_eval()
                 if every_epoch and 'test' in self.datas:
                     self.solve_test()
-                self._next_epoch()
+                if self._train_epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
+                    self._next_epoch()
             if 'test' in self.datas and not every_epoch:
                 self.solve_test()
         except BaseException as e:
@@ -395,7 +398,7 @@ class BaseSolver:
             if self.stop_requested:
                 break
             t0 = time.perf_counter()
-        self._train_epoch_finished = not self.stop_requested
+        self._train_epoch_finished = self._iter['train'] >= self._epoch_max_iter['train']
         self.after_all_iter()
 
     def _run_no_grad_loop(self, step_fn):
@@ -443,15 +446,24 @@ class BaseSolver:
         return results
 
     def total_loss(self, results):
-        """``results['loss']``, or the sum of the ``loss_*`` terms when there is no ``loss``."""
+        """``results['loss']``, else the ``loss_*`` terms summed with LOSS_WEIGHTS (1.0 by default).
+
+        The summed loss is put back into ``results['loss']`` so it is logged beside its terms.
+        """
         if not isinstance(results, dict):
             raise DataError(f'the model must return a dict in train mode, got {type(results).__name__}')
         loss = results.get('loss')
-        if loss is None:
-            terms = [v for k, v in results.items() if k.startswith('loss_')]
-            if not terms:
-                raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
-            loss = results['loss'] = sum(terms)
+        if loss is not None:
+            return loss
+        terms = {k: v for k, v in results.items() if k.startswith('loss_')}
+        if not terms:
+            raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
+        unknown = [k for k in self.loss_weights if k not in terms]
+        if unknown:
+            raise ConfigError(
+                f'{self.cfg.path_of("LOSS_WEIGHTS")}: the model returns no {unknown}; its terms are {sorted(terms)}'
+            )
+        loss = results['loss'] = sum(v * self.loss_weights.get(k, 1.0) for k, v in terms.items())
         return loss
 
     @staticmethod

@@ -1,12 +1,22 @@
 """The solver's hooks; importing this package registers the built-in ones in HOOKS."""
 
-from scepter_like.solver.hooks import backward, checkpoint, log, lr, sampler  # noqa: F401  (registrations)
+from scepter_like.solver.hooks import backward, checkpoint, early_stopping, log, lr, sampler  # noqa: F401
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
+from scepter_like.solver.hooks.early_stopping import EarlyStoppingHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.log import LogHook
 from scepter_like.solver.hooks.lr import LrHook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.hooks.sampler import DistSamplerHook
 
-__all__ = ['HOOKS', 'BackwardHook', 'CheckpointHook', 'DistSamplerHook', 'Hook', 'LogHook', 'LrHook']
+__all__ = [
+    'HOOKS',
+    'BackwardHook',
+    'CheckpointHook',
+    'DistSamplerHook',
+    'EarlyStoppingHook',
+    'Hook',
+    'LogHook',
+    'LrHook',
+]

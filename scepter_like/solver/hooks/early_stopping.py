@@ -1,0 +1,78 @@
+"""EarlyStoppingHook: stop training when an eval metric stops improving.
+
+List it in EVAL_HOOKS: after each evaluation it compares the monitored metric with the
+best so far; after PATIENCE evaluations without an improvement of more than MIN_DELTA
+it asks the solver to stop (the test data still runs).  Metrics are reduced over all
+ranks, and the decision is broadcast from rank 0, so every rank stops together.
+"""
+
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.distributed import broadcast_object
+
+
+@HOOKS.register_class()
+class EarlyStoppingHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'order among eval hooks'},
+        'MONITOR': {'value': 'accuracy', 'description': 'eval metric to watch'},
+        'MODE': {'value': 'max', 'description': 'max: greater is better | min: less is better'},
+        'PATIENCE': {'value': 3, 'description': 'evaluations without improvement before stopping'},
+        'MIN_DELTA': {'value': 0.0, 'description': 'smallest change that counts as an improvement'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        if cfg.MODE not in ('max', 'min'):
+            raise ConfigError(f"{cfg.path_of('MODE')}: {cfg.MODE!r} is not 'max' or 'min'")
+        if cfg.PATIENCE < 1:
+            raise ConfigError(f'{cfg.path_of("PATIENCE")}: must be at least 1, got {cfg.PATIENCE}')
+        self.monitor = cfg.MONITOR
+        self.greater = cfg.MODE == 'max'
+        self.patience = cfg.PATIENCE
+        self.min_delta = abs(cfg.MIN_DELTA)
+        self.best = None
+        self.bad_evals = 0
+        self.stopped_epoch = None
+
+    def before_solve(self, solver):
+        if self not in solver.hooks_dict['eval']:
+            raise ConfigError(f'{self.cfg.path}: EarlyStoppingHook watches evaluations; list it in SOLVER.EVAL_HOOKS')
+        names = solver.metric_names('eval')
+        if self.monitor not in names:
+            raise ConfigError(
+                f'{self.cfg.path_of("MONITOR")}: no eval metric is called {self.monitor!r}; the metrics give {names}'
+            )
+
+    def after_epoch(self, solver):
+        value = solver.epoch_outputs.get('eval', {}).get(self.monitor)
+        if value is None:
+            return
+        improved = self.best is None or (
+            value > self.best + self.min_delta if self.greater else value < self.best - self.min_delta
+        )
+        if improved:
+            self.best, self.bad_evals = value, 0
+        else:
+            self.bad_evals += 1
+        stop = broadcast_object(self.bad_evals >= self.patience)
+        if stop:
+            self.stopped_epoch = solver.epoch
+            solver.stop_requested = True
+            solver.logger.info(
+                f'early stopping after epoch {solver.epoch + 1}: {self.monitor} has not improved on {self.best:.6g}'
+                f' for {self.bad_evals} evaluation(s)'
+            )
+
+    def after_load_checkpoint(self, solver, checkpoint):
+        if self.stopped_epoch is not None:  # the run this checkpoint came from had stopped early
+            solver.stop_requested = True
+
+    def state_dict(self):
+        return {'best': self.best, 'bad_evals': self.bad_evals, 'stopped_epoch': self.stopped_epoch}
+
+    def load_state_dict(self, state):
+        self.best = state['best']
+        self.bad_evals = state['bad_evals']
+        self.stopped_epoch = state['stopped_epoch']

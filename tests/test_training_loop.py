@@ -1,0 +1,281 @@
+"""BackwardHook, LrHook, EarlyStoppingHook, callbacks and multi-loss, in process."""
+
+import math
+
+import pytest
+import torch
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.errors import ConfigError
+from scepter_like.model import MODELS, BaseModel
+
+
+def params(solver):
+    return [p.detach().clone() for p in solver.unwrapped_model.parameters()]
+
+
+@pytest.fixture
+def blobs(tmp_path):
+    return write_blobs(tmp_path / 'blobs.npz', n=56)
+
+
+@pytest.mark.parametrize('n', [64, 56])  # 56: the last accumulation group is shorter (3 of 4)
+def test_accumulation_equals_large_batch(tmp_path, n):
+    npz = write_blobs(tmp_path / f'b{n}.npz', n=n)
+
+    def run(batch, accumulate):
+        cfg = blob_solver_cfg(
+            npz, tmp_path / f'w{batch}', hooks=[{'NAME': 'BackwardHook', 'ACCUMULATE_STEP': accumulate}], MAX_EPOCHS=2
+        )
+        cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = batch
+        solver = build_solver(cfg)
+        solver.solve()
+        return solver
+
+    small = run(8, 4)
+    large = run(32, 1)
+    assert small.optimizer_steps == large.optimizer_steps == 4
+    for a, b in zip(params(small), params(large)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # and accumulation really changes the result compared with stepping every micro-batch
+    plain = run(8, 1)
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(params(plain), params(large)))
+
+
+def test_solver_accu_step_is_the_same_knob(blobs, tmp_path):
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', ACCU_STEP=2, MAX_EPOCHS=1)
+    solver = build_solver(cfg)
+    solver.solve()
+    assert solver.optimizer_steps == 2  # 56 samples / 16 = 4 batches -> 2 groups
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w2', hooks=[{'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 3}], ACCU_STEP=2)
+    with pytest.raises(ConfigError, match='disagree'):
+        build_solver(cfg).solve()
+
+
+def test_gradient_clip_bounds_the_global_norm(blobs, tmp_path):
+    clip, lr = 0.05, 0.1
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=[{'NAME': 'BackwardHook', 'GRADIENT_CLIP': clip}], MAX_EPOCHS=1)
+    solver = build_solver(cfg)
+    record = []
+    solver.register_callback_on_iter_begin(lambda s: record.append(params(s)))
+    solver.register_callback_on_iter_end(lambda s: record.append((params(s), float(s.iter_outputs['grad_norm']))))
+    solver.solve()
+    steps = [(record[i], record[i + 1]) for i in range(0, len(record), 2)]
+    assert len(steps) == 4
+    for before, (after, grad_norm) in steps:
+        update = torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(after, before))) / lr
+        assert grad_norm > clip  # clipping was active ...
+        assert update.item() <= clip * (1 + 1e-4)  # ... and bounded the applied gradient
+        assert update.item() == pytest.approx(clip, rel=1e-3)
+
+
+def test_bf16_autocast_on_cpu_trains_and_logs_its_dtype(blobs, tmp_path, caplog):
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=[{'NAME': 'BackwardHook', 'USE_AMP': True}], MAX_EPOCHS=2)
+    solver = build_solver(cfg)
+    dtypes = []
+    solver.unwrapped_model.backbone.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    with caplog.at_level('INFO', logger='scepter_like.test'):
+        solver.solve()
+    assert 'autocast to torch.bfloat16 on cpu' in caplog.text
+    assert torch.bfloat16 in dtypes
+    assert all(p.dtype == torch.float32 for p in solver.unwrapped_model.parameters())
+    assert solver.epoch_outputs['eval']['accuracy'] > 0.5
+
+
+def test_fp16_on_cpu_is_refused_before_any_step(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook', 'USE_AMP': True, 'AMP_DTYPE': 'fp16'}]
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks))
+    with pytest.raises(ConfigError, match='AMP_DTYPE: fp16 needs CUDA'):
+        solver.solve()
+    assert solver.total_iter == 0
+
+
+def _lr_recorder(solver):
+    lrs = []
+    solver.register_callback_on_iter_begin(lambda s: lrs.append([g['lr'] for g in s.optimizer.param_groups]))
+    return lrs
+
+
+def _warmup_cosine_cfg(npz, work_dir, **keys):
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False, 'WARMUP_EPOCHS': 1, 'WARMUP_START_LR': 0.01},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True},
+    ]
+    cfg = blob_solver_cfg(npz, work_dir, hooks=hooks, MAX_EPOCHS=3, **keys)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'CosineAnnealingLR', 'T_MAX': 12, 'ETA_MIN': 0.001}
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 0.1, 'MOMENTUM': 0.9}
+    return cfg
+
+
+def warmup_cosine(t, base=0.1, eta_min=0.001, t_max=12, start=0.01, warmup=4):
+    sched = eta_min + (base - eta_min) * (1 + math.cos(math.pi * t / t_max)) / 2
+    r0 = start / base
+    return sched * (r0 + (1 - r0) * min(1.0, t / warmup))
+
+
+def test_warmup_cosine_matches_closed_form_every_step_and_across_resume(blobs, tmp_path):
+    # 56 samples / 16 = 4 steps per epoch; warmup 1 epoch = 4 optimizer steps; 12 steps in all
+    solver = build_solver(_warmup_cosine_cfg(blobs, tmp_path / 'full'))
+    lrs = _lr_recorder(solver)
+    solver.solve()
+    expected = [warmup_cosine(t) for t in range(12)]
+    assert [lr[0] for lr in lrs] == pytest.approx(expected, rel=1e-9)
+
+    first = build_solver(_warmup_cosine_cfg(blobs, tmp_path / 'cut', MAX_STEPS=6))  # stops mid-epoch 2
+    lrs_a = _lr_recorder(first)
+    first.solve()
+    second = build_solver(_warmup_cosine_cfg(blobs, tmp_path / 'cut', RESUME_FROM='auto'))
+    assert (second.epoch, second.iter, second.total_iter) == (1, 2, 6)
+    lrs_b = _lr_recorder(second)
+    second.solve()
+    assert [lr[0] for lr in lrs_a + lrs_b] == pytest.approx(expected, rel=1e-9)
+    for a, b in zip(params(solver), params(second)):
+        assert torch.equal(a, b)
+
+
+def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 2, 'WARMUP_START_LR': 0.02}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=4)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
+    solver = build_solver(cfg)
+    # a second parameter group at a tenth of the rate: warmup must keep the ratio
+    head = solver.unwrapped_model.backbone.net[-1]
+    group0 = solver.optimizer.param_groups[0]
+    group0['params'] = [p for p in group0['params'] if all(p is not q for q in head.parameters())]
+    solver.optimizer.add_param_group({'params': list(head.parameters()), 'lr': 0.01})
+    solver.lr_scheduler = torch.optim.lr_scheduler.StepLR(solver.optimizer, step_size=1, gamma=0.5)
+    lrs = []
+    solver.register_callback_on_epoch_begin(lambda s: lrs.append([g['lr'] for g in s.optimizer.param_groups]))
+    solver.solve()
+    r0 = 0.02 / 0.1
+    factors = [r0, r0 + (1 - r0) * 0.5, 1.0, 1.0]
+    for epoch, (lr0, lr1) in enumerate(lrs):
+        assert lr0 == pytest.approx(0.1 * 0.5**epoch * factors[epoch])
+        assert lr1 == pytest.approx(lr0 / 10)
+    assert solver.lr_scheduler.last_epoch == 3  # stepped once per epoch boundary, never twice
+
+
+def test_scheduler_steps_once_per_optimizer_step_with_accumulation(blobs, tmp_path):
+    hooks = [
+        {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False, 'WARMUP_EPOCHS': 0},
+    ]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=3)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
+    solver = build_solver(cfg)
+    lrs = _lr_recorder(solver)
+    solver.solve()
+    assert solver.total_iter == 12 and solver.optimizer_steps == 6
+    assert solver.lr_scheduler.last_epoch == 6
+    # the LR changes only between accumulation groups
+    assert [lr[0] for lr in lrs] == pytest.approx([0.1 * 0.5 ** (i // 2) for i in range(12)])
+
+
+def test_reduce_on_plateau_gets_the_eval_metric(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0, 'PLATEAU_METRIC': 'accuracy'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=4)
+    cfg['SOLVER']['OPTIMIZER']['LEARNING_RATE'] = 0.0  # accuracy cannot change: a plateau
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'ReduceLROnPlateau', 'MODE': 'max', 'PATIENCE': 0, 'MIN_LR': 0.0}
+    solver = build_solver(cfg)
+    solver.solve()
+    assert (
+        solver.lr_scheduler.num_bad_epochs == 0 and solver.lr_scheduler.best == solver.epoch_outputs['eval']['accuracy']
+    )
+    assert solver.lr_scheduler._last_lr == [0.0]
+    cfg['SOLVER']['TRAIN_HOOKS'][1]['PLATEAU_METRIC'] = 'acc'
+    with pytest.raises(ConfigError, match="PLATEAU_METRIC.*'acc'.*\\['accuracy'\\]"):
+        build_solver(cfg).solve()
+
+
+def _early_cfg(npz, work_dir, **keys):
+    cfg = blob_solver_cfg(
+        npz,
+        work_dir,
+        hooks=[{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}],
+        EVAL_HOOKS=[{'NAME': 'EarlyStoppingHook', 'MONITOR': 'accuracy', 'PATIENCE': 2}],
+        **keys,
+    )
+    cfg['SOLVER']['OPTIMIZER']['LEARNING_RATE'] = 0.0  # nothing improves after the first evaluation
+    return cfg
+
+
+def test_early_stopping_stops_at_the_right_epoch_and_resumes_its_patience(blobs, tmp_path):
+    solver = build_solver(_early_cfg(blobs, tmp_path / 'a', MAX_EPOCHS=10))
+    solver.solve()
+    assert solver.epoch == 3 and solver.total_iter == 3 * 4  # best at 1, then 2 evaluations without gain
+    first = build_solver(_early_cfg(blobs, tmp_path / 'b', MAX_EPOCHS=2))
+    first.solve()
+    hook = first.hooks_dict['eval'][0]
+    assert hook.bad_evals == 1 and not first.stop_requested
+    resumed = build_solver(_early_cfg(blobs, tmp_path / 'b', MAX_EPOCHS=10, RESUME_FROM='auto'))
+    assert resumed.hooks_dict['eval'][0].bad_evals == 0  # the epoch-2 checkpoint predates its evaluation
+    resumed.solve()
+    assert resumed.epoch == 3 and resumed.total_iter == 12
+
+
+def test_early_stopping_metric_must_exist_and_hook_must_be_an_eval_hook(blobs, tmp_path):
+    cfg = _early_cfg(blobs, tmp_path / 'a')
+    cfg['SOLVER']['EVAL_HOOKS'][0]['MONITOR'] = 'f1'
+    with pytest.raises(ConfigError, match="MONITOR: no eval metric is called 'f1'"):
+        build_solver(cfg).solve()
+    cfg = _early_cfg(blobs, tmp_path / 'b')
+    cfg['SOLVER']['TRAIN_HOOKS'].append(cfg['SOLVER'].pop('EVAL_HOOKS')[0])
+    with pytest.raises(ConfigError, match='list it in SOLVER.EVAL_HOOKS'):
+        build_solver(cfg).solve()
+
+
+def test_callbacks_run_in_registration_order_after_the_hooks(blobs, tmp_path):
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1))
+    calls = []
+    for stage in ('epoch_begin', 'epoch_end', 'iter_begin', 'iter_end'):
+        register = getattr(solver, f'register_callback_on_{stage}')
+        register(lambda s, stage=stage: calls.append((stage, 1, s.mode, s.iter)))
+        register(lambda s, stage=stage: calls.append((stage, 2, s.mode, s.iter)))
+    stepped = []
+    solver.register_callback_on_iter_end(lambda s: stepped.append(s.optimizer_steps))
+    solver.solve()
+    assert calls[:2] == [('epoch_begin', 1, 'train', 0), ('epoch_begin', 2, 'train', 0)]
+    assert calls[2:6] == [
+        ('iter_begin', 1, 'train', 0),
+        ('iter_begin', 2, 'train', 0),
+        ('iter_end', 1, 'train', 1),
+        ('iter_end', 2, 'train', 1),
+    ]
+    assert calls[-2:] == [('epoch_end', 1, 'train', 4), ('epoch_end', 2, 'train', 4)]
+    assert stepped == [1, 2, 3, 4]  # iter_end callbacks run after BackwardHook stepped
+
+
+@MODELS.register_class()
+class TwoLossModel(BaseModel):
+    para_dict = {}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.net = torch.nn.Linear(8, 3)
+
+    def forward(self, img, label):
+        out = self.net(img)
+        if self.training:
+            return {
+                'loss_ce': torch.nn.functional.cross_entropy(out, label),
+                'loss_l2': out.pow(2).mean(),
+            }
+        return {'logits': out, 'label': label}
+
+
+def test_multi_loss_terms_are_weighted_summed_and_logged(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 2}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, LOSS_WEIGHTS={'loss_l2': 0.5})
+    cfg['SOLVER']['MODEL'] = {'NAME': 'TwoLossModel'}
+    solver = build_solver(cfg)
+    seen = []
+    solver.register_callback_on_iter_end(lambda s: seen.append({k: float(v) for k, v in s.iter_outputs.items()}))
+    solver.solve()
+    for out in seen:
+        assert out['loss'] == pytest.approx(out['loss_ce'] + 0.5 * out['loss_l2'], rel=1e-6)
+    logged = solver.hooks_dict['train'][1].last_logged
+    assert set(logged) >= {'loss', 'loss_ce', 'loss_l2'}
+    cfg['SOLVER']['LOSS_WEIGHTS'] = {'loss_kl': 1.0}
+    with pytest.raises(ConfigError, match="LOSS_WEIGHTS: the model returns no \\['loss_kl'\\]"):
+        build_solver(cfg).solve()
