@@ -105,6 +105,8 @@ class BaseSolver:
         self.stop_requested = False
         self.failed = None
         self.data_time = 0.0
+        self.probe_wanted = False  # set by ProbeDataHook for the steps whose probes it dumps
+        self._probes = {}
 
         self.datas = {}
         self.hooks_dict = {mode: [] for mode in MODES}
@@ -525,6 +527,17 @@ class BaseSolver:
         if self.optimizer is not None:
             ret['lr'] = self.optimizer.param_groups[0]['lr']
         return ret
+
+    # -- probes: data a step hands to ProbeDataHook ----------------------------------------------
+    def register_probe(self, probe_data):
+        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
+        if self.probe_wanted:
+            self._probes.update(probe_data)
+
+    def pop_probes(self):
+        """This step's probes, handed over once (the store is emptied)."""
+        probes, self._probes = self._probes, {}
+        return probes
 
     # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
     def _register_callback(self, stage, fn, mode='train'):
