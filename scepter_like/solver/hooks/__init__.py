@@ -1,6 +1,6 @@
 """The solver's hooks; importing this package registers the built-in ones in HOOKS."""
 
-from scepter_like.solver.hooks import backward, checkpoint, ema, log, lr, probe, sampler, swa, tensorboard  # noqa: F401  (registrations)
+from scepter_like.solver.hooks import backward, checkpoint, ema, log, lr, probe, profiler, sampler, swa, tensorboard  # noqa: F401  (registrations)
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.hook import Hook
