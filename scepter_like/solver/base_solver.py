@@ -107,6 +107,9 @@ class BaseSolver:
         self.stop_requested = False
         self.failed = None
         self.data_time = 0.0
+        self.probe_wanted = False  # set by ProbeDataHook for the steps whose probes it dumps
+        self._probes = {}
+        self._model_flops = None  # forward FLOPs per sample, set by register_flops
 
         self.datas = {}
         self.hooks_dict = {mode: [] for mode in MODES}
@@ -537,6 +540,32 @@ class BaseSolver:
         if self.optimizer is not None:
             ret['lr'] = self.optimizer.param_groups[0]['lr']
         return ret
+
+    # -- probes: data a step hands to ProbeDataHook ----------------------------------------------
+    def register_probe(self, probe_data):
+        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
+        if self.probe_wanted:
+            self._probes.update(probe_data)
+
+    def pop_probes(self):
+        """This step's probes, handed over once (the store is emptied)."""
+        probes, self._probes = self._probes, {}
+        return probes
+
+    def register_flops(self, data, keys=None):
+        """Count the model's forward FLOPs per sample with fvcore; stored in ``self._model_flops``.
+
+        ``data`` is a batch dict; each value is cut to its first element along the batch dim,
+        and ``keys`` (all when empty) selects the model inputs.  The log then shows FLOP/s.
+        """
+        from scepter_like.utils.flops import count_flops, first_sample, format_flops
+
+        inputs = first_sample(data, keys or [])
+        if self.device.type != 'cpu':
+            inputs = self.transfer_data_to_device(inputs)
+        self._model_flops = count_flops(self.unwrapped_model, inputs)
+        self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self._model_flops)}')
+        return self._model_flops
 
     # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
     def _register_callback(self, stage, fn, mode='train'):

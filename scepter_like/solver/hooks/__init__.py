@@ -1,6 +1,18 @@
 """The solver's hooks; importing this package registers the built-in ones in HOOKS."""
 
-from scepter_like.solver.hooks import backward, checkpoint, early_stopping, log, lr, sampler  # noqa: F401
+from scepter_like.solver.hooks import (  # noqa: F401  (each module registers its hooks)
+    backward,
+    checkpoint,
+    early_stopping,
+    ema,
+    log,
+    lr,
+    probe,
+    profiler,
+    sampler,
+    swa,
+    tensorboard,
+)
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.early_stopping import EarlyStoppingHook

@@ -80,7 +80,10 @@ class LogHook(Hook):
         parts.append(f'time: {step_time * 1e3:.2f}ms')
         parts.append(f'data: {self._data_time / count * 1e3:.2f}ms')
         if step_time > 0:
-            parts.append(f'samples/s: {solver.batch_size * solver.world_size / step_time:.0f}')
+            samples_per_s = solver.batch_size * solver.world_size / step_time
+            parts.append(f'samples/s: {samples_per_s:.0f}')
+            if solver._model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
+                parts.append(f'FLOP/s: {3 * solver._model_flops * samples_per_s:.3g}')
         parts.append(f'eta: {datetime.timedelta(seconds=round(remaining * step_time))}')
         if self.show_gpu_mem and solver.device.type == 'cuda':
             parts.append(f'mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB')

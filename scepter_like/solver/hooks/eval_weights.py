@@ -1,0 +1,48 @@
+"""Evaluate and test with other weights (EMA, SWA): swap them in for the pass, back after.
+
+A hook listed in TRAIN_HOOKS only sees train-mode stages, so the averaging hooks call
+:func:`swap_in_for_eval` from ``before_solve``: it adds two callbacks to the eval and
+test stage tables — swap in after ``before_all_iter``'s hooks, swap back after
+``after_all_iter``'s hooks.  The metrics (computed before ``after_all_iter``) see the
+averaged weights; everything outside those passes, checkpoints included, sees the raw
+training weights.
+"""
+
+import torch
+
+
+class WeightSwap:
+    """Copies ``weights()`` (``{state-dict key: tensor}``) into ``model`` and restores the originals."""
+
+    def __init__(self, model, weights):
+        self.model = model
+        self.weights = weights
+        self._saved = None
+
+    def swap_in(self, solver=None):
+        weights = self.weights()
+        if not weights or self._saved is not None:
+            return
+        own = self.model.state_dict()
+        self._saved = {k: own[k].clone() for k in weights}
+        with torch.no_grad():
+            for k, v in weights.items():
+                own[k].copy_(v)
+
+    def swap_back(self, solver=None):
+        if self._saved is None:
+            return
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for k, v in self._saved.items():
+                own[k].copy_(v)
+        self._saved = None
+
+
+def swap_in_for_eval(solver, weights):
+    """Run every eval and test pass of ``solver`` with ``weights()`` (None or {} : raw weights)."""
+    swap = WeightSwap(solver.unwrapped_model, weights)
+    for mode in ('eval', 'test'):
+        solver._register_callback('before_all_iter', swap.swap_in, mode=mode)
+        solver._register_callback('after_all_iter', swap.swap_back, mode=mode)
+    return swap

@@ -1,0 +1,145 @@
+"""ProbeDataHook: dump what a step hands to ``solver.register_probe({...})`` to files.
+
+A step (model code, a solver subclass, a callback) calls
+``solver.register_probe({'input': ProbeImage(x[0]), 'logits': logits, 'note': 'text'})``;
+on the steps this hook dumps — every PROB_INTERVAL-th train step, and the first batch of
+every eval / test pass when the hook is listed in EVAL_HOOKS / TEST_HOOKS — it writes, on
+rank 0 only, into ``WORK_DIR/{mode}_probe/{SAVE_NAME_PREFIX}-{step}/`` (step: train steps
+done):
+
+- ``ProbeImage(data)`` -> ``{name}.png`` (a batch -> ``{name}_{i}.png``);
+- other tensors / numpy arrays -> ``{name}.npy``;
+- numbers, 0-dim tensors, text, lists and dicts -> ``{name}.json``;
+- ``meta.json``: the index (mode, step, epoch, and per name its kind, files, shape, dtype),
+  written last, so a folder with ``meta.json`` is complete.
+
+On other steps ``register_probe`` returns at once and keeps nothing.
+"""
+
+import io
+import json
+import os
+import re
+
+import numpy as np
+import torch
+
+from scepter_like.errors import DataError
+from scepter_like.solver.hooks.hook import PRIORITY_PROBE, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
+
+_CHANNELS = (1, 3, 4)
+
+
+class ProbeImage:
+    """Marks a tensor / array as an image (or a batch of images) for ProbeDataHook.
+
+    Layouts: HxW, HxWxC, CxHxW (C in 1, 3, 4) and NxCxHxW / NxHxWxC batches.  uint8 is
+    written as is; other dtypes are mapped from VALUE_RANGE (default 0..1) to 0..255 and clipped.
+    """
+
+    def __init__(self, data, value_range=(0.0, 1.0)):
+        self.data = data
+        self.value_range = value_range
+
+    def to_uint8_images(self, name):
+        """(list of HxW / HxWxC uint8 arrays, whether the data was a batch)."""
+        arr = self.data.detach().cpu().numpy() if isinstance(self.data, torch.Tensor) else np.asarray(self.data)
+        if arr.ndim in (2, 3):
+            return [_to_uint8(_hwc(arr, name), self.value_range)], False
+        if arr.ndim == 4:
+            return [_to_uint8(_hwc(a, name), self.value_range) for a in arr], True
+        raise DataError(f'probe {name!r}: an image must be HxW, HxWxC, CxHxW or a batch of them, got {arr.shape}')
+
+
+def _hwc(arr, name):
+    if arr.ndim == 2:
+        return arr
+    if arr.shape[-1] in _CHANNELS:
+        hwc = arr
+    elif arr.shape[0] in _CHANNELS:
+        hwc = arr.transpose(1, 2, 0)
+    else:
+        raise DataError(f'probe {name!r}: no channel axis of size 1, 3 or 4 in image shape {arr.shape}')
+    return hwc[..., 0] if hwc.shape[-1] == 1 else hwc
+
+
+def _to_uint8(arr, value_range):
+    if arr.dtype == np.uint8:
+        return arr
+    lo, hi = value_range
+    scaled = (arr.astype(np.float64) - lo) / (hi - lo) * 255.0
+    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+
+
+def _safe_name(name):
+    return re.sub(r'[^A-Za-z0-9._-]', '_', str(name))
+
+
+@HOOKS.register_class()
+class ProbeDataHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_PROBE, 'description': 'after BackwardHook and the log'},
+        'PROB_INTERVAL': {'value': 1000, 'description': 'dump the probes of every this many train steps'},
+        'SAVE_NAME_PREFIX': {'value': 'probe', 'description': 'folder name prefix: {prefix}-{step}'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.interval = cfg.PROB_INTERVAL
+        self.prefix = cfg.SAVE_NAME_PREFIX
+
+    def before_iter(self, solver):
+        if not solver.is_main or self.interval <= 0:
+            return
+        if solver.mode == 'train':
+            solver.probe_wanted = (solver.total_iter + 1) % self.interval == 0
+        else:
+            solver.probe_wanted = solver.iter == 0
+
+    def after_iter(self, solver):
+        if not solver.probe_wanted:
+            return
+        solver.probe_wanted = False
+        probes = solver.pop_probes()
+        if probes:
+            folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{solver.total_iter}')
+            self.dump(probes, folder, {'mode': solver.mode, 'step': solver.total_iter, 'epoch': solver.epoch})
+
+    @staticmethod
+    def dump(probes, folder, meta):
+        """Write ``probes`` into ``folder`` and index them in ``meta.json``."""
+        entries = {}
+        for name, value in probes.items():
+            base = _safe_name(name)
+            if isinstance(value, ProbeImage):
+                entries[name] = _write_images(*value.to_uint8_images(name), folder, base)
+            elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
+                arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+                atomic_write(os.path.join(folder, base + '.npy'), lambda f, a=arr: np.save(f, a))
+                entries[name] = {'kind': 'array', 'files': [base + '.npy'], 'shape': list(arr.shape)}
+                entries[name]['dtype'] = str(arr.dtype)
+            else:
+                plain = value.item() if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) else value
+                try:
+                    text = json.dumps(plain, indent=1)
+                except TypeError:
+                    raise DataError(
+                        f'probe {name!r}: {type(value).__name__} is not an image, array, number or text;'
+                        ' wrap images in ProbeImage, pass tensors, or convert it to JSON-able values'
+                    ) from None
+                atomic_write_text(os.path.join(folder, base + '.json'), text)
+                entries[name] = {'kind': 'json', 'files': [base + '.json']}
+        atomic_write_text(os.path.join(folder, 'meta.json'), json.dumps({**meta, 'entries': entries}, indent=1))
+
+
+def _write_images(images, batched, folder, base):
+    from PIL import Image
+
+    names = [f'{base}_{i}.png' for i in range(len(images))] if batched else [f'{base}.png']
+    for img, fname in zip(images, names):
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(img)).save(buf, format='PNG')
+        atomic_write(os.path.join(folder, fname), lambda f, b=buf: f.write(b.getvalue()))
+    return {'kind': 'image', 'files': names, 'shape': list(images[0].shape), 'dtype': 'uint8'}

@@ -1,0 +1,162 @@
+"""SWAHook: stochastic weight averaging over a range of epochs (``torch.optim.swa_utils``).
+
+At the end of every train epoch from START_EPOCH to END_EPOCH (1-based, as the log counts
+them; END_EPOCH 0: to the last) the weights enter an equal-weight running average
+(``AveragedModel``).  BatchNorm running statistics of the average are recomputed with
+``update_bn`` over the train data whenever the average changed and is about to be used.
+Evaluation and test run with the average swapped in (``eval_weights``); at the end of
+a successful run the model keeps the average (and, with EXPORT, it is written to
+``WORK_DIR/swa/{EXPORT_NAME}.safetensors``).  SWA_LR > 0 hands the learning rate to
+``SWALR`` from START_EPOCH on (it anneals over ANNEAL_EPOCHS, stepping once per epoch).
+"""
+
+import os
+
+import torch
+
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks.eval_weights import swap_in_for_eval
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.distributed import all_reduce_sum
+
+PRIORITY_SWA = 250  # after LrHook (200) at after_epoch, so SWALR has the last word on the LR
+
+
+class _BatchAsKwargs(torch.nn.Module):
+    """Lets ``update_bn`` (which calls ``model(batch)``) drive a model that takes ``**batch``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch):
+        return self.model(**batch)
+
+
+@HOOKS.register_class()
+class SWAHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_SWA, 'description': 'after LrHook (200)'},
+        'START_EPOCH': {'value': 1, 'description': 'first epoch (1-based) whose final weights enter the average'},
+        'END_EPOCH': {'value': 0, 'description': 'last epoch (1-based) averaged; 0: the last epoch'},
+        'SWA_LR': {'value': 0.0, 'description': '> 0: SWALR anneals the LR to this from START_EPOCH on'},
+        'ANNEAL_EPOCHS': {'value': 1, 'description': 'SWALR anneal_epochs'},
+        'ANNEAL_STRATEGY': {'value': 'cos', 'description': "SWALR anneal_strategy: 'cos' | 'linear'"},
+        'UPDATE_BN': {'value': True, 'description': 'recompute BatchNorm statistics of the average on the train data'},
+        'EVAL_WITH_SWA': {'value': True, 'description': 'evaluate and test with the averaged weights'},
+        'EXPORT': {'value': False, 'description': 'write WORK_DIR/swa/{EXPORT_NAME}.safetensors at the end'},
+        'EXPORT_NAME': {'value': 'model-swa', 'description': 'file name (without suffix) of the export'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.start_epoch = cfg.START_EPOCH
+        self.end_epoch = cfg.END_EPOCH
+        if self.start_epoch < 1 or (self.end_epoch and self.end_epoch < self.start_epoch):
+            raise ConfigError(
+                f'{cfg.path_of("START_EPOCH")}/END_EPOCH: need 1 <= START_EPOCH <= END_EPOCH (or END_EPOCH 0),'
+                f' got {self.start_epoch}/{self.end_epoch}'
+            )
+        if cfg.ANNEAL_STRATEGY not in ('cos', 'linear'):
+            raise ConfigError(f"{cfg.path_of('ANNEAL_STRATEGY')}: {cfg.ANNEAL_STRATEGY!r} is not 'cos' or 'linear'")
+        self.swa_lr = float(cfg.SWA_LR)
+        self.update_bn = cfg.UPDATE_BN
+        self.eval_with_swa = cfg.EVAL_WITH_SWA
+        self.export = cfg.EXPORT
+        self.export_name = cfg.EXPORT_NAME
+        self.averaged = None
+        self.scheduler = None
+        self._bn_stale = False
+        self._loaded = None
+        self._swap = None
+
+    def before_solve(self, solver):
+        from torch.optim.swa_utils import SWALR, AveragedModel
+
+        model = solver.unwrapped_model
+        if self.averaged is None:
+            self.averaged = AveragedModel(model)
+            if self.swa_lr > 0:
+                self.scheduler = SWALR(
+                    solver.optimizer,
+                    swa_lr=self.swa_lr,
+                    anneal_epochs=self.cfg.ANNEAL_EPOCHS,
+                    anneal_strategy=self.cfg.ANNEAL_STRATEGY,
+                )
+        if self._loaded is not None:
+            self.averaged.load_state_dict(self._loaded['averaged'])
+            if self.scheduler is not None and self._loaded.get('scheduler') is not None:
+                self.scheduler.load_state_dict(self._loaded['scheduler'])
+            self._bn_stale = self.n_averaged > 0
+            self._loaded = None
+        if self.eval_with_swa and self._swap is None:
+            self._swap = swap_in_for_eval(solver, lambda: self.averaged_weights(solver))
+
+    @property
+    def n_averaged(self):
+        return int(self.averaged.n_averaged) if self.averaged is not None else 0
+
+    def _in_range(self, epoch):
+        return epoch >= self.start_epoch and (not self.end_epoch or epoch <= self.end_epoch)
+
+    def after_epoch(self, solver):
+        if solver.mode != 'train' or not self._in_range(solver.epoch + 1):
+            return
+        self.averaged.update_parameters(solver.unwrapped_model)
+        self._bn_stale = True
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def averaged_weights(self, solver):
+        """The average as a model state dict (BatchNorm statistics recomputed first); {} before any."""
+        if self.n_averaged == 0:
+            return {}
+        if self._bn_stale and self.update_bn:
+            self._recompute_bn(solver)
+        self._bn_stale = False
+        return self.averaged.module.state_dict()
+
+    def _recompute_bn(self, solver):
+        """``update_bn`` over this rank's train batches; under DDP the statistics are averaged over ranks."""
+        from torch.optim.swa_utils import update_bn
+
+        module = self.averaged.module
+        norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        if not norms or 'train' not in solver.datas:
+            return
+        bundle, device = solver.datas['train'], solver.device
+        batches = (solver.transfer_data_to_device(b) if device.type != 'cpu' else b for b in bundle.iterate())
+        with torch.no_grad():
+            update_bn(batches, _BatchAsKwargs(module))
+            if solver.world_size > 1:
+                for m in norms:
+                    for buf in (m.running_mean, m.running_var):
+                        buf.copy_(all_reduce_sum(buf.clone()) / solver.world_size)
+
+    def after_solve(self, solver):
+        if self._swap is not None:
+            self._swap.swap_back()
+        if solver.failed is not None or self.n_averaged == 0:
+            return
+        weights = self.averaged_weights(solver)
+        solver.unwrapped_model.load_state_dict(weights)
+        solver.logger.info(f'SWA: the model now holds the average of {self.n_averaged} epochs')
+        if self.export and solver.is_main:
+            from scepter_like.utils.checkpoint import save_safetensors
+
+            path = os.path.join(solver.work_dir, 'swa', f'{self.export_name}.safetensors')
+            save_safetensors(weights, path, metadata={'swa_epochs': self.n_averaged})
+            solver.logger.info(f'SWA weights exported to {path}')
+
+    def state_dict(self):
+        if self.averaged is None:
+            return {}
+        return {
+            'averaged': self.averaged.state_dict(),
+            'scheduler': self.scheduler.state_dict() if self.scheduler is not None else None,
+        }
+
+    def load_state_dict(self, state):
+        if state:
+            self._loaded = state

@@ -1,0 +1,96 @@
+"""TensorboardLogHook: train scalars, learning rates and eval / test metrics as TensorBoard events.
+
+Per step it only adds the step's scalar outputs to running sums on their device (like
+LogHook); every LOG_INTERVAL train steps (and at the end of each epoch) it reads them
+once — one all-reduce under DDP, so every rank takes part — and rank 0 writes their
+means as ``train/{name}`` plus ``train/lr`` (``train/lr_group{i}`` for further param
+groups) at the train step count.  Eval and test metrics go out as ``eval/{metric}`` /
+``test/{metric}`` after each pass, at the train step count.  Only rank 0 opens a writer;
+it is flushed and closed in ``after_solve``, which also runs when training fails.
+"""
+
+import os
+
+import torch
+
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.distributed import all_reduce_sum
+
+
+@HOOKS.register_class()
+class TensorboardLogHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_LOG, 'description': 'after BackwardHook'},
+        'LOG_DIR': {'value': '', 'description': "event folder; '': WORK_DIR/tensorboard"},
+        'LOG_INTERVAL': {'value': 1000, 'description': 'train steps between scalar writes; <= 0: only per epoch'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.log_dir = cfg.LOG_DIR
+        self.interval = cfg.LOG_INTERVAL
+        self.writer = None
+        self._sums = {}
+        self._count = 0
+        self._attached = False
+
+    def before_solve(self, solver):
+        self.log_dir = self.log_dir or os.path.join(solver.work_dir, 'tensorboard')
+        if solver.is_main and self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=self.log_dir)
+            solver.logger.info(
+                f'TensorBoard events in {self.log_dir}; view them with: tensorboard --logdir {self.log_dir}'
+            )
+        if not self._attached:  # eval / test metrics: this hook sits in TRAIN_HOOKS, so it adds callbacks
+            for mode in ('eval', 'test'):
+                solver._register_callback('after_all_iter', self._write_metrics, mode=mode)
+            self._attached = True
+
+    def after_iter(self, solver):
+        if solver.mode != 'train':
+            return
+        sums = self._sums
+        for key, value in solver.iter_outputs.items():
+            if value.dim() == 0:
+                if key in sums:
+                    sums[key] += value
+                else:
+                    sums[key] = value.float().clone()
+        self._count += 1
+        if self.interval > 0 and solver.total_iter % self.interval == 0:
+            self._write_train(solver)
+
+    def after_all_iter(self, solver):
+        if solver.mode == 'train' and self._count:
+            self._write_train(solver)
+
+    def _write_train(self, solver):
+        names = list(self._sums)
+        if names:
+            stacked = torch.stack([self._sums[k].float() for k in names])
+            means = (all_reduce_sum(stacked) / (self._count * solver.world_size)).tolist()
+        self._sums, self._count = {}, 0
+        if self.writer is None:
+            return
+        step = solver.total_iter
+        for name, value in zip(names, means if names else []):
+            self.writer.add_scalar(f'train/{name}', value, step)
+        if solver.optimizer is not None:
+            for i, group in enumerate(solver.optimizer.param_groups):
+                self.writer.add_scalar('train/lr' if i == 0 else f'train/lr_group{i}', group['lr'], step)
+
+    def _write_metrics(self, solver):
+        if self.writer is None:
+            return
+        for name, value in solver.epoch_outputs.get(solver.mode, {}).items():
+            self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.total_iter)
+        self.writer.flush()
+
+    def after_solve(self, solver):
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,139 @@
+"""EMAHook: the closed-form average after every optimizer step, used by eval, swapped back, saved."""
+
+import pytest
+import torch
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.errors import ConfigError
+from scepter_like.model.base import BaseModel
+from scepter_like.model.registry import MODELS
+from scepter_like.solver.hooks import HOOKS, Hook
+
+
+@HOOKS.register_class()
+class EvalLogitsRecorder(Hook):
+    """Keeps the logits of every eval batch (to see which weights the eval ran with)."""
+
+    para_dict = {}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.logits = []
+
+    def after_iter(self, solver):
+        self.logits.append(solver.iter_outputs['logits'].clone())
+
+
+@MODELS.register_class()
+class IntParamModel(BaseModel):
+    para_dict = {}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.lin = torch.nn.Linear(8, 3)
+        self.codebook = torch.nn.Parameter(torch.zeros(4, dtype=torch.long), requires_grad=False)
+
+    def forward(self, img, label):
+        return {'loss': torch.nn.functional.cross_entropy(self.lin(img), label)}
+
+
+def _linear_cfg(tmp_path, ema, **keys):
+    npz = write_blobs(tmp_path / 'd.npz', n=64)
+    hooks = [{'NAME': 'BackwardHook'}, dict({'NAME': 'EMAHook'}, **ema)]
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, **keys)
+    cfg['SOLVER']['MODEL']['BACKBONE']['HIDDEN_DIMS'] = []  # one Linear layer
+    return cfg
+
+
+def _weights(solver):
+    return {k: v.detach().clone() for k, v in solver.unwrapped_model.state_dict().items()}
+
+
+def test_ema_is_the_closed_form_average_and_eval_uses_it(tmp_path):
+    cfg = _linear_cfg(
+        tmp_path,
+        {'DECAY': 0.8, 'DECAY_WARMUP': True, 'EXPORT': True},
+        EVAL_HOOKS=[{'NAME': 'EvalLogitsRecorder'}],
+        MAX_EPOCHS=2,
+        ACCU_STEP=2,  # 4 batches per epoch -> 2 optimizer steps per epoch
+    )
+    solver = build_solver(cfg)
+    recorded = []  # weights after each optimizer step
+    solver.register_callback_on_epoch_begin(lambda s: recorded.append(_weights(s)) if s.epoch == 0 else None)
+    seen = {'steps': 0}
+
+    def after_step(s):
+        if s.optimizer_steps != seen['steps']:
+            seen['steps'] = s.optimizer_steps
+            recorded.append(_weights(s))
+
+    solver.register_callback_on_iter_end(after_step)
+    ema_hook = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'EMAHook')
+    eval_hook = solver.hooks_dict['eval'][0]
+    solver.solve()
+
+    assert solver.optimizer_steps == 4 and len(recorded) == 5
+    expected = dict(recorded[0])
+    for t, w in enumerate(recorded[1:]):
+        d = min(0.8, (1 + t) / (10 + t))
+        expected = {k: d * expected[k] + (1 - d) * w[k] for k in w}
+    assert ema_hook.updates == 4
+    for k, v in expected.items():
+        torch.testing.assert_close(ema_hook.ema[k], v)
+        assert not torch.allclose(v, recorded[-1][k])  # the average is not the raw weights
+
+    # swapped back: the model holds the raw weights after eval
+    for k, v in _weights(solver).items():
+        torch.testing.assert_close(v, recorded[-1][k])
+
+    # the last eval ran with the EMA weights: its logits and accuracy match a manual eval of them
+    x, y = _eval_arrays(solver)
+    model = solver.unwrapped_model
+    with torch.no_grad():
+        w, b = expected['backbone.net.0.weight'], expected['backbone.net.0.bias']
+        ema_logits = x @ w.T + b
+        raw_logits = model.backbone(x)
+    last_eval = torch.cat(eval_hook.logits[-4:])
+    torch.testing.assert_close(last_eval, ema_logits)
+    assert not torch.allclose(last_eval, raw_logits)
+    manual_acc = (ema_logits.argmax(1) == y).float().mean().item()
+    assert solver.epoch_outputs['eval']['accuracy'] == pytest.approx(manual_acc)
+
+    # exported safetensors hold the EMA
+    from safetensors.torch import load_file
+
+    exported = load_file(str(tmp_path / 'w' / 'ema' / 'model-ema.safetensors'))
+    for k, v in expected.items():
+        torch.testing.assert_close(exported[k], v)
+
+
+def _eval_arrays(solver):
+    batches = list(solver.datas['eval'].iterate())
+    return torch.cat([b['img'] for b in batches]), torch.cat([b['label'] for b in batches])
+
+
+def test_ema_state_survives_a_checkpoint(tmp_path):
+    cfg = _linear_cfg(tmp_path, {'DECAY': 0.5}, MAX_EPOCHS=1)
+    solver = build_solver(cfg)
+    solver.solve()
+    ema = {k: v.clone() for k, v in solver.hooks_dict['train'][1].ema.items()}
+    path = str(tmp_path / 'ck.pth')
+    solver.save_checkpoint(path)
+
+    cfg2 = _linear_cfg(tmp_path, {'DECAY': 0.5}, MAX_EPOCHS=1, RESUME_FROM=path)
+    resumed = build_solver(cfg2)
+    resumed.solve()  # training is already finished: only the hooks' before/after_solve run
+    hook = resumed.hooks_dict['train'][1]
+    assert hook.updates == 4
+    for k, v in ema.items():
+        torch.testing.assert_close(hook.ema[k], v)
+
+
+def test_non_float_parameter_is_a_config_error_before_any_step(tmp_path):
+    cfg = _linear_cfg(tmp_path, {})
+    cfg['SOLVER']['MODEL'] = {'NAME': 'IntParamModel'}
+    cfg['SOLVER']['EVAL_DATA'] = None
+    solver = build_solver(cfg)
+    with pytest.raises(ConfigError, match=r'codebook .*register_buffer'):
+        solver.solve()
+    assert solver.total_iter == 0
