@@ -568,22 +568,23 @@ class BaseSolver:
         return self._model_flops
 
     # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
-    def _register_callback(self, stage, fn, mode='train'):
-        self._callbacks[mode][stage].append(lambda solver: fn(solver))
+    def register_stage_callback(self, stage, fn, mode='train'):
+        """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
+        self._callbacks[mode][stage].append(fn)
         if self._stages:
             self._build_stage_table()
 
     def register_callback_on_epoch_begin(self, fn):
-        self._register_callback('before_epoch', fn)
+        self.register_stage_callback('before_epoch', fn)
 
     def register_callback_on_epoch_end(self, fn):
-        self._register_callback('after_epoch', fn)
+        self.register_stage_callback('after_epoch', fn)
 
     def register_callback_on_iter_begin(self, fn):
-        self._register_callback('before_iter', fn)
+        self.register_stage_callback('before_iter', fn)
 
     def register_callback_on_iter_end(self, fn):
-        self._register_callback('after_iter', fn)
+        self.register_stage_callback('after_iter', fn)
 
     # -- checkpoint state ------------------------------------------------------------------------
     def progress_state(self):

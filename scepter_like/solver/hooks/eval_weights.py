@@ -43,6 +43,6 @@ def swap_in_for_eval(solver, weights):
     """Run every eval and test pass of ``solver`` with ``weights()`` (None or {} : raw weights)."""
     swap = WeightSwap(solver.unwrapped_model, weights)
     for mode in ('eval', 'test'):
-        solver._register_callback('before_all_iter', swap.swap_in, mode=mode)
-        solver._register_callback('after_all_iter', swap.swap_back, mode=mode)
+        solver.register_stage_callback('before_all_iter', swap.swap_in, mode=mode)
+        solver.register_stage_callback('after_all_iter', swap.swap_back, mode=mode)
     return swap

@@ -46,7 +46,7 @@ class TensorboardLogHook(Hook):
             )
         if not self._attached:  # eval / test metrics: this hook sits in TRAIN_HOOKS, so it adds callbacks
             for mode in ('eval', 'test'):
-                solver._register_callback('after_all_iter', self._write_metrics, mode=mode)
+                solver.register_stage_callback('after_all_iter', self._write_metrics, mode=mode)
             self._attached = True
 
     def after_iter(self, solver):
