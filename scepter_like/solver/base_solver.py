@@ -26,7 +26,7 @@ from scepter_like.model.registry import MODELS
 from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
 from scepter_like.solver import state as training_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
-from scepter_like.solver.hooks.hook import STAGES
+from scepter_like.solver.hooks.hook import STAGES, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.parallel import wrap_model
 from scepter_like.solver.registry import SOLVERS
@@ -179,7 +179,7 @@ class BaseSolver:
                 hooks = [
                     f'{type(fn.__self__).__name__}({fn.__self__.priority})'
                     for fn in self._stages[(mode, stage)]
-                    if hasattr(fn, '__self__')
+                    if isinstance(getattr(fn, '__self__', None), Hook)
                 ]
                 if hooks and not (mode != 'train' and stage in ('before_solve', 'after_solve')):
                     lines.append(f'  {mode:5s} {stage:22s} ' + ' -> '.join(hooks))
