@@ -75,7 +75,11 @@ class LogHook(Hook):
             self._bar.start(f'epoch {solver.epoch + 1}/{solver.max_epochs}', total, solver.iter)
 
     def after_all_iter(self, solver):
-        if solver.mode == 'train' and self._bar is not None:
+        if solver.mode != 'train':
+            return
+        if self.interval > 0 and self._count:  # steps since the last line: MAX_STEPS or a stop cut the epoch
+            self._log(solver)
+        if self._bar is not None:
             self._bar.finish(solver.iter)
 
     def after_iter(self, solver):
