@@ -27,7 +27,7 @@ CONFIG_FILE = 'config.yaml'
 ENV_FILE = 'env.json'
 SNAPSHOT_DIR = 'code_snapshot'
 HISTORY_DIR = 'records_history'
-GIT_TIMEOUT_S = 20
+GIT_TIMEOUT_S = 10
 
 
 class GitError(Exception):
