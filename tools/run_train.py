@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Train: ``python tools/run_train.py --cfg FILE [--import M]... [--print-config] [KEY.PATH=VALUE ...]``.
+"""Train: ``python tools/run_train.py --cfg FILE [--import M]... [--print-config] [-m] [KEY.PATH=VALUE ...]``.
+
+``-m`` runs a grid of runs (``KEY=V1,V2`` sweeps), see ``scepter_like/multirun.py``.
 
 Works alone and under ``torchrun`` (one or many nodes).
 """
@@ -13,7 +15,13 @@ from scepter_like.cli import load_config, make_parser, run  # noqa: E402
 
 
 def main(argv):
-    args = make_parser('Train a model from a YAML config.').parse_args(argv)
+    parser = make_parser('Train a model from a YAML config.')
+    parser.add_argument('-m', '--multirun', action='store_true', help='run the grid of KEY=V1,V2 overrides, one by one')
+    args = parser.parse_args(argv)
+    if args.multirun:
+        from scepter_like.multirun import run_multirun
+
+        return run_multirun(args, tool=os.path.abspath(__file__))
     cfg = load_config(args)
     if args.print_config:
         print(cfg.dump(), end='')

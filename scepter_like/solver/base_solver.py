@@ -30,8 +30,10 @@ from scepter_like.solver.hooks.hook import STAGES, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.parallel import wrap_model
 from scepter_like.solver.registry import SOLVERS
+from scepter_like.solver.run_records import write_run_records
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
 from scepter_like.utils.logger import add_file_handler
+from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
 
 MODES = ('train', 'eval', 'test')
 _DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
@@ -68,6 +70,7 @@ class BaseSolver:
         'LOSS_WEIGHTS': {'value': {}, 'description': 'weights of the loss_* terms summed into loss (default 1.0)'},
         'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1'},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
+        'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
 
     def __init__(self, cfg, logger=None):
@@ -124,6 +127,8 @@ class BaseSolver:
         self.iter_outputs = {}
         self.epoch_outputs = {}
         self._file_handler = None
+        self.metrics_log = None  # rank 0: WORK_DIR/metrics.jsonl
+        self.resumed_from = None
 
     # -- set-up -------------------------------------------------------------------------------
     def set_up_pre(self):
@@ -135,11 +140,12 @@ class BaseSolver:
             os.makedirs(self.work_dir, exist_ok=True)
             if self.log_file:
                 self._file_handler = add_file_handler(self.logger, self.log_file)
+            self.metrics_log = MetricsLog(os.path.join(self.work_dir, METRICS_FILE))
         self.construct_hook()
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
 
     def set_up(self):
-        """Data, model, metrics, device placement, optimizer; then resume if asked."""
+        """Data, model, metrics, device placement, optimizer; resume if asked; then the run records."""
         self.construct_data()
         self.construct_model()
         self.construct_metrics()
@@ -147,7 +153,9 @@ class BaseSolver:
         self.init_opti()
         # rank r draws its own random stream from here on (dropout, augmentation)
         torch.manual_seed(self.seed + self.rank)
-        self.resume()
+        self.resumed_from = self.resume()
+        if self.is_main:  # config.yaml, env.json, code_snapshot/ (see run_records.py)
+            write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
 
     def construct_hook(self):
         for mode in MODES:
@@ -310,6 +318,8 @@ class BaseSolver:
         if epoch is not None:
             self.max_epochs = epoch
         self.failed = None
+        if self.metrics_log is not None:
+            self.metrics_log.write_start(self, self.resumed_from)
         self.before_solve()
         try:
             if self._eval_pending():  # a resume cut off between an epoch and its evaluation
@@ -417,6 +427,8 @@ class BaseSolver:
             self.iter += 1
             self.after_iter()
         self.epoch_outputs[self._mode] = self.compute_epoch_outputs()
+        if self.metrics_log is not None:
+            self.metrics_log.write_epoch_outputs(self, self._mode)
         self.after_all_iter()
 
     def run_eval(self):

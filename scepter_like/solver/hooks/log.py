@@ -2,15 +2,19 @@
 
 Per step it only adds this step's scalar outputs to running sums on their device; at
 each LOG_INTERVAL it reads them once (one all-reduce under DDP, so the logged loss is
-the mean over all ranks) and formats one line.
+the mean over all ranks), formats one line and appends it to ``metrics.jsonl``.
+On a terminal (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those lines
+on the console; the log file still gets them.
 """
 
 import datetime
 import math
+import sys
 import time
 
 import torch
 
+from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import all_reduce_sum
@@ -22,12 +26,20 @@ class LogHook(Hook):
         'PRIORITY': {'value': PRIORITY_LOG, 'description': 'after BackwardHook'},
         'LOG_INTERVAL': {'value': 10, 'description': 'train steps between log lines; <= 0: off'},
         'SHOW_GPU_MEM': {'value': False, 'description': 'add the peak CUDA memory to each line'},
+        'PROGRESS': {
+            'value': 'auto',
+            'description': "live progress bar: 'auto' (when stdout is a terminal), 'on', 'off'",
+        },
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.interval = cfg.LOG_INTERVAL
         self.show_gpu_mem = cfg.SHOW_GPU_MEM
+        if cfg.PROGRESS not in ('auto', 'on', 'off'):
+            raise ConfigError(f"{cfg.path_of('PROGRESS')}: expected 'auto', 'on' or 'off', got {cfg.PROGRESS!r}")
+        self.progress = cfg.PROGRESS
+        self._bar = None
         self.last_logged = {}
         self._reset(time.perf_counter())
         self._epoch_start = time.perf_counter()
@@ -38,13 +50,44 @@ class LogHook(Hook):
         self._data_time = 0.0
         self._since = now
 
+    def before_solve(self, solver):
+        if solver.is_main and (self.progress == 'on' or (self.progress == 'auto' and sys.stdout.isatty())):
+            from scepter_like.utils.progress import ProgressBar
+
+            self._bar = ProgressBar(sys.stdout)
+            self._bar.attach(solver.logger)
+
+    def after_solve(self, solver):
+        if self._bar is not None:
+            self._bar.detach()
+            self._bar = None
+
     def before_epoch(self, solver):
         if solver.mode == 'train':
             self._epoch_start = time.perf_counter()
             self._reset(self._epoch_start)
 
+    def before_all_iter(self, solver):
+        if solver.mode == 'train' and self._bar is not None:
+            total = solver.epoch_max_iter
+            if solver.max_steps > 0:
+                total = min(total, solver.iter + solver.max_steps - solver.total_iter)
+            self._bar.start(f'epoch {solver.epoch + 1}/{solver.max_epochs}', total, solver.iter)
+
+    def after_all_iter(self, solver):
+        if solver.mode != 'train':
+            return
+        if self.interval > 0 and self._count:  # steps since the last line: MAX_STEPS or a stop cut the epoch
+            self._log(solver)
+        if self._bar is not None:
+            self._bar.finish(solver.iter)
+
     def after_iter(self, solver):
-        if solver.mode != 'train' or self.interval <= 0:
+        if solver.mode != 'train':
+            return
+        if self._bar is not None:
+            self._bar.tick(solver.iter)
+        if self.interval <= 0:
             return
         sums = self._sums
         for key, value in solver.iter_outputs.items():
@@ -87,11 +130,18 @@ class LogHook(Hook):
         parts.append(f'eta: {datetime.timedelta(seconds=round(remaining * step_time))}')
         if self.show_gpu_mem and solver.device.type == 'cuda':
             parts.append(f'mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB')
-        solver.logger.info(' '.join(parts))
+        solver.logger.info(' '.join(parts), extra={'progress_line': True})
+        if solver.metrics_log is not None:
+            values = dict(means)
+            if solver.optimizer is not None:
+                values['lr'] = solver.optimizer.param_groups[0]['lr']
+            solver.metrics_log.write_train(solver, values, step_time=step_time, data_time=self._data_time / count)
         bad = [k for k, v in means.items() if not math.isfinite(v)]
         if bad:
             solver.logger.warning(f'non-finite {", ".join(bad)} in the last {count} steps')
         self.last_logged = means
+        if self._bar is not None and 'loss' in means:
+            self._bar.postfix = f', loss {means["loss"]:.4g}'
         self._reset(now)
 
     @staticmethod

@@ -1,0 +1,203 @@
+"""Multirun: ``run_train.py --cfg FILE -m A.B=1,2 C.D=x,y`` runs a grid of runs, one by one.
+
+An override whose value lists several values, comma-separated (``A.B=1,2``; commas inside
+``[...]``, ``{...}`` or quotes do not split), is swept; the grid is the cartesian product
+of the sweeps, in the order given (the last key varies fastest). Every run is its own
+subprocess of the same tool, writing into ``WORK_DIR/<swept overrides>/`` (a file-name
+safe form of e.g. ``SOLVER.MAX_EPOCHS=1,SOLVER.OPTIMIZER.LEARNING_RATE=0.01``), so a run
+that fails or exits does not stop the others. After each run the summary of all finished
+runs — status, seconds, final step, last train loss, last eval and test metrics (from each
+run's ``metrics.jsonl``) — is rewritten to ``WORK_DIR/multirun_summary.md`` and ``.csv``.
+The exit status is 1 when any run failed, else 0.
+"""
+
+import csv
+import hashlib
+import io
+import itertools
+import os
+import re
+import subprocess
+import sys
+import time
+
+from scepter_like.errors import ConfigError
+from scepter_like.utils.checkpoint import atomic_write_text
+from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
+
+SUMMARY_NAME = 'multirun_summary'
+_UNSAFE = re.compile(r'[^A-Za-z0-9._=,+-]')
+MAX_NAME = 150
+_PAIRS = {'[': ']', '{': '}'}
+
+
+def split_values(text):
+    """``'1,[2,3],"a,b"'`` -> ``['1', '[2,3]', '"a,b"']``: commas at the top level split."""
+    items, current, stack, quote = [], [], [], None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in '\'"':
+            quote = ch
+        elif ch in _PAIRS:
+            stack.append(_PAIRS[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+        elif ch == ',' and not stack:
+            items.append(''.join(current))
+            current = []
+            continue
+        current.append(ch)
+    items.append(''.join(current))
+    return items
+
+
+def parse_sweeps(overrides):
+    """[(key, [value texts])] of the ``-m`` overrides; an empty value list or item is an error."""
+    sweeps = []
+    for text in overrides:
+        key, sep, raw = text.partition('=')
+        if not sep or not key:
+            raise ConfigError(f"override '{text}' has no KEY=; write KEY.PATH=V1,V2,...")
+        values = [v.strip() for v in split_values(raw)]
+        if any(not v for v in values):
+            raise ConfigError(f'-m {text}: empty value in the list; write {key}=V1,V2,... with no empty item')
+        if key.upper() == 'SOLVER.WORK_DIR' and len(values) > 1:
+            raise ConfigError(f'-m {text}: WORK_DIR cannot be swept; each run gets WORK_DIR/<overrides>/')
+        sweeps.append((key, values))
+    return sweeps
+
+
+def expand_grid(sweeps):
+    """Every run's overrides, as ``[[(key, value), ...], ...]`` (cartesian product, in order)."""
+    return [list(zip([k for k, _ in sweeps], combo)) for combo in itertools.product(*[v for _, v in sweeps])]
+
+
+def run_name(pairs, swept_keys):
+    """A file-name-safe folder name from the swept ``key=value`` pairs of one run."""
+    text = ','.join(f'{k}={v}' for k, v in pairs if k in swept_keys) or 'run'
+    name = _UNSAFE.sub('_', text)
+    if len(name) > MAX_NAME:
+        name = name[:MAX_NAME] + '-' + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return name
+
+
+def final_metrics(work_dir):
+    """{'step', 'train/<name>', 'eval/<name>', 'test/<name>'} from the last lines of a run's metrics.jsonl."""
+    path = os.path.join(work_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    out = {}
+    for record in read_metrics(path):
+        if record['kind'] in ('train', 'eval', 'test'):
+            out['step'] = record['step']
+            for name, value in record.get('values', {}).items():
+                if record['kind'] != 'train' or name == 'loss' or name.startswith('loss_'):
+                    out[f'{record["kind"]}/{name}'] = value
+    return out
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return f'{value:.6g}'
+    return str(value).replace('|', '\\|').replace('\n', ' ')
+
+
+def write_summary(base_dir, rows, swept_keys):
+    """Rewrite multirun_summary.md and .csv (one row per finished run) atomically."""
+    metric_cols = sorted(
+        {k for row in rows for k in row['metrics'] if k != 'step'},
+        key=lambda k: (['train', 'eval', 'test'].index(k.split('/')[0]), k),
+    )
+    header = ['run', *swept_keys, 'status', 'exit', 'seconds', 'step', *metric_cols, 'work_dir', 'error']
+    table = [
+        [
+            row['index'],
+            *[row['values'].get(k, '') for k in swept_keys],
+            row['status'],
+            row['exit'],
+            round(row['seconds'], 1),
+            row['metrics'].get('step', ''),
+            *[row['metrics'].get(k, '') for k in metric_cols],
+            row['name'],
+            row['error'],
+        ]
+        for row in rows
+    ]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator='\n')
+    writer.writerow(header)
+    writer.writerows(table)
+    atomic_write_text(os.path.join(base_dir, SUMMARY_NAME + '.csv'), buf.getvalue())
+    md = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    md += ['| ' + ' | '.join(_cell(v) for v in line) + ' |' for line in table]
+    text = '\n'.join(md) + '\n'
+    atomic_write_text(os.path.join(base_dir, SUMMARY_NAME + '.md'), text)
+    return text
+
+
+def _last_error_line(stderr):
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if 'error' in line.lower()]
+    return (errors or lines or [''])[-1][:300]
+
+
+def base_work_dir(args, sweeps):
+    """WORK_DIR of the config with the unswept overrides (checks the config loads)."""
+    import argparse
+
+    from scepter_like.cli import load_config
+    from scepter_like.solver.base_solver import BaseSolver
+
+    fixed = [f'{k}={values[0]}' for k, values in sweeps if len(values) == 1]
+    cfg = load_config(argparse.Namespace(**{**vars(args), 'overrides': fixed}))
+    return cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value']
+
+
+def run_multirun(args, tool):
+    """Run ``tool`` once per grid point of ``args.overrides`` into ``WORK_DIR/<name>/``; returns 0 or 1."""
+    if int(os.environ.get('WORLD_SIZE', '1') or 1) > 1:
+        raise ConfigError('-m runs every job as its own process; start the multirun without torchrun')
+    if args.print_config:
+        raise ConfigError("--print-config with -m: print one run's config by giving its values without -m")
+    sweeps = parse_sweeps(args.overrides)
+    base_dir = os.path.abspath(base_work_dir(args, sweeps))
+    extra_args = [word for module in args.imports for word in ('--import', module)]
+    extra_args += ['--debug'] if args.debug else []
+    swept_keys = [k for k, values in sweeps if len(values) > 1]
+    grid = expand_grid(sweeps)
+    names, rows = set(), []
+    os.makedirs(base_dir, exist_ok=True)
+    print(f'[multirun] {len(grid)} run(s) into {base_dir}', flush=True)
+    for index, pairs in enumerate(grid):
+        name = run_name(pairs, swept_keys)
+        if name in names:
+            name = f'{name}-{index}'
+        names.add(name)
+        run_dir = os.path.join(base_dir, name)
+        words = [f'{k}={v}' for k, v in pairs]
+        cmd = [sys.executable, tool, '--cfg', args.cfg, *extra_args, *words, f'SOLVER.WORK_DIR={run_dir}']
+        print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
+        start = time.perf_counter()
+        res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - start
+        sys.stderr.write(res.stderr)
+        ok = res.returncode == 0
+        rows.append(
+            {
+                'index': index,
+                'values': dict(pairs),
+                'name': name,
+                'status': 'ok' if ok else 'failed',
+                'exit': res.returncode,
+                'seconds': seconds,
+                'metrics': final_metrics(run_dir),
+                'error': '' if ok else _last_error_line(res.stderr),
+            }
+        )
+        if not ok:
+            print(f'[multirun] #{index} failed (exit {res.returncode}); going on with the next run', flush=True)
+        table = write_summary(base_dir, rows, swept_keys)
+    failed = sum(row['status'] != 'ok' for row in rows)
+    print(f'[multirun] {len(rows) - failed} ok, {failed} failed; summary in {base_dir}/{SUMMARY_NAME}.md\n{table}')
+    return 1 if failed else 0

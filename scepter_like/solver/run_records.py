@@ -1,0 +1,202 @@
+"""Run records: what a run was, written to WORK_DIR when it starts (rank 0).
+
+- ``config.yaml``: the resolved config (every default filled in); ``--cfg`` it to rerun.
+- ``env.json``: versions, world size, device, host, command line, git commit.
+- ``code_snapshot/`` (inside a git work tree, unless ``SOLVER.CODE_SNAPSHOT`` is false):
+  ``staged.diff`` (HEAD -> index), ``unstaged.diff`` (index -> work tree), ``untracked.txt``
+  (names of untracked, not ignored files; their contents are NOT saved — ``git add`` new
+  files to have them in ``staged.diff``) and ``README.md`` with the restoring commands.
+
+Records of an earlier run in the same WORK_DIR (a resume, a rerun) are moved to
+``records_history/<its start time>/`` first, so none is lost. Every file is written
+atomically; git runs with a timeout, and any git failure only leaves a note in env.json.
+"""
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+
+from scepter_like.utils.checkpoint import atomic_write_text
+
+CONFIG_FILE = 'config.yaml'
+ENV_FILE = 'env.json'
+SNAPSHOT_DIR = 'code_snapshot'
+HISTORY_DIR = 'records_history'
+GIT_TIMEOUT_S = 10
+
+
+class GitError(Exception):
+    """A git command failed or timed out (the snapshot is skipped)."""
+
+
+def _git(args, cwd):
+    try:
+        res = subprocess.run(
+            ['git', *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GitError(f'git {args[0]}: {type(e).__name__}: {e}') from None
+    if res.returncode != 0:
+        raise GitError(f'git {args[0]}: {res.stderr.decode(errors="replace").strip()}')
+    return res.stdout
+
+
+_DIFF = ['diff', '--binary', '--no-color', '--no-ext-diff', '--no-textconv', '--ignore-submodules']
+
+
+def git_state(cwd):
+    """Commit, branch, top level and the three snapshot texts of the work tree at ``cwd``.
+
+    Returns None when ``cwd`` is not inside a git work tree; raises GitError when git fails.
+    """
+    try:
+        inside = _git(['rev-parse', '--is-inside-work-tree'], cwd).decode().strip()
+    except GitError:
+        return None
+    if inside != 'true':
+        return None
+    top = _git(['rev-parse', '--show-toplevel'], cwd).decode().strip()
+    commit = _git(['rev-parse', 'HEAD'], top).decode().strip()
+    branch = _git(['rev-parse', '--abbrev-ref', 'HEAD'], top).decode().strip()
+    staged = _git([*_DIFF, '--cached', 'HEAD'], top)
+    unstaged = _git(_DIFF, top)
+    untracked = _git(['ls-files', '--others', '--exclude-standard', '-z'], top).decode(errors='replace')
+    return {
+        'commit': commit,
+        'branch': branch,
+        'toplevel': top,
+        'staged': staged,
+        'unstaged': unstaged,
+        'untracked': [name for name in untracked.split('\0') if name],
+    }
+
+
+def restore_command(state, snapshot_dir):
+    """The shell command that rebuilds the snapshot's work tree (run in a clone)."""
+    parts = [f'git checkout {state["commit"]}']
+    if state['staged']:
+        parts.append(f'git apply --index {shlex.quote(os.path.join(snapshot_dir, "staged.diff"))}')
+    if state['unstaged']:
+        parts.append(f'git apply {shlex.quote(os.path.join(snapshot_dir, "unstaged.diff"))}')
+    return ' && '.join(parts)
+
+
+def write_code_snapshot(state, snapshot_dir):
+    """Write the diffs, the untracked list and README.md into ``snapshot_dir``."""
+    from scepter_like.utils.checkpoint import atomic_write
+
+    snapshot_dir = os.path.abspath(snapshot_dir)
+    for name, blob in (('staged.diff', state['staged']), ('unstaged.diff', state['unstaged'])):
+        atomic_write(os.path.join(snapshot_dir, name), lambda f, b=blob: f.write(b))
+    atomic_write_text(os.path.join(snapshot_dir, 'untracked.txt'), ''.join(f'{n}\n' for n in state['untracked']))
+    untracked_note = (
+        f'{len(state["untracked"])} untracked file(s) are listed in untracked.txt; their contents are not saved.'
+        if state['untracked']
+        else 'There were no untracked files.'
+    )
+    readme = (
+        '# Code snapshot\n\n'
+        f'Taken from `{state["toplevel"]}` at commit `{state["commit"]}` (branch `{state["branch"]}`).\n\n'
+        '- `staged.diff`: changes staged in the index (`git diff --cached HEAD`)\n'
+        '- `unstaged.diff`: changes in the work tree not staged (`git diff`)\n'
+        f'- `untracked.txt`: {untracked_note}\n\n'
+        'Restore the code in a clean clone of the repository (run from its top folder):\n\n'
+        f'```\n{restore_command(state, snapshot_dir)}\n```\n'
+    )
+    atomic_write_text(os.path.join(snapshot_dir, 'README.md'), readme)
+
+
+def _archive_previous(work_dir):
+    """Move an earlier run's records into ``records_history/<its start time>/``."""
+    names = [n for n in (CONFIG_FILE, ENV_FILE, SNAPSHOT_DIR) if os.path.exists(os.path.join(work_dir, n))]
+    if not names:
+        return None
+    stamp = 'unknown'
+    try:
+        with open(os.path.join(work_dir, ENV_FILE), encoding='utf-8') as f:
+            stamp = json.load(f).get('start_time', stamp)
+    except (OSError, ValueError):
+        pass
+    base = os.path.join(work_dir, HISTORY_DIR, stamp.replace(':', '-'))
+    target, n = base, 1
+    while os.path.exists(target):
+        n += 1
+        target = f'{base}-{n}'
+    os.makedirs(target)
+    for name in names:
+        os.replace(os.path.join(work_dir, name), os.path.join(target, name))
+    return target
+
+
+def environment_info(solver, resumed_from=None):
+    """The JSON-able facts about this run's software, hardware and invocation."""
+    import numpy
+    import torch
+
+    import scepter_like
+
+    device = solver.device
+    info = {
+        'project': 'scepter_like',
+        'version': scepter_like.__version__,
+        'start_time': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),
+        'python': platform.python_version(),
+        'torch': torch.__version__,
+        'numpy': numpy.__version__,
+        'cuda': torch.version.cuda,
+        'platform': platform.platform(),
+        'hostname': socket.gethostname(),
+        'world_size': solver.world_size,
+        'backend': solver.dist_info.backend if solver.dist_info else '',
+        'device': str(device),
+        'command': shlex.join([sys.executable, *sys.argv]),
+        'cwd': os.getcwd(),
+        'resumed_from': resumed_from,
+    }
+    if device.type == 'cuda':
+        info['device_name'] = torch.cuda.get_device_name(device)
+    return info
+
+
+def resolved_config(solver):
+    """The whole config the solver runs (ENV too, when it was built from a bare SOLVER dict)."""
+    from scepter_like.config import Config
+
+    root = solver.cfg.root
+    if root is solver.cfg:
+        return Config({'ENV': solver.env_cfg.to_dict() if solver.env_cfg else {}, 'SOLVER': root.to_dict()})
+    return root
+
+
+def write_run_records(solver, resumed_from=None, code_snapshot=True, cwd=None):
+    """Write config.yaml, env.json and (in a git work tree) code_snapshot/ into the solver's WORK_DIR."""
+    work_dir = solver.work_dir
+    previous = _archive_previous(work_dir)
+    info = environment_info(solver, resumed_from)
+    if previous:
+        info['previous_records'] = os.path.relpath(previous, work_dir)
+    atomic_write_text(os.path.join(work_dir, CONFIG_FILE), resolved_config(solver).dump())
+    try:
+        state = git_state(cwd or os.getcwd())
+    except GitError as e:
+        state, info['git'] = None, {'note': f'git failed, no code snapshot: {e}'}
+    else:
+        if state is None:
+            info['git'] = {'note': 'not inside a git work tree (or git is missing); no code snapshot'}
+    if state is not None:
+        dirty = bool(state['staged'] or state['unstaged'] or state['untracked'])
+        info['git'] = {k: state[k] for k in ('commit', 'branch', 'toplevel')}
+        info['git']['dirty'] = dirty
+        if code_snapshot:
+            snapshot_dir = os.path.join(work_dir, SNAPSHOT_DIR)
+            write_code_snapshot(state, snapshot_dir)
+            info['git']['restore'] = restore_command(state, os.path.abspath(snapshot_dir))
+        else:
+            info['git']['note'] = 'SOLVER.CODE_SNAPSHOT is false; no code snapshot'
+    atomic_write_text(os.path.join(work_dir, ENV_FILE), json.dumps(info, indent=2) + '\n')
+    return info

@@ -1,0 +1,93 @@
+"""``run_train.py -m``: a grid of digits runs, each in its own subprocess and folder, and the summary."""
+
+import csv
+
+import pytest
+from conftest import DIGITS_CFG, run_tool
+
+from scepter_like.errors import ConfigError
+from scepter_like.multirun import expand_grid, parse_sweeps, run_name, split_values
+
+SHORT = ['SOLVER.MAX_EPOCHS=1', 'SOLVER.MAX_STEPS=4', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=2']
+
+
+def read_csv(path):
+    with open(path, newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def test_grid_of_four_runs_and_its_summary(tmp_path):
+    base = tmp_path / 'grid'
+    res = run_tool(
+        'run_train.py',
+        '--cfg',
+        DIGITS_CFG,
+        f'SOLVER.WORK_DIR={base}',
+        '-m',
+        *SHORT,
+        'SOLVER.OPTIMIZER.LEARNING_RATE=0.01,0.002',
+        'SOLVER.TRAIN_DATA.BATCH_SIZE=16,64',
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_csv(base / 'multirun_summary.csv')
+    lr, bs = 'SOLVER.OPTIMIZER.LEARNING_RATE', 'SOLVER.TRAIN_DATA.BATCH_SIZE'
+    assert [(r[lr], r[bs]) for r in rows] == [('0.01', '16'), ('0.01', '64'), ('0.002', '16'), ('0.002', '64')]
+    for row in rows:
+        assert row['status'] == 'ok' and row['exit'] == '0' and row['step'] == '4'
+        assert 0 <= float(row['test/accuracy']) <= 1 and float(row['train/loss']) > 0
+        assert 0 <= float(row['eval/accuracy_top3']) <= 1
+        run_dir = base / row['work_dir']
+        assert row['work_dir'] == f'{lr}={row[lr]},{bs}={row[bs]}'
+        assert f'BATCH_SIZE: {row[bs]}' in (run_dir / 'config.yaml').read_text()  # the run got its values
+    assert len({r['train/loss'] for r in rows}) > 1  # the values changed the runs
+    md = (base / 'multirun_summary.md').read_text().splitlines()
+    assert len(md) == 2 + 4 and md[0].startswith('| run | SOLVER.OPTIMIZER.LEARNING_RATE |')
+    assert '[multirun] 4 ok, 0 failed' in res.stdout
+
+
+def test_a_failing_run_is_reported_and_the_rest_go_on(tmp_path):
+    base = tmp_path / 'grid'
+    res = run_tool(
+        'run_train.py',
+        '--cfg',
+        DIGITS_CFG,
+        f'SOLVER.WORK_DIR={base}',
+        '-m',
+        *SHORT,
+        'SOLVER.TRAIN_DATA.BATCH_SIZE=abc,32',
+    )
+    assert res.returncode == 1, res.stderr[-3000:]
+    rows = read_csv(base / 'multirun_summary.csv')
+    assert [(r['SOLVER.TRAIN_DATA.BATCH_SIZE'], r['status'], r['exit']) for r in rows] == [
+        ('abc', 'failed', '2'),
+        ('32', 'ok', '0'),
+    ]
+    assert (
+        rows[0]['error'].startswith('error: SOLVER.TRAIN_DATA.BATCH_SIZE: expected an int')
+        and "'abc'" in rows[0]['error']
+    )
+    assert rows[0]['test/accuracy'] == '' and 0 <= float(rows[1]['test/accuracy']) <= 1
+    assert '| failed | 2 |' in (base / 'multirun_summary.md').read_text()
+
+
+def test_empty_value_list_is_one_error_line(tmp_path):
+    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', '-m', 'SOLVER.MAX_STEPS=')
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        'error: -m SOLVER.MAX_STEPS=: empty value in the list; write SOLVER.MAX_STEPS=V1,V2,... with no empty item'
+    ]
+    assert not (tmp_path / 'multirun_summary.csv').exists()
+
+
+def test_sweep_parsing_and_folder_names():
+    assert split_values('1,[2,3],"a,b",{x: 1, y: 2}') == ['1', '[2,3]', '"a,b"', '{x: 1, y: 2}']
+    sweeps = parse_sweeps(['A.B=1,2', 'C=x', 'D.E=p,q,r'])
+    grid = expand_grid(sweeps)
+    assert len(grid) == 6 and grid[0] == [('A.B', '1'), ('C', 'x'), ('D.E', 'p')] and grid[-1][2] == ('D.E', 'r')
+    assert run_name(grid[1], ['A.B', 'D.E']) == 'A.B=1,D.E=q'
+    assert run_name([('A', 'x/../y z')], ['A']) == 'A=x_.._y_z'
+    long = run_name([('A', 'v' * 400)], ['A'])
+    assert len(long) < 170 and long != run_name([('A', 'v' * 401)], ['A'])
+    for bad in ('A.B=1,,2', 'A.B=', 'SOLVER.WORK_DIR=a,b'):
+        with pytest.raises(ConfigError):
+            parse_sweeps([bad])

@@ -1,0 +1,122 @@
+"""Run records: env.json, the code snapshot that `git apply`s back, history of earlier records."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+pytestmark = pytest.mark.skipif(shutil.which('git') is None, reason='git is not installed')
+
+GIT_ENV = {
+    'GIT_AUTHOR_NAME': 't',
+    'GIT_AUTHOR_EMAIL': 't@example.com',
+    'GIT_COMMITTER_NAME': 't',
+    'GIT_COMMITTER_EMAIL': 't@example.com',
+    'GIT_CONFIG_GLOBAL': os.devnull,
+    'GIT_CONFIG_NOSYSTEM': '1',
+}
+
+
+def git(cwd, *args):
+    env = dict(os.environ, **GIT_ENV)
+    return subprocess.run(['git', *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def tree_files(root):
+    """{relative path: bytes} of every file outside .git."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != '.git']
+        for name in files:
+            path = os.path.join(folder, name)
+            out[os.path.relpath(path, root)] = open(path, 'rb').read()
+    return out
+
+
+@pytest.fixture
+def dirty_repo(tmp_path):
+    """A repo with a commit, then staged and unstaged edits, a new staged file, a deletion, an untracked file."""
+    repo = tmp_path / 'repo'
+    (repo / 'pkg').mkdir(parents=True)
+    (repo / 'pkg' / 'model.py').write_text('a = 1\nb = 2\n')
+    (repo / 'gone.txt').write_text('to be deleted\n')
+    (repo / 'blob.bin').write_bytes(bytes(range(256)))
+    (repo / '.gitignore').write_text('work/\n')
+    git(repo, 'init', '-q')
+    git(repo, 'add', '.')
+    git(repo, 'commit', '-qm', 'base')
+    (repo / 'pkg' / 'model.py').write_text('a = 10\nb = 2\n')  # staged edit ...
+    (repo / 'new_staged.py').write_text('NEW = True\n')
+    (repo / 'blob.bin').write_bytes(bytes(range(255, -1, -1)))
+    git(repo, 'add', 'pkg/model.py', 'new_staged.py', 'blob.bin')
+    (repo / 'pkg' / 'model.py').write_text('a = 10\nb = 20\n')  # ... then an unstaged one on top
+    (repo / 'gone.txt').unlink()
+    (repo / 'scratch.txt').write_text('untracked\n')
+    return repo
+
+
+def test_code_snapshot_restores_the_work_tree_with_git_apply(tmp_path, dirty_repo, monkeypatch):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    work = dirty_repo / 'work' / 'run'
+    monkeypatch.chdir(dirty_repo / 'pkg')  # a subfolder of the work tree: the snapshot covers the whole tree
+    solver = build_solver(blob_solver_cfg(npz, work))
+    solver.close()
+
+    env = json.loads((work / 'env.json').read_text())
+    commit = git(dirty_repo, 'rev-parse', 'HEAD').strip()
+    assert env['git']['commit'] == commit and env['git']['dirty'] is True
+    assert env['world_size'] == 1 and env['device'] == 'cpu' and env['project'] == 'scepter_like'
+    assert env['torch'] and env['python'] and env['hostname'] and env['version']
+    snap = work / 'code_snapshot'
+    assert (snap / 'untracked.txt').read_text().split() == ['scratch.txt']  # work/ is ignored
+    readme = (snap / 'README.md').read_text()
+    assert env['git']['restore'] in readme
+
+    clone = tmp_path / 'clone'
+    git(tmp_path, 'clone', '-q', str(dirty_repo), str(clone))
+    subprocess.run(env['git']['restore'], shell=True, cwd=clone, check=True, capture_output=True)
+
+    expected = {k: v for k, v in tree_files(dirty_repo).items() if not k.startswith('work') and k != 'scratch.txt'}
+    assert tree_files(clone) == expected
+    # staged changes come back staged: the index matches the original index
+    assert git(clone, 'diff', '--cached', '--name-status') == git(dirty_repo, 'diff', '--cached', '--name-status')
+
+
+def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # tmp_path may sit inside some repo
+    work = tmp_path / 'run'
+    cfg = blob_solver_cfg(npz, work)
+    build_solver(cfg).close()
+    env = json.loads((work / 'env.json').read_text())
+    assert 'not inside a git work tree' in env['git']['note'] and 'commit' not in env['git']
+    assert not (work / 'code_snapshot').exists()
+    first = yaml.safe_load((work / 'config.yaml').read_text())
+    assert first['SOLVER']['CODE_SNAPSHOT'] is True and first['ENV']['SEED'] == 0  # defaults filled
+
+    # a second run in the same WORK_DIR moves the first one's records aside
+    cfg['SOLVER']['MAX_EPOCHS'] = 3
+    build_solver(cfg).close()
+    env2 = json.loads((work / 'env.json').read_text())
+    old = work / env2['previous_records']
+    assert yaml.safe_load((old / 'config.yaml').read_text()) == first
+    assert json.loads((old / 'env.json').read_text()) == env
+    assert yaml.safe_load((work / 'config.yaml').read_text())['SOLVER']['MAX_EPOCHS'] == 3
+
+
+def test_code_snapshot_opt_out(tmp_path, dirty_repo, monkeypatch):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    work = tmp_path / 'run'
+    monkeypatch.chdir(dirty_repo)
+    build_solver(blob_solver_cfg(npz, work, CODE_SNAPSHOT=False)).close()
+    env = json.loads((work / 'env.json').read_text())
+    assert env['git']['commit'] == git(dirty_repo, 'rev-parse', 'HEAD').strip()
+    assert 'CODE_SNAPSHOT is false' in env['git']['note']
+    assert not (work / 'code_snapshot').exists()
