@@ -41,22 +41,28 @@ def forward_checked(model, batch):
 
 
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext):
-    """Outputs of ``model`` for ``inputs`` (see the module docstring), ``batch_size`` samples at a time.
-
-    Outputs whose first dimension is not the batch (scalars such as a loss) are left out.
-    ``autocast`` makes the context each forward runs in (the solver's AMP setting).
-    """
+    """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time."""
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
     tensors = as_tensors(inputs)
     n = len(next(iter(tensors.values())))
+    batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
+    return predict_batches(model, batches, device, autocast)
+
+
+def predict_batches(model, batches, device, autocast=contextlib.nullcontext):
+    """Outputs of ``model`` over an iterable of batch dicts, concatenated in order.
+
+    Outputs whose first dimension is not the batch (scalars such as a loss) are left out.
+    ``autocast`` makes the context each forward runs in (the solver's AMP setting).
+    """
     was_training = model.training
     model.eval()
     pieces = {}
     try:
         with torch.no_grad():
-            for start in range(0, n, batch_size):
-                batch = {k: v[start : start + batch_size].to(device) for k, v in tensors.items()}
+            for batch in batches:
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
                 rows = len(next(iter(batch.values())))
                 with autocast():
                     out = forward_checked(model, batch)
