@@ -70,7 +70,7 @@ def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
                 )
     for key, spec in para.items():
         default = spec.get('value')
-        if key not in cfg:
+        if key not in cfg or (cfg[key] is None and spec.get('required')):  # a null is no value for it
             if spec.get('required'):
                 raise ConfigError(
                     f'{cfg.path_of(key)}: {owner} needs this key; {spec.get("description", "")}'.rstrip('; ')
