@@ -8,11 +8,13 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS_CFG, run_tool
+from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
 
 from scepter_like.config import Config
 from scepter_like.solver.loading import build_solver_with_weights
@@ -173,3 +175,21 @@ def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool,
     )  # fmt: skip
     _one_error_line(res, r'weights in .*ldm_step-last\.pth do not fit the model .*mis-shaped: backbone\.net\.0\.weight')
     assert not (tmp_path / 'x.safetensors').exists() and not (tmp_path / 'w' / 'metrics.json').exists()
+
+
+def test_run_eval_under_torchrun_gives_the_same_numbers(trained, tmp_path):
+    work, ckpt = trained
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2']
+    cmd += [
+        os.path.join(TOOLS, 'run_eval.py'),
+        '--cfg',
+        DIGITS_CFG,
+        f'SOLVER.WORK_DIR={tmp_path}',
+        '--checkpoint',
+        ckpt,
+    ]
+    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
+    record = json.loads((tmp_path / 'metrics.json').read_text())
+    assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # reduced over both ranks
