@@ -28,6 +28,11 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f'{message}; see {self.prog} --help')
 
 
+def make_bare_parser(description):
+    """A parser with only the one-line error contract, for tools that read no config."""
+    return _Parser(description=description)
+
+
 def make_parser(description):
     parser = _Parser(description=description)
     parser.add_argument('--cfg', help='YAML config file')

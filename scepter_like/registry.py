@@ -70,7 +70,7 @@ def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
                 )
     for key, spec in para.items():
         default = spec.get('value')
-        if key not in cfg:
+        if key not in cfg or (cfg[key] is None and spec.get('required')):  # a null is no value for it
             if spec.get('required'):
                 raise ConfigError(
                     f'{cfg.path_of(key)}: {owner} needs this key; {spec.get("description", "")}'.rstrip('; ')
@@ -170,15 +170,23 @@ class Registry:
     def get_config_template(self, name):
         """YAML text with NAME and every declared key, its default and description."""
         para, _ = declared_params(self.get(name))
-        lines = [f'NAME: {name}']
-        for key, spec in para.items():
-            value = spec.get('value')
-            text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
-            if text.endswith('\n...'):
-                text = text[:-4].strip()
-            text = text.removesuffix('...').strip()
-            desc = ' '.join(str(spec.get('description', '')).split())
-            if spec.get('required'):
-                desc = f'(required) {desc}'.strip()
-            lines.append(f'{key}: {text}' + (f'  # {desc}' if desc else ''))
-        return '\n'.join(lines) + '\n'
+        return render_config_template(name, para)
+
+
+def render_config_template(name, para):
+    """YAML text ``NAME: name`` and ``KEY: default  # description`` per key of ``para``.
+
+    A required key shows its default (often null) and ``(required)`` before its description.
+    """
+    lines = [f'NAME: {name}']
+    for key, spec in para.items():
+        value = spec.get('value')
+        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
+        if text.endswith('\n...'):
+            text = text[:-4].strip()
+        text = text.removesuffix('...').strip()
+        desc = ' '.join(str(spec.get('description', '')).split())
+        if spec.get('required'):
+            desc = f'(required) {desc}'.strip()
+        lines.append(f'{key}: {text}' + (f'  # {desc}' if desc else ''))
+    return '\n'.join(lines) + '\n'

@@ -5,7 +5,7 @@ import sys
 
 from conftest import REPO, tool_env
 
-HEAVY = ('tensorboard', 'fvcore', 'safetensors', 'sklearn', 'matplotlib')
+HEAVY = ('tensorboard', 'fvcore', 'safetensors', 'sklearn', 'matplotlib', 'onnx', 'onnxruntime', 'onnxscript')
 
 
 def test_solver_import_is_lean():

@@ -500,6 +500,16 @@ class BaseSolver:
     def run_step_test(self, batch_data, batch_idx=0, step=None, rank=None):
         return self._eval_forward(batch_data)
 
+    def predict(self, inputs, batch_size=256):
+        """``{key: numpy array}`` of the model's per-sample outputs for ``inputs`` (a dict of arrays).
+
+        Batched, in eval mode, under ``no_grad``; the model's mode is restored afterwards.
+        See ``scepter_like.solver.predict``.
+        """
+        from scepter_like.solver.predict import predict
+
+        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.autocast)
+
     def compute_epoch_outputs(self):
         """The flat ``{name: float}`` summary of an eval / test epoch (none in BaseSolver)."""
         return {}

@@ -1,0 +1,104 @@
+"""A solver for evaluation, inference or export, built from a training config and a weights file.
+
+The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
+``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
+OPTIMIZER, LR_SCHEDULER, TRAIN_HOOKS, RESUME_FROM, the log file (and MAX_EPOCHS is 1), and
+MODEL.PRETRAINED_MODEL (the given weights replace it).  The weights come from a training
+checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly.
+EVAL_HOOKS and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
+"""
+
+import copy
+import os
+
+import numpy as np
+
+from scepter_like.errors import CheckpointError, DataError
+from scepter_like.solver.base_solver import _DATA_KEYS
+from scepter_like.solver.registry import SOLVERS
+from scepter_like.utils.checkpoint import atomic_write, latest_checkpoint, load_state_dict_checked, load_weights_file
+
+EVAL_MODES = ('eval', 'test')
+_TRAINING_ONLY = {
+    'MAX_EPOCHS': 1,
+    'OPTIMIZER': None,
+    'LR_SCHEDULER': None,
+    'TRAIN_HOOKS': [],
+    'RESUME_FROM': '',
+    'LOG_FILE': '',
+}
+
+
+def resolve_weights_path(path):
+    """``path`` itself, or for a folder (a WORK_DIR or its checkpoints/) the checkpoint its ``latest`` names."""
+    if not os.path.isdir(path):
+        return path
+    for folder in (path, os.path.join(path, 'checkpoints')):
+        found = latest_checkpoint(folder)
+        if found:
+            return found
+    raise CheckpointError(f'{path} is a folder without a latest checkpoint; give a .pth or .safetensors file')
+
+
+def inference_config(cfg, data_modes=EVAL_MODES):
+    """A copy of the whole config ``cfg`` without its training-only parts (see the module docstring).
+
+    Data configs of modes not in ``data_modes`` are dropped too.
+    """
+    cfg = copy.deepcopy(cfg)
+    solver_cfg = cfg.SOLVER
+    for key, value in _TRAINING_ONLY.items():
+        solver_cfg[key] = value
+    for mode, key in _DATA_KEYS.items():
+        if mode not in data_modes:
+            solver_cfg[key] = None
+    model_cfg = solver_cfg.get('MODEL')
+    if model_cfg is not None and model_cfg.get('PRETRAINED_MODEL'):
+        model_cfg['PRETRAINED_MODEL'] = ''
+    return cfg
+
+
+def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
+    """A set-up solver of ``inference_config(cfg, data_modes)`` holding the model weights of ``weights``."""
+    state = load_weights_file(weights)  # a bad file fails before anything is built
+    solver = SOLVERS.build(inference_config(cfg, data_modes).SOLVER, logger=logger)
+    solver.set_up_pre()
+    solver.set_up()
+    load_state_dict_checked(solver.unwrapped_model, state, weights)
+    logger.info(f'loaded model weights from {weights}')
+    return solver
+
+
+def evaluate(solver):
+    """``{mode: {metric: float}}`` over EVAL_DATA and TEST_DATA, by the loops training runs.
+
+    Every rank must call it (metrics reduce over ranks); eval and test hooks see the
+    usual before_solve / after_solve around it.
+    """
+    solver.failed = None
+    solver.before_solve()
+    try:
+        solver.solve_eval()
+        solver.solve_test()
+    except BaseException as e:
+        solver.failed = e
+        raise
+    finally:
+        solver.after_solve()
+    return {mode: dict(solver.epoch_outputs[mode]) for mode in EVAL_MODES if mode in solver.epoch_outputs}
+
+
+def read_npz(path):
+    """The arrays of an ``.npz`` file as ``{name: numpy array}`` (no pickled objects)."""
+    if not os.path.isfile(path):
+        raise DataError(f'input file not found: {path}; give an existing .npz')
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError) as e:
+        raise DataError(f'{path} is not a readable .npz file ({str(e).splitlines()[0]})') from None
+
+
+def write_npz(path, arrays):
+    """Write ``arrays`` to ``path`` as an uncompressed ``.npz``, atomically."""
+    atomic_write(path, lambda f: np.savez(f, **arrays))

@@ -1,0 +1,76 @@
+"""Batched inference on in-memory inputs: ``solver.predict`` and ``tools/run_inference.py``.
+
+A dict of equally long arrays goes in, cut into batches and fed to ``model(**batch)`` in
+eval mode under ``no_grad``; the per-sample tensors of every output dict come back
+concatenated as numpy arrays.  The model's previous train / eval mode is restored.
+"""
+
+import contextlib
+
+import numpy as np
+import torch
+
+from scepter_like.errors import DataError
+
+
+def as_tensors(inputs):
+    """``{key: tensor}`` from a dict of numpy arrays, tensors or nested lists, all equally long."""
+    if not isinstance(inputs, dict) or not inputs:
+        raise DataError('predict needs a non-empty dict of arrays (batch key -> array)')
+    tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
+    lengths = {k: (len(v) if v.dim() else 0) for k, v in tensors.items()}
+    if len(set(lengths.values())) != 1 or 0 in lengths.values():
+        raise DataError(f'predict inputs must be arrays with one equally long first (sample) dimension; got {lengths}')
+    return tensors
+
+
+def forward_checked(model, batch):
+    """``model(**batch)`` as a dict; a key the model reads but ``batch`` lacks is a DataError."""
+    try:
+        out = model(**batch)
+    except KeyError as e:
+        key = e.args[0] if e.args else None
+        if isinstance(key, str) and key not in batch:
+            raise DataError(
+                f'the model needs input {key!r}, which the inputs lack; they have {sorted(batch)}'
+            ) from None
+        raise
+    if not isinstance(out, dict):
+        raise DataError(f'the model must return a dict in eval mode, got {type(out).__name__}')
+    return out
+
+
+def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext):
+    """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time."""
+    if batch_size < 1:
+        raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
+    tensors = as_tensors(inputs)
+    n = len(next(iter(tensors.values())))
+    batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
+    return predict_batches(model, batches, device, autocast)
+
+
+def predict_batches(model, batches, device, autocast=contextlib.nullcontext):
+    """Outputs of ``model`` over an iterable of batch dicts, concatenated in order.
+
+    Outputs whose first dimension is not the batch (scalars such as a loss) are left out.
+    ``autocast`` makes the context each forward runs in (the solver's AMP setting).
+    """
+    was_training = model.training
+    model.eval()
+    pieces = {}
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                rows = len(next(iter(batch.values())))
+                with autocast():
+                    out = forward_checked(model, batch)
+                for key, value in out.items():
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == rows:
+                        # numpy has no bfloat16: such outputs (AMP) come back as float32
+                        value = value.detach().cpu()
+                        pieces.setdefault(key, []).append(value.float() if value.dtype == torch.bfloat16 else value)
+    finally:
+        model.train(was_training)
+    return {k: torch.cat(v).numpy() for k, v in pieces.items()}

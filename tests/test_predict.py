@@ -1,0 +1,55 @@
+"""solver.predict in-process: batched eval-mode forward, mode restored, clear errors."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.errors import DataError
+
+
+@pytest.fixture
+def solver(tmp_path):
+    npz = write_blobs(tmp_path / 'blobs.npz', n=40)
+    cfg = blob_solver_cfg(npz, tmp_path / 'work')
+    cfg['SOLVER']['MODEL']['BACKBONE']['DROPOUT'] = 0.5  # train and eval forwards differ
+    return build_solver(cfg)
+
+
+def test_predict_is_a_batched_eval_forward_and_restores_the_mode(solver):
+    x = np.random.default_rng(0).normal(size=(37, 8)).astype(np.float32)
+    model = solver.unwrapped_model
+    model.train()
+    out = solver.predict({'img': x}, batch_size=5)  # 8 batches, the last one of 2
+    assert model.training  # the previous mode is back
+    assert list(out) == ['logits'] and isinstance(out['logits'], np.ndarray) and out['logits'].shape == (37, 3)
+    model.eval()
+    with torch.no_grad():
+        manual = model(img=torch.from_numpy(x))['logits'].numpy()
+    np.testing.assert_allclose(out['logits'], manual, rtol=1e-5, atol=1e-6)
+    # tensors in, labels passed through as the model returns them, eval mode kept
+    out2 = solver.predict({'img': torch.from_numpy(x), 'label': torch.arange(37)}, batch_size=64)
+    assert not model.training
+    np.testing.assert_allclose(out2['logits'], manual, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out2['label'], np.arange(37))
+
+
+def test_predict_needs_no_grad(solver):
+    grad_seen = []
+    solver.unwrapped_model.register_forward_hook(lambda m, i, o: grad_seen.append(torch.is_grad_enabled()))
+    solver.predict({'img': np.zeros((3, 8), np.float32)})
+    assert grad_seen == [False]
+
+
+@pytest.mark.parametrize(
+    'inputs, pattern',
+    [
+        ({'x': np.zeros((3, 8), np.float32)}, r"the model needs input 'img', which the inputs lack; they have \['x'\]"),
+        ({'img': np.zeros((3, 8)), 'label': np.zeros(2)}, r'one equally long first .*img.: 3, .label.: 2'),
+        ({}, r'non-empty dict'),
+    ],
+)
+def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):
+    with pytest.raises(DataError, match=pattern):
+        solver.predict(inputs)
+    assert solver.unwrapped_model.training  # restored after a failure too

@@ -1,0 +1,195 @@
+"""run_eval, run_inference and export as users run them, on one short digits training run.
+
+The training run is shared by every test here (module-scoped fixture): one epoch, with
+SAVE_LAST so the last checkpoint holds the eval and test metrics training logged.
+"""
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
+
+from scepter_like.config import Config
+from scepter_like.solver.loading import build_solver_with_weights
+
+TRAIN_ARGS = ['SOLVER.MAX_EPOCHS=1', 'SOLVER.LR_SCHEDULER.T_MAX=1', 'SOLVER.TRAIN_HOOKS.3.SAVE_LAST=true']
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """(work dir, last checkpoint path) of a one-epoch digits run."""
+    root = tmp_path_factory.mktemp('digits')
+    work = root / 'run'
+    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ckpt = work / 'checkpoints' / 'ldm_step-last.pth'
+    assert ckpt.is_file()
+    return work, ckpt
+
+
+def _one_error_line(res, pattern):
+    assert res.returncode == 2, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+    assert 'Traceback' not in res.stderr + res.stdout
+
+
+def _digits_solver(ckpt, *overrides):
+    """An in-process solver of the digits config holding the weights of ``ckpt``."""
+    from scepter_like.config import apply_overrides
+    from scepter_like.utils.imports import import_user_modules
+
+    cfg = Config(cfg_file=DIGITS_CFG)
+    apply_overrides(cfg, list(overrides))
+    import_user_modules(cfg.IMPORTS)
+    return build_solver_with_weights(cfg, str(ckpt), logging.getLogger('scepter_like.test'), data_modes=('test',))
+
+
+def test_run_eval_reproduces_training_metrics_exactly(trained):
+    work, ckpt = trained
+    logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
+    assert set(logged) == {'eval', 'test'} and 'accuracy_top3' in logged['test']
+    # a WORK_DIR stands for the checkpoint its latest pointer names (the last one here)
+    res = run_tool('run_eval.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', work)
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads((work / 'metrics.json').read_text())
+    assert record['checkpoint'] == str(ckpt)
+    assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # exact floats
+    table = res.stdout[res.stdout.index('metric ') :]
+    assert re.search(rf'accuracy\s+{logged["eval"]["accuracy"]:.6f}\s+{logged["test"]["accuracy"]:.6f}', table)
+
+
+def test_run_inference_equals_predict_and_manual_forward(trained, tmp_path):
+    work, ckpt = trained
+    solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')
+    images = solver.datas['test'].dataset.arrays['img'][:50].numpy()
+    np.savez(tmp_path / 'x.npz', img=images)
+
+    res = run_tool(
+        'run_inference.py',
+        '--cfg',
+        DIGITS_CFG,
+        f'SOLVER.WORK_DIR={work}',
+        '--checkpoint',
+        ckpt,
+        '--input',
+        tmp_path / 'x.npz',
+        '--output',
+        tmp_path / 'y.npz',
+        '--batch-size',
+        16,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(tmp_path / 'y.npz') as y:
+        assert y.files == ['logits']
+        tool_logits = y['logits']
+
+    predicted = solver.predict({'img': images}, batch_size=16)
+    assert list(predicted) == ['logits']
+    np.testing.assert_array_equal(tool_logits, predicted['logits'])
+    model = solver.unwrapped_model.eval()
+    with torch.no_grad():
+        manual = model(img=torch.from_numpy(images))['logits'].numpy()
+    np.testing.assert_allclose(predicted['logits'], manual, rtol=1e-5, atol=1e-6)
+    # the tool's logits give the accuracy training logged on these samples
+    labels = solver.datas['test'].dataset.arrays['label'][:50].numpy()
+    assert (tool_logits.argmax(1) == labels).mean() > 0.5
+
+
+def test_run_inference_input_missing_a_key_is_one_error_line(trained, tmp_path):
+    work, ckpt = trained
+    np.savez(tmp_path / 'bad.npz', image=np.zeros((4, 8, 8), np.float32))
+    out = tmp_path / 'y.npz'
+    res = run_tool(
+        'run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
+        '--input', tmp_path / 'bad.npz', '--output', out,
+    )  # fmt: skip
+    _one_error_line(res, r"the model needs input 'img', which the inputs lack; they have \['image'\]")
+    assert not out.exists()
+
+
+def test_export_safetensors_loads_back_equal_with_its_config(trained, tmp_path):
+    from safetensors.torch import load_file
+
+    from scepter_like.model.registry import MODELS
+    from scepter_like.utils.checkpoint import load_state_dict_checked
+
+    work, ckpt = trained
+    out = tmp_path / 'export' / 'digits.safetensors'
+    res = run_tool(
+        'export.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
+        '--format', 'safetensors', '--output', out,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    exported = load_file(out)
+    trained_state = torch.load(ckpt, weights_only=True)['model']
+    assert sorted(exported) == sorted(trained_state)
+    for key, tensor in trained_state.items():
+        assert torch.equal(exported[key], tensor), key
+    # the config beside it builds the same model, which takes the exported weights
+    cfg = Config(cfg_file=str(out.with_suffix('.yaml')))
+    assert cfg.SOLVER.WORK_DIR == str(work) and cfg.SOLVER.MODEL.BACKBONE.HIDDEN_DIMS == [256, 256]
+    model = MODELS.build(cfg.SOLVER.MODEL)
+    load_state_dict_checked(model, exported, str(out))
+    assert not [p for p in os.listdir(out.parent) if p.startswith('.tmp.')]
+
+
+def test_export_onnx_matches_torch(trained, tmp_path):
+    ort = pytest.importorskip('onnxruntime', reason="ONNX export is the optional extra 'onnx' (CI installs it)")
+    pytest.importorskip('onnxscript', reason="ONNX export is the optional extra 'onnx' (CI installs it)")
+    work, ckpt = trained
+    out = tmp_path / 'digits.onnx'
+    res = run_tool(
+        'export.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
+        '--format', 'onnx', '--output', out,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = re.search(r"inputs \['img'\], outputs \['logits'\].* max abs diff ([0-9.e+-]+)", res.stdout)
+    assert m and float(m.group(1)) <= 1e-4, res.stdout[-1000:]
+
+    # independently: another batch size than the sample's (dynamic batch), against torch
+    solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')
+    images = solver.datas['test'].dataset.arrays['img'][:37]
+    session = ort.InferenceSession(str(out), providers=['CPUExecutionProvider'])
+    assert [i.name for i in session.get_inputs()] == ['img']
+    (onnx_logits,) = session.run(['logits'], {'img': images.numpy()})
+    expected = solver.predict({'img': images})['logits']
+    np.testing.assert_allclose(onnx_logits, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize('tool', ['run_eval.py', 'export.py'])
+def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool, tmp_path):
+    work, ckpt = trained
+    extra = ['--format', 'safetensors', '--output', tmp_path / 'x.safetensors'] if tool == 'export.py' else []
+    res = run_tool(
+        tool, '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path / "w"}', 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS=[32]',
+        '--checkpoint', ckpt, *extra,
+    )  # fmt: skip
+    _one_error_line(res, r'weights in .*ldm_step-last\.pth do not fit the model .*mis-shaped: backbone\.net\.0\.weight')
+    assert not (tmp_path / 'x.safetensors').exists() and not (tmp_path / 'w' / 'metrics.json').exists()
+
+
+def test_run_eval_under_torchrun_gives_the_same_numbers(trained, tmp_path):
+    work, ckpt = trained
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2']
+    cmd += [
+        os.path.join(TOOLS, 'run_eval.py'),
+        '--cfg',
+        DIGITS_CFG,
+        f'SOLVER.WORK_DIR={tmp_path}',
+        '--checkpoint',
+        ckpt,
+    ]
+    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
+    record = json.loads((tmp_path / 'metrics.json').read_text())
+    assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # reduced over both ranks

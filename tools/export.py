@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Export: ``python tools/export.py --cfg FILE --checkpoint PATH --format safetensors|onnx --output OUT``.
+
+``safetensors``: the model weights as OUT (``.safetensors``) and the config beside it
+(OUT with ``.yaml``), ready for ``run_eval --cfg OUT.yaml --checkpoint OUT`` or as
+MODEL.PRETRAINED_MODEL.  ``onnx``: the model's eval-mode forward with named inputs and
+outputs and a dynamic batch dimension, checked with onnxruntime against torch on sample
+inputs (``--input x.npz``, else the first samples of TEST_DATA or EVAL_DATA) within
+``--atol`` / ``--rtol`` before it is written.  Files are written atomically (rank 0).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scepter_like.cli import load_config, make_parser, run  # noqa: E402
+from scepter_like.errors import ConfigError  # noqa: E402
+
+FORMATS = ('safetensors', 'onnx')
+SAMPLE_ROWS = 8
+
+
+def make_export_parser():
+    from scepter_like.solver.onnx_export import DEFAULT_ATOL, DEFAULT_RTOL
+
+    parser = make_parser('Export model weights to .safetensors, or the model to ONNX.')
+    parser.add_argument('--checkpoint', required=True, help='.pth checkpoint, .safetensors file, or a WORK_DIR')
+    parser.add_argument('--format', required=True, choices=FORMATS, help='safetensors | onnx')
+    parser.add_argument('--output', required=True, help='file to write')
+    parser.add_argument('--input', help='onnx: .npz of sample inputs (default: the first samples of the data)')
+    parser.add_argument('--atol', type=float, default=DEFAULT_ATOL, help=f'onnx check (default {DEFAULT_ATOL:g})')
+    parser.add_argument('--rtol', type=float, default=DEFAULT_RTOL, help=f'onnx check (default {DEFAULT_RTOL:g})')
+    return parser
+
+
+def config_path_beside(output):
+    return os.path.splitext(output)[0] + '.yaml'
+
+
+def export_safetensors(solver, cfg, weights, output):
+    from scepter_like.utils.checkpoint import atomic_write_text, save_safetensors
+
+    save_safetensors(solver.unwrapped_model.state_dict(), output, metadata={'format': 'pt', 'source': weights})
+    cfg_path = config_path_beside(output)
+    atomic_write_text(cfg_path, cfg.dump())
+    print(f'wrote {output} ({len(solver.unwrapped_model.state_dict())} tensors) and its config {cfg_path}')
+
+
+def sample_inputs(solver, input_path):
+    """A dict of CPU tensors: the arrays of ``input_path``, else the first rows of TEST_DATA / EVAL_DATA."""
+    from scepter_like.data.collate import collate
+    from scepter_like.solver.loading import read_npz
+    from scepter_like.solver.predict import as_tensors
+
+    if input_path:
+        return as_tensors(read_npz(input_path))
+    bundle = solver.datas.get('test') or solver.datas.get('eval')
+    dataset = bundle.dataset
+    rows = min(SAMPLE_ROWS, len(dataset))
+    return as_tensors(collate([dataset[i] for i in range(rows)]))
+
+
+def export_onnx_file(solver, args):
+    from scepter_like.solver.onnx_export import export_onnx
+
+    sample = sample_inputs(solver, args.input)
+    model = solver.unwrapped_model.cpu()
+    inputs, outputs, diff = export_onnx(model, sample, args.output, atol=args.atol, rtol=args.rtol)
+    print(
+        f'wrote {args.output}: inputs {inputs}, outputs {outputs}, dynamic batch;'
+        f' onnxruntime vs torch max abs diff {diff:.3g} (atol {args.atol:g}, rtol {args.rtol:g})'
+    )
+
+
+def main(argv):
+    args = make_export_parser().parse_args(argv)
+    cfg = load_config(args)
+    if args.print_config:
+        print(cfg.dump(), end='')
+        return 0
+    data_modes = ()
+    if args.format == 'onnx' and not args.input:
+        if cfg.SOLVER.get('TEST_DATA') is None and cfg.SOLVER.get('EVAL_DATA') is None:
+            raise ConfigError('ONNX export needs sample inputs: give --input x.npz or a TEST_DATA / EVAL_DATA')
+        data_modes = ('test',) if cfg.SOLVER.get('TEST_DATA') is not None else ('eval',)
+    from scepter_like.solver.loading import build_solver_with_weights, resolve_weights_path
+    from scepter_like.utils.logger import get_logger
+
+    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    weights = resolve_weights_path(args.checkpoint)
+    solver = build_solver_with_weights(cfg, weights, logger, data_modes=data_modes)
+    try:
+        if solver.is_main:
+            if args.format == 'safetensors':
+                export_safetensors(solver, cfg, weights, args.output)
+            else:
+                export_onnx_file(solver, args)
+    finally:
+        solver.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(run(main))

@@ -1,0 +1,75 @@
+#!/usr/bin/env python
+"""Infer: ``python tools/run_inference.py --cfg FILE --checkpoint PATH [--input x.npz] --output y.npz [KEY=VALUE ...]``.
+
+Feeds the arrays of ``--input`` (named by the batch keys the model reads, e.g. ``img``)
+to the model in eval mode, ``--batch-size`` samples at a time, and writes every
+per-sample output (e.g. ``logits``) to ``--output`` atomically.  Without ``--input`` it
+runs over the whole TEST_DATA in order.  Under torchrun every rank computes the same
+outputs and rank 0 writes them.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scepter_like.cli import load_config, make_parser, run  # noqa: E402
+from scepter_like.errors import ConfigError  # noqa: E402
+
+
+def make_inference_parser():
+    parser = make_parser('Run a model with given weights on arrays of an .npz file (or on TEST_DATA).')
+    parser.add_argument('--checkpoint', required=True, help='.pth checkpoint, .safetensors file, or a WORK_DIR')
+    parser.add_argument('--input', help='.npz of input arrays named by batch key (default: TEST_DATA)')
+    parser.add_argument('--output', required=True, help='.npz to write the outputs to')
+    parser.add_argument('--batch-size', type=int, default=256, help='samples per forward (default 256)')
+    return parser
+
+
+def test_data_batches(solver, batch_size):
+    """Every TEST_DATA sample in order (unsharded), ``batch_size`` at a time."""
+    from torch.utils.data import DataLoader
+
+    from scepter_like.data.collate import collate
+
+    bundle = solver.datas['test']
+    return DataLoader(
+        bundle.dataset, batch_size=batch_size, shuffle=False, num_workers=bundle.loader.num_workers, collate_fn=collate
+    )
+
+
+def main(argv):
+    args = make_inference_parser().parse_args(argv)
+    cfg = load_config(args)
+    if args.print_config:
+        print(cfg.dump(), end='')
+        return 0
+    if args.batch_size < 1:
+        raise ConfigError(f'--batch-size must be at least 1, got {args.batch_size}')
+    if args.input is None and cfg.SOLVER.get('TEST_DATA') is None:
+        raise ConfigError('run_inference needs --input x.npz or a TEST_DATA in the config')
+    from scepter_like.solver.loading import build_solver_with_weights, read_npz, resolve_weights_path, write_npz
+    from scepter_like.solver.predict import predict_batches
+    from scepter_like.utils.logger import get_logger
+
+    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    inputs = read_npz(args.input) if args.input else None  # a bad file fails before anything is built
+    weights = resolve_weights_path(args.checkpoint)
+    solver = build_solver_with_weights(cfg, weights, logger, data_modes=() if inputs else ('test',))
+    try:
+        if inputs is not None:
+            outputs = solver.predict(inputs, batch_size=args.batch_size)
+        else:
+            batches = test_data_batches(solver, args.batch_size)
+            outputs = predict_batches(solver.unwrapped_model, batches, solver.device, solver.autocast)
+    finally:
+        solver.close()
+    if solver.is_main:
+        write_npz(args.output, outputs)
+        shapes = ', '.join(f'{k} {tuple(v.shape)} {v.dtype}' for k, v in outputs.items())
+        print(f'wrote {args.output}: {shapes}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(run(main))
