@@ -21,6 +21,14 @@ GIT_ENV = {
 }
 
 
+def run(cfg):
+    """Records are written when a run starts: set up, solve (a short blob run), close."""
+    solver = build_solver(cfg)
+    solver.solve()
+    solver.close()
+    return solver
+
+
 def git(cwd, *args):
     env = dict(os.environ, **GIT_ENV)
     return subprocess.run(['git', *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
@@ -63,8 +71,7 @@ def test_code_snapshot_restores_the_work_tree_with_git_apply(tmp_path, dirty_rep
     npz = write_blobs(tmp_path / 'blobs.npz')
     work = dirty_repo / 'work' / 'run'
     monkeypatch.chdir(dirty_repo / 'pkg')  # a subfolder of the work tree: the snapshot covers the whole tree
-    solver = build_solver(blob_solver_cfg(npz, work))
-    solver.close()
+    run(blob_solver_cfg(npz, work))
 
     env = json.loads((work / 'env.json').read_text())
     commit = git(dirty_repo, 'rev-parse', 'HEAD').strip()
@@ -94,7 +101,7 @@ def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
     monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # tmp_path may sit inside some repo
     work = tmp_path / 'run'
     cfg = blob_solver_cfg(npz, work)
-    build_solver(cfg).close()
+    run(cfg)
     env = json.loads((work / 'env.json').read_text())
     assert 'not inside a git work tree' in env['git']['note'] and 'commit' not in env['git']
     assert not (work / 'code_snapshot').exists()
@@ -103,7 +110,7 @@ def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
 
     # a second run in the same WORK_DIR moves the first one's records aside
     cfg['SOLVER']['MAX_EPOCHS'] = 3
-    build_solver(cfg).close()
+    run(cfg)
     env2 = json.loads((work / 'env.json').read_text())
     old = work / env2['previous_records']
     assert yaml.safe_load((old / 'config.yaml').read_text()) == first
@@ -115,7 +122,7 @@ def test_code_snapshot_opt_out(tmp_path, dirty_repo, monkeypatch):
     npz = write_blobs(tmp_path / 'blobs.npz')
     work = tmp_path / 'run'
     monkeypatch.chdir(dirty_repo)
-    build_solver(blob_solver_cfg(npz, work, CODE_SNAPSHOT=False)).close()
+    run(blob_solver_cfg(npz, work, CODE_SNAPSHOT=False))
     env = json.loads((work / 'env.json').read_text())
     assert env['git']['commit'] == git(dirty_repo, 'rev-parse', 'HEAD').strip()
     assert 'CODE_SNAPSHOT is false' in env['git']['note']

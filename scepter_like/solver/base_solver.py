@@ -154,8 +154,6 @@ class BaseSolver:
         # rank r draws its own random stream from here on (dropout, augmentation)
         torch.manual_seed(self.seed + self.rank)
         self.resumed_from = self.resume()
-        if self.is_main:  # config.yaml, env.json, code_snapshot/ (see run_records.py)
-            write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
 
     def construct_hook(self):
         for mode in MODES:
@@ -318,7 +316,8 @@ class BaseSolver:
         if epoch is not None:
             self.max_epochs = epoch
         self.failed = None
-        if self.metrics_log is not None:
+        if self.is_main:  # a training run starts: config.yaml, env.json, code_snapshot/ (run_records.py)
+            write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
             self.metrics_log.write_start(self, self.resumed_from)
         self.before_solve()
         try:
