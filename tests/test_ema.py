@@ -137,3 +137,21 @@ def test_non_float_parameter_is_a_config_error_before_any_step(tmp_path):
     with pytest.raises(ConfigError, match=r'codebook .*register_buffer'):
         solver.solve()
     assert solver.total_iter == 0
+
+
+def test_run_eval_path_uses_the_weights_training_evaluated_with(tmp_path):
+    import logging
+
+    from scepter_like.config import Config
+    from scepter_like.solver.loading import build_solver_with_weights, evaluate
+
+    cfg = _linear_cfg(tmp_path, {'DECAY': 0.9}, MAX_EPOCHS=2)
+    cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True})
+    solver = build_solver(cfg)
+    solver.solve()
+    trained = solver.epoch_outputs['eval']
+    last = str(tmp_path / 'w' / 'checkpoints' / 'ldm_step-last.pth')
+    ckpt = torch.load(last, weights_only=True)
+    assert all(torch.equal(ckpt['eval_model'][k], ckpt['hooks']['train.1.EMAHook']['ema'][k]) for k in ckpt['model'])
+    again = build_solver_with_weights(Config(cfg), last, logging.getLogger('scepter_like.test'))
+    assert evaluate(again)['eval'] == trained  # exactly the numbers training logged (EMA weights)

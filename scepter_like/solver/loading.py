@@ -60,7 +60,7 @@ def inference_config(cfg, data_modes=EVAL_MODES):
 
 def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
     """A set-up solver of ``inference_config(cfg, data_modes)`` holding the model weights of ``weights``."""
-    state = load_weights_file(weights)  # a bad file fails before anything is built
+    state = load_weights_file(weights, eval_weights=True)  # a bad file fails before anything is built
     solver = SOLVERS.build(inference_config(cfg, data_modes).SOLVER, logger=logger)
     solver.set_up_pre()
     solver.set_up()

@@ -96,8 +96,12 @@ def unwrap_model(model):
         model = inner
 
 
-def load_weights_file(path):
-    """A state dict from a ``.safetensors`` file or a torch file (a checkpoint's ``model`` or a bare state dict)."""
+def load_weights_file(path, eval_weights=False):
+    """A state dict from a ``.safetensors`` file or a torch file (a checkpoint's ``model`` or a bare state dict).
+
+    With ``eval_weights``, a training checkpoint gives the weights its evaluation used
+    (``eval_model``: e.g. the EMA, when EMAHook evaluates with it) instead of the raw ones.
+    """
     if not os.path.isfile(path):
         raise CheckpointError(f'weights file not found: {path}; check the path')
     if path.endswith('.safetensors'):
@@ -109,6 +113,8 @@ def load_weights_file(path):
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f'{path} is not a valid .safetensors file ({str(e).splitlines()[0]})') from None
     data = load_torch_file(path)
+    if eval_weights and isinstance(data, dict) and isinstance(data.get('eval_model'), dict):
+        return data['eval_model']
     if isinstance(data, dict) and isinstance(data.get('model'), dict):
         return data['model']
     if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):

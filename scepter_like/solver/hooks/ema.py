@@ -124,6 +124,11 @@ class EMAHook(Hook):
             save_safetensors(self.ema, path, metadata=meta)
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 
+    def before_save_checkpoint(self, solver, checkpoint):
+        # what evaluation uses, for run_eval / export; the same tensors as the hook state, stored once
+        if self.eval_with_ema and self.ema:
+            checkpoint['eval_model'] = self.ema
+
     def state_dict(self):
         return {'ema': dict(self.ema), 'updates': self.updates}
 
