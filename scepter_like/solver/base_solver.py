@@ -28,7 +28,7 @@ from scepter_like.solver import state as training_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
 from scepter_like.solver.hooks.hook import STAGES
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.solver.parallel import wrap_model
+from scepter_like.solver.parallel import eval_context, wrap_model
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
 from scepter_like.utils.logger import add_file_handler
@@ -65,7 +65,7 @@ class BaseSolver:
         'OPTIMIZER': {'value': None, 'description': 'an OPTIMIZERS config'},
         'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
         'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
-        'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1'},
+        'PARALLEL': {'value': 'ddp', 'description': "data parallelism when WORLD_SIZE > 1: 'ddp' | 'fsdp' (FSDP2)"},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
     }
 
@@ -358,7 +358,7 @@ class BaseSolver:
         self.mode = mode
         self._iter[mode] = 0
         try:
-            with torch.no_grad():
+            with torch.no_grad(), eval_context(self.model):
                 self.before_epoch()
                 self.run_eval() if mode == 'eval' else self.run_test()
                 self.after_epoch()
