@@ -53,7 +53,8 @@ def _is_dtensor(value):
     return tensor is not None and isinstance(value, tensor.DTensor)
 
 
-def _full(value):
+def full_tensor(value):
+    """A DTensor gathered to a plain tensor (a collective when sharded); anything else as is."""
     return value.detach().full_tensor() if _is_dtensor(value) else value
 
 
@@ -67,13 +68,13 @@ def _shard_like(full, like):
 
 def model_state_dict(model):
     """The unwrapped model's state dict with full tensors (a collective under FSDP)."""
-    return {k: _full(v) for k, v in unwrap_model(model).state_dict().items()}
+    return {k: full_tensor(v) for k, v in unwrap_model(model).state_dict().items()}
 
 
 def optimizer_state_dict(optimizer):
     """``optimizer.state_dict()`` with full tensors (a collective under FSDP)."""
     state = optimizer.state_dict()
-    state['state'] = {i: {k: _full(v) for k, v in s.items()} for i, s in state['state'].items()}
+    state['state'] = {i: {k: full_tensor(v) for k, v in s.items()} for i, s in state['state'].items()}
     return state
 
 
