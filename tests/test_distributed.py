@@ -295,7 +295,7 @@ def nan_run(tmp_path_factory):
     ]
     cfg = blob_cfg(tmp, 'nan', npz, hooks, MAX_EPOCHS=5)
     # a slow monitor: torchrun must not SIGTERM one rank before it printed its own error
-    launcher = [f'--master_port={free_port()}', '--monitor-interval=1']
+    launcher = [f'--master_port={free_port()}', '--monitor-interval=2']
     proc, logs = torchrun(cfg, [], tmp, 'nan', launcher=launcher)
     return proc, logs, [load(tmp / 'probe' / f'rank{r}.pt') for r in (0, 1)]
 
@@ -435,7 +435,7 @@ def test_fsdp_resume_is_exact(multinode):
 def test_world_size_the_sampler_cannot_split(tmp_path):
     npz = write_noise(tmp_path / 'small.npz', n=20)
     cfg = blob_cfg(tmp_path, 'small', npz, [{'NAME': 'BackwardHook'}], batch=16)
-    launcher = [f'--master_port={free_port()}', '--monitor-interval=1']
+    launcher = [f'--master_port={free_port()}', '--monitor-interval=2']
     proc, logs = torchrun(cfg, ['SOLVER.TRAIN_DATA.DROP_LAST=true'], tmp_path, 'small', launcher=launcher)
     assert proc.returncode != 0 and 'exitcode  : 2' in proc.stderr
     for rank in (0, 1):
