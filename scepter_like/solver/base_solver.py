@@ -28,7 +28,7 @@ from scepter_like.solver import state as training_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
 from scepter_like.solver.hooks.hook import STAGES, Hook
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.solver.parallel import wrap_model
+from scepter_like.solver.parallel import eval_context, wrap_model
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import write_run_records
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
@@ -68,7 +68,7 @@ class BaseSolver:
         'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
         'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
         'LOSS_WEIGHTS': {'value': {}, 'description': 'weights of the loss_* terms summed into loss (default 1.0)'},
-        'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1'},
+        'PARALLEL': {'value': 'ddp', 'description': "data parallelism when WORLD_SIZE > 1: 'ddp' | 'fsdp' (FSDP2)"},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
@@ -373,7 +373,7 @@ class BaseSolver:
         self.mode = mode
         self._iter[mode] = 0
         try:
-            with torch.no_grad():
+            with torch.no_grad(), eval_context(self.model):
                 self.before_epoch()
                 self.run_eval() if mode == 'eval' else self.run_test()
                 self.after_epoch()

@@ -11,7 +11,8 @@ import torch
 
 import scepter_like
 from scepter_like.errors import CheckpointError
-from scepter_like.utils.checkpoint import load_state_dict_checked, load_torch_file, unwrap_model
+from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
+from scepter_like.utils.checkpoint import load_torch_file
 from scepter_like.utils.distributed import all_gather_object
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
@@ -25,13 +26,14 @@ def collect_training_state(solver):
         'format': FORMAT_VERSION,
         'meta': {
             'version': scepter_like.__version__,
-            'torch': str(torch.__version__),
+            'torch': str(torch.__version__),  # TorchVersion would not load with weights_only=True
             'config': solver.cfg.root.dump(),
             'world_size': solver.world_size,
+            'global_batch': _global_batch(solver),
             'time': time.time(),
         },
-        'model': unwrap_model(solver.model).state_dict(),
-        'optimizer': solver.optimizer.state_dict() if solver.optimizer is not None else None,
+        'model': model_state_dict(solver.model),
+        'optimizer': optimizer_state_dict(solver.optimizer) if solver.optimizer is not None else None,
         'lr_scheduler': solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None,
         'solver': solver.progress_state(),
         'hooks': {key: hook.state_dict() for key, hook in solver.hooks_by_key().items()},
@@ -46,29 +48,50 @@ def restore_training_state(solver, ckpt, source):
     """Put ``ckpt`` (as collected above) back into ``solver``; a mismatch is a CheckpointError."""
     if not isinstance(ckpt, dict) or ckpt.get('format') != FORMAT_VERSION or 'solver' not in ckpt:
         raise CheckpointError(f'{source} is not a scepter_like training checkpoint; give one from CheckpointHook')
-    load_state_dict_checked(unwrap_model(solver.model), ckpt['model'], source)
-    for name, obj in (('optimizer', solver.optimizer), ('lr_scheduler', solver.lr_scheduler)):
+    load_model_state(solver.model, ckpt['model'], source)
+    for name, obj, load in (
+        ('optimizer', solver.optimizer, load_optimizer_state),
+        ('lr_scheduler', solver.lr_scheduler, lambda o, s: o.load_state_dict(s)),
+    ):
         if obj is not None and ckpt.get(name) is not None:
             try:
-                obj.load_state_dict(ckpt[name])
-            except (ValueError, KeyError, RuntimeError) as e:
+                load(obj, ckpt[name])
+            except (ValueError, KeyError, RuntimeError, IndexError) as e:
                 raise CheckpointError(f'{source}: the {name} state does not fit this config ({e})') from None
-    solver.load_progress_state(ckpt['solver'])
+    progress = dict(ckpt['solver'])
+    world = ckpt['meta'].get('world_size', 1)
+    if world != solver.world_size:
+        progress['iter'] = _map_position(solver, ckpt, source)
+    solver.load_progress_state(progress)
     saved_hooks = ckpt.get('hooks', {})
     for key, hook in solver.hooks_by_key().items():
         if key in saved_hooks:
             hook.load_state_dict(saved_hooks[key])
-    world = ckpt['meta'].get('world_size', 1)
-    if world == solver.world_size:
+    if solver.rank < len(ckpt['rng']):  # a rank the checkpoint did not have keeps its fresh SEED + rank stream
         set_rng_state(ckpt['rng'][solver.rank])
-    else:
-        solver.logger.warning(
-            f'{source} was saved with {world} processes and this run has {solver.world_size}: model and optimizer'
-            ' resume exactly, but the data order and random streams change'
-        )
-        set_rng_state(ckpt['rng'][0])
     for fn in solver.stage_functions('after_load_checkpoint'):
         fn(solver, ckpt)
+
+
+def _global_batch(solver):
+    """Train samples per step over all ranks (0 without train data)."""
+    bundle = solver.datas.get('train')
+    return bundle.batch_size * solver.world_size if bundle is not None else 0
+
+
+def _map_position(solver, ckpt, source):
+    """The train batch to continue at when the world size changed: the same number of samples
+    into the epoch (rounded down, so none is skipped), in this run's global batches."""
+    progress, meta = ckpt['solver'], ckpt['meta']
+    old_batch, new_batch = meta.get('global_batch', 0), _global_batch(solver)
+    position = progress['iter'] * old_batch // new_batch if old_batch and new_batch else progress['iter']
+    solver.logger.warning(
+        f'{source} was saved with {meta.get("world_size", 1)} processes and this run has {solver.world_size}:'
+        ' model, optimizer and counters resume exactly, but the data order and random streams change;'
+        f' the epoch continues at batch {position} (batch {progress["iter"]} of global size {old_batch} then,'
+        f' {new_batch} now)'
+    )
+    return position
 
 
 def load_checkpoint_file(path):

@@ -5,6 +5,7 @@ import torch
 from scepter_like.errors import ConfigError, TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_BACKWARD, Hook
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.parallel import full_tensor
 from scepter_like.utils.distributed import all_reduce_max
 
 _AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -127,7 +128,7 @@ class BackwardHook(Hook):
             if self.scaler is not None:
                 self.scaler.unscale_(optimizer)
             norm = torch.nn.utils.clip_grad_norm_(self._params, self.gradient_clip)
-            solver.iter_outputs['grad_norm'] = norm.detach()
+            solver.iter_outputs['grad_norm'] = full_tensor(norm.detach())  # a DTensor under FSDP
         if self.skip_nonfinite and self._skip_this_step(solver):
             optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:

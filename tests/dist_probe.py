@@ -1,0 +1,125 @@
+"""Test support for torchrun runs, loaded with ``--import tests/dist_probe.py``.
+
+- ``DistProbeHook`` records, per rank, the first optimizer step's gradients (full tensors),
+  the final weights, the local metric sums and the counters, into ``OUT/rank{r}.pt`` at
+  after_solve (also after a failure); it can make one rank's loss NaN at given steps and
+  SIGKILL torchrun and all its workers at a given step.
+- On import in a rank other than 0, with ``PROBE_GUARD_DIR`` set, an audit hook makes any
+  write under that folder (open for writing, mkdir, rename, remove) raise, so a run in
+  which rank > 0 writes a file fails.
+"""
+
+import os
+import signal
+import sys
+
+import torch
+
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.distributed import all_gather_object
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _install_write_guard(folder):
+    folder = os.path.realpath(folder)
+
+    def inside(path):
+        if isinstance(path, int):
+            return False
+        path = os.fsdecode(path)
+        return os.path.realpath(os.path.abspath(path)).startswith(folder)
+
+    def guard(event, args):
+        if event == 'open':
+            path, mode, flags = args
+            writes = (mode is not None and any(c in mode for c in 'wax+')) or bool((flags or 0) & _WRITE_FLAGS)
+            if writes and inside(path):
+                raise PermissionError(f'rank {os.environ.get("RANK")} wrote {path}')
+        elif event in ('os.mkdir', 'os.remove', 'os.rmdir', 'os.truncate') and inside(args[0]):
+            raise PermissionError(f'rank {os.environ.get("RANK")} {event} {args[0]}')
+        elif event == 'os.rename' and (inside(args[0]) or inside(args[1])):
+            raise PermissionError(f'rank {os.environ.get("RANK")} renamed {args[0]} -> {args[1]}')
+
+    sys.addaudithook(guard)
+
+
+if os.environ.get('PROBE_GUARD_DIR') and os.environ.get('RANK', '0') != '0':
+    _install_write_guard(os.environ['PROBE_GUARD_DIR'])
+
+
+def _full(tensor):
+    tensor = tensor.detach()
+    return tensor.full_tensor() if hasattr(tensor, 'full_tensor') else tensor.clone()
+
+
+@HOOKS.register_class()
+class DistProbeHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': -10, 'description': 'before BackwardHook, so a NaN reaches it'},
+        'OUT': {'value': '', 'description': 'folder for rank{r}.pt'},
+        'NAN_STEPS': {'value': [], 'description': 'steps (1-based) whose loss becomes NaN on NAN_RANK'},
+        'NAN_RANK': {'value': 1, 'description': 'the rank that sees the NaN'},
+        'KILL_AT_STEP': {'value': 0, 'description': 'rank 0 SIGKILLs torchrun and every worker at this step'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.out = cfg.OUT
+        self.nan_steps = set(cfg.NAN_STEPS)
+        self.nan_rank = cfg.NAN_RANK
+        self.kill_at = cfg.KILL_AT_STEP
+        self.first_grads = None
+        self.worker_pids = []
+
+    def before_solve(self, solver):
+        names = {id(p): n for n, p in solver.unwrapped_model.named_parameters()}
+
+        def grab(optimizer, args, kwargs):
+            if self.first_grads is None:
+                self.first_grads = {
+                    names[id(p)]: _full(p.grad)
+                    for g in optimizer.param_groups
+                    for p in g['params']
+                    if p.grad is not None
+                }
+
+        solver.optimizer.register_step_pre_hook(grab)
+        if self.kill_at:
+            self.worker_pids = all_gather_object(os.getpid())
+
+    def _kill_everything(self):
+        """SIGKILL torchrun (our parent), the other workers (each in its own session), then this one."""
+        with open(f'/proc/{os.getppid()}/cmdline', 'rb') as f:
+            assert b'torch.distributed.run' in f.read(), 'KILL_AT_STEP only under torchrun'
+        os.kill(os.getppid(), signal.SIGKILL)
+        for pid in self.worker_pids:
+            if pid != os.getpid():
+                os.kill(pid, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_iter(self, solver):
+        step = solver.total_iter
+        if step == self.kill_at and solver.rank == 0:
+            self._kill_everything()
+        if step in self.nan_steps and solver.rank == self.nan_rank and solver.loss is not None:
+            solver.loss = solver.loss * float('nan')
+
+    def after_solve(self, solver):
+        if not self.out:
+            return
+        os.makedirs(self.out, exist_ok=True)
+        record = {
+            'rank': solver.rank,
+            'world_size': solver.world_size,
+            'local_rank': solver.dist_info.local_rank,
+            'first_grads': self.first_grads,
+            'weights': {k: _full(v) for k, v in solver.unwrapped_model.state_dict().items()},
+            'metric_sums': [m._state.clone() if m._state is not None else None for m in solver.metrics],
+            'total_iter': solver.total_iter,
+            'optimizer_steps': solver.optimizer_steps,
+            'epoch_outputs': solver.epoch_outputs,
+            'failed': repr(solver.failed) if solver.failed is not None else None,
+        }
+        torch.save(record, os.path.join(self.out, f'rank{solver.rank}.pt'))
