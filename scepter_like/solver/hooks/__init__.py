@@ -1,6 +1,6 @@
 """The solver's hooks; importing this package registers the built-in ones in HOOKS."""
 
-from scepter_like.solver.hooks import backward, checkpoint, log, lr, sampler  # noqa: F401  (registrations)
+from scepter_like.solver.hooks import backward, checkpoint, log, lr, safetensors, sampler  # noqa: F401  (registrations)
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.hook import Hook
