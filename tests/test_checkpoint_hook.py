@@ -91,3 +91,23 @@ def test_checkpoint_holds_the_full_training_state(tmp_path):
 def test_unknown_best_metric_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match='SAVE_BEST_BY.*no eval metric is called'):
         run(tmp_path, 1, ckpt_hooks(SAVE_BEST_BY='+f1'))
+
+
+def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_path):
+    seen = []
+    hooks = [
+        {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 4},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 3},
+        {'NAME': 'DistSamplerHook'},
+    ]
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks))
+    grads = lambda s: [p.grad for p in s.unwrapped_model.parameters() if p.grad is not None]  # noqa: E731
+    solver.register_callback_on_iter_end(lambda s: seen.append((s.total_iter, s.in_accumulation, len(grads(s)))))
+    solver.solve()
+    # groups per 6-step epoch: steps 1-4 and 5-6; due at 3, 6, 9, 12 -> saved at 4, 6, 10, 12
+    assert checkpoint_files(tmp_path) == ['latest'] + [f'ldm_step-step-{s}.pth' for s in (10, 12, 4, 6)]
+    assert [(step, acc, n) for step, acc, n in seen if step in (4, 6, 10, 12)] == [
+        (s, False, 0) for s in (4, 6, 10, 12)
+    ]
+    assert (3, True) in [(step, acc) for step, acc, _ in seen]  # step 3 was inside a group
