@@ -25,7 +25,7 @@ def collect_training_state(solver):
         'format': FORMAT_VERSION,
         'meta': {
             'version': scepter_like.__version__,
-            'torch': str(torch.__version__),  # TorchVersion would not load with weights_only
+            'torch': str(torch.__version__),
             'config': solver.cfg.root.dump(),
             'world_size': solver.world_size,
             'time': time.time(),
