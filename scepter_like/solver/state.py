@@ -95,4 +95,9 @@ def _map_position(solver, ckpt, source):
 
 
 def load_checkpoint_file(path):
+    if str(path).endswith('.safetensors'):
+        raise CheckpointError(
+            f'{path} holds weights only, not a training state to resume; to start from these weights'
+            ' set MODEL.PRETRAINED_MODEL instead of RESUME_FROM'
+        )
     return load_torch_file(path, map_location='cpu')

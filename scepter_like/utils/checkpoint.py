@@ -30,16 +30,22 @@ def _fsync_dir(folder):
         os.close(fd)
 
 
-def atomic_write(path, write_fn, mode='wb'):
-    """Call ``write_fn(file)`` on a temp file beside ``path``, then move it into place."""
+def _fsync_file(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_replace(path, write_tmp):
+    """Call ``write_tmp(tmp_path)`` for a temp file beside ``path``; fsync it, move it into place."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f'{TMP_PREFIX}{os.path.basename(path)}.{os.getpid()}')
     try:
-        with open(tmp, mode) as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_tmp(tmp)
+        _fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -48,12 +54,23 @@ def atomic_write(path, write_fn, mode='wb'):
     _fsync_dir(folder)
 
 
+def atomic_write(path, write_fn, mode='wb'):
+    """Call ``write_fn(file)`` on a temp file beside ``path``, then move it into place."""
+
+    def write_tmp(tmp):
+        with open(tmp, mode) as f:
+            write_fn(f)
+
+    _atomic_replace(path, write_tmp)
+
+
 def atomic_write_text(path, text):
     atomic_write(path, lambda f: f.write(text), mode='w')
 
 
 def atomic_torch_save(obj, path):
-    atomic_write(path, lambda f: torch.save(obj, f))
+    # torch.save to a path writes through its own C++ writer: faster than through a Python file object
+    _atomic_replace(path, lambda tmp: torch.save(obj, tmp))
 
 
 def remove_temp_files(folder):

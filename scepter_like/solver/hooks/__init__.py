@@ -9,6 +9,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     lr,
     probe,
     profiler,
+    safetensors,
     sampler,
     swa,
     tensorboard,

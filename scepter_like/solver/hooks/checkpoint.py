@@ -6,7 +6,9 @@ when SAVE_BEST_BY improves, ``{prefix}-last.pth`` at the end with SAVE_LAST.  Ea
 written atomically; then the ``latest`` pointer moves to it; only then are periodic
 checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
 accumulation group is taken at the end of that group (checkpoints never hold
-half-accumulated gradients).  Resuming is the solver's (RESUME_FROM, at the end of
+half-accumulated gradients).  Step and epoch checkpoints are taken by callbacks that run
+after every hook of ``after_iter`` / ``after_epoch``, so each hook's state in the file is
+that of the end of the step or epoch, whatever its PRIORITY.  Resuming is the solver's (RESUME_FROM, at the end of
 ``set_up``), so every hook's ``before_solve`` already sees the resumed state.
 """
 
@@ -58,6 +60,7 @@ class CheckpointHook(Hook):
         self.best_epoch = None
         self.checked_eval = None
         self._step_due = False
+        self._registered = False
 
     def before_solve(self, solver):
         self.folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
@@ -73,17 +76,24 @@ class CheckpointHook(Hook):
                 f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
                 f' the metrics give {solver.metric_names("eval")}'
             )
+        if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
+            if self.step_interval > 0:
+                solver.register_callback_on_iter_end(self._after_train_step)
+            if self.interval > 0:
+                solver.register_callback_on_epoch_end(self._after_train_epoch)
+            self._registered = True
 
     def _save(self, solver, name, periodic=True):
+        if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
+            if name in self.saved:
+                self.saved.remove(name)
+            self.saved.append(name)
         path = os.path.join(self.folder, name)
         solver.save_checkpoint(path)
         if not solver.is_main:
             return path
         write_latest_pointer(self.folder, name)
         if periodic:
-            if name in self.saved:
-                self.saved.remove(name)
-            self.saved.append(name)
             self._prune()
         solver.logger.info(f'checkpoint saved: {path}')
         return path
@@ -97,18 +107,14 @@ class CheckpointHook(Hook):
             if os.path.exists(old_path):
                 os.remove(old_path)
 
-    def after_iter(self, solver):
-        if self.step_interval <= 0 or solver.mode != 'train':
-            return
+    def _after_train_step(self, solver):
         if solver.total_iter % self.step_interval == 0:
             self._step_due = True
         if self._step_due and not solver.in_accumulation:
             self._step_due = False
             self._save(solver, f'{self.prefix}-step-{solver.total_iter}.pth')
 
-    def after_epoch(self, solver):
-        if solver.mode != 'train' or self.interval <= 0:
-            return
+    def _after_train_epoch(self, solver):
         if (solver.epoch + 1) % self.interval == 0 and solver.iter == solver.epoch_max_iter:
             self._save(solver, f'{self.prefix}-epoch-{solver.epoch + 1}.pth')
 

@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Saving and loading a full solver checkpoint against bare ``torch.save`` / ``torch.load``.
+
+    python benchmarks/checkpoint.py [--hidden 2048] [--rounds 7] [--dir FOLDER]
+
+The model is an MLP (64 -> hidden -> hidden -> 10; 2048 gives 4.4M parameters, 17.6 MB)
+after one AdamW step, so the optimizer holds two more tensors per parameter (~53 MB in
+all).  Each round times, in alternating order:
+
+- ours, save: ``solver.save_checkpoint`` — collects model, optimizer, scheduler, hook,
+  progress and RNG state plus meta, and writes it atomically (temp file, fsync,
+  ``os.replace``, folder fsync);
+- bare, save: ``torch.save({'model', 'optimizer', 'lr_scheduler'})`` to a path (no fsync);
+- bare+fsync, save: the same, then ``fsync`` of the file: the cost of durability alone,
+  which ours pays and a bare save does not (a reference, not a target);
+- ours, load: ``solver.load_checkpoint`` (``weights_only=True``, key checks, restore all);
+- bare, load: ``torch.load(weights_only=True)`` and ``load_state_dict`` of model and optimizer.
+
+It prints the median of each and the ratios (targets: save <= 1.2x, load <= 1.2x).  Run
+it on an idle machine, with FOLDER on the disk checkpoints will go to (a tmpfs makes
+fsync free).
+"""
+
+import argparse
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from scepter_like.config import Config  # noqa: E402
+from scepter_like.solver import SOLVERS  # noqa: E402
+
+
+def build_solver(folder, hidden):
+    rng = np.random.default_rng(0)
+    npz = os.path.join(folder, 'data.npz')
+    np.savez(npz, x=rng.normal(size=(64, 64)).astype(np.float32), y=rng.integers(0, 10, 64))
+    data = {'NAME': 'NpzDataset', 'PATH': npz, 'KEY_MAP': {'x': 'img', 'y': 'label'}, 'BATCH_SIZE': 64}
+    cfg = Config(
+        {
+            'ENV': {'SEED': 0},
+            'SOLVER': {
+                'NAME': 'TrainValSolver',
+                'WORK_DIR': os.path.join(folder, 'run'),
+                'LOG_FILE': '',
+                'MAX_STEPS': 1,
+                'MODEL': {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 64, 'HIDDEN_DIMS': [hidden] * 2}},
+                'OPTIMIZER': {'NAME': 'AdamW', 'LEARNING_RATE': 0.001},
+                'LR_SCHEDULER': {'NAME': 'CosineAnnealingLR', 'T_MAX': 10},
+                'TRAIN_DATA': data,
+                'TRAIN_HOOKS': [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook'}, {'NAME': 'DistSamplerHook'}],
+            },
+        }
+    )
+    logger = logging.getLogger('bench')
+    logger.setLevel(logging.WARNING)
+    solver = SOLVERS.build(cfg.SOLVER, logger=logger)
+    solver.set_up_pre()
+    solver.set_up()
+    solver.solve()  # one step: the optimizer now holds its moments
+    return solver
+
+
+def bare_save(solver, path):
+    state = {
+        'model': solver.unwrapped_model.state_dict(),
+        'optimizer': solver.optimizer.state_dict(),
+        'lr_scheduler': solver.lr_scheduler.state_dict(),
+    }
+    torch.save(state, path)
+
+
+def bare_save_fsync(solver, path):
+    bare_save(solver, path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def bare_load(solver, path):
+    state = torch.load(path, map_location='cpu', weights_only=True)
+    solver.unwrapped_model.load_state_dict(state['model'])
+    solver.optimizer.load_state_dict(state['optimizer'])
+    solver.lr_scheduler.load_state_dict(state['lr_scheduler'])
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--hidden', type=int, default=2048, help='MLP width (model size grows as its square)')
+    parser.add_argument('--rounds', type=int, default=7)
+    parser.add_argument('--dir', default='.', help='folder to write in (default: the current one)')
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    folder = tempfile.mkdtemp(prefix='ckpt_bench_', dir=args.dir)
+    try:
+        solver = build_solver(folder, args.hidden)
+        ours_path, bare_path = os.path.join(folder, 'ours.pth'), os.path.join(folder, 'bare.pth')
+        solver.save_checkpoint(ours_path)  # warm-up (file system, allocator)
+        bare_save(solver, bare_path)
+        saves = [
+            ('ours save', lambda: solver.save_checkpoint(ours_path)),
+            ('bare save', lambda: bare_save(solver, bare_path)),
+            ('bare+fsync save', lambda: bare_save_fsync(solver, bare_path)),
+        ]
+        loads = [
+            ('ours load', lambda: solver.load_checkpoint(ours_path)),
+            ('bare load', lambda: bare_load(solver, bare_path)),
+        ]
+        times = {name: [] for name, _ in saves + loads}
+        for r in range(args.rounds):  # alternate the order, so drift in the machine's load hits both
+            for group in (saves, loads):
+                for name, fn in group if r % 2 == 0 else group[::-1]:
+                    times[name].append(timed(fn))
+        params = sum(p.numel() for p in solver.unwrapped_model.parameters())
+        print(
+            f'model {params / 1e6:.1f}M parameters; checkpoint {os.path.getsize(ours_path) / 2**20:.1f} MiB'
+            f' (bare {os.path.getsize(bare_path) / 2**20:.1f} MiB); {args.rounds} rounds in {folder}'
+        )
+        med = {k: statistics.median(v) for k, v in times.items()}
+        for key in times:
+            print(f'  {key}: median {med[key] * 1e3:8.1f} ms  (min {min(times[key]) * 1e3:.1f})')
+        for op in ('save', 'load'):
+            ratio = med[f'ours {op}'] / med[f'bare {op}']
+            print(f'  {op} ratio ours/bare: {ratio:.2f}x (target <= 1.20x)')
+        print(f'  save ratio ours/bare+fsync: {med["ours save"] / med["bare+fsync save"]:.2f}x (durability priced in)')
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    main()

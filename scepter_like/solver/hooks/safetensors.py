@@ -1,0 +1,60 @@
+"""SafetensorsHook: the model's weights as ``.safetensors`` files others can load safely.
+
+Rank 0 writes ``WORK_DIR/safetensors/{prefix}-step-{S}.safetensors`` every INTERVAL train
+steps and ``{prefix}-final.safetensors`` when training ends.  The weights are those of the
+unwrapped model (no ``module.`` prefix); tensors that share memory (tied weights) are
+written as separate copies.  The file's metadata holds the step, the epoch and the
+run's config.  Each file is written atomically (see ``utils/checkpoint.py``).
+"""
+
+import os
+
+from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.checkpoint import remove_temp_files, save_safetensors
+
+SAFETENSORS_DIR = 'safetensors'
+
+
+@HOOKS.register_class()
+class SafetensorsHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_SAFETENSORS, 'description': 'after BackwardHook (weights of this step)'},
+        'INTERVAL': {'value': 1000, 'description': 'save every this many train steps (<= 0: only at the end)'},
+        'SAVE_NAME_PREFIX': {'value': 'ldm_step', 'description': 'file name prefix'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.interval = cfg.INTERVAL
+        self.prefix = cfg.SAVE_NAME_PREFIX
+        self.folder = None
+
+    def before_solve(self, solver):
+        self.folder = os.path.join(solver.work_dir, SAFETENSORS_DIR)
+        if solver.is_main:
+            os.makedirs(self.folder, exist_ok=True)
+            remove_temp_files(self.folder)
+
+    def after_iter(self, solver):
+        if self.interval > 0 and solver.mode == 'train' and solver.total_iter % self.interval == 0:
+            self.save(solver, f'{self.prefix}-step-{solver.total_iter}.safetensors')
+
+    def after_solve(self, solver):
+        if solver.failed is None and self.folder is not None and 'train' in solver.datas:
+            self.save(solver, f'{self.prefix}-final.safetensors')
+
+    def save(self, solver, name):
+        """Write the unwrapped model's weights to ``folder/name`` (rank 0); returns the path."""
+        if not solver.is_main:
+            return None
+        path = os.path.join(self.folder, name)
+        metadata = {
+            'format': 'pt',
+            'step': solver.total_iter,
+            'epoch': solver.epoch,
+            'config': solver.cfg.root.dump(),
+        }
+        save_safetensors(solver.unwrapped_model.state_dict(), path, metadata=metadata)
+        solver.logger.info(f'weights saved: {path}')
+        return path

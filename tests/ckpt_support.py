@@ -1,0 +1,85 @@
+"""Test-only registrations for the checkpoint tests (passed to tools with ``--import``).
+
+``KillHook`` SIGKILLs its own process (no cleanup, no ``finally``, the way a crash or an
+OOM kill ends a run) at ``SCEPTER_TEST_KILL_AT``: ``train:N`` when step N+1 begins (step N
+is done, with any checkpoint it took; batch N+1 is loaded), ``eval:N`` after the first
+eval step that follows train step N.  ``RecordingNpzDataset`` appends the indices of
+every batch it serves to RECORD, so a test can see which batches a run loaded.
+``CounterHook`` carries state across a resume through both hook interfaces.
+"""
+
+import os
+import signal
+
+import torch
+
+from scepter_like.data.datasets import NpzDataset
+from scepter_like.data.registry import DATASETS
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.registry import HOOKS
+
+KILL_ENV = 'SCEPTER_TEST_KILL_AT'
+
+
+@HOOKS.register_class()
+class KillHook(Hook):
+    para_dict = {'PRIORITY': {'value': 1000, 'description': 'after every built-in hook'}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        spec = os.environ.get(KILL_ENV, '')
+        self.mode, _, step = spec.partition(':')
+        self.step = int(step) if step else -1
+
+    def _maybe_kill(self, solver):
+        if solver.mode == self.mode and solver.total_iter == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def before_iter(self, solver):
+        if solver.mode == 'train':
+            self._maybe_kill(solver)
+
+    def after_iter(self, solver):
+        if solver.mode == 'eval':
+            self._maybe_kill(solver)
+
+
+@DATASETS.register_class()
+class RecordingNpzDataset(NpzDataset):
+    para_dict = {'RECORD': {'value': '', 'description': 'file that gets one line of indices per served batch'}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.record = cfg.RECORD
+
+    def __getitems__(self, indices):
+        with open(self.record, 'a') as f:
+            f.write(' '.join(map(str, indices)) + '\n')
+        return super().__getitems__(indices)
+
+
+@HOOKS.register_class()
+class CounterHook(Hook):
+    """Counts train steps in its state_dict and writes a tensor into the checkpoint itself."""
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.steps = 0
+        self.extra = None
+        self.loaded_extra = None
+
+    def after_iter(self, solver):
+        if solver.mode == 'train':
+            self.steps += 1
+
+    def before_save_checkpoint(self, solver, checkpoint):
+        checkpoint['counter_extra'] = torch.full((2,), float(self.steps))
+
+    def after_load_checkpoint(self, solver, checkpoint):
+        self.loaded_extra = checkpoint['counter_extra']
+
+    def state_dict(self):
+        return {'steps': self.steps}
+
+    def load_state_dict(self, state):
+        self.steps = state['steps']

@@ -1,0 +1,88 @@
+"""A crash while a checkpoint is being written never costs more than that checkpoint.
+
+A run that saves a ~13 MB checkpoint after every step (so most of its time is spent
+writing) is SIGKILLed at random moments, restarted with ``RESUME_FROM=auto`` and killed
+again.  After every kill ``latest`` names a complete checkpoint that loads, and the next
+start removes the temporary file the killed save left behind.
+"""
+
+import os
+import random
+import subprocess
+import sys
+import time
+
+import torch
+import yaml
+from conftest import REPO, TOOLS, tool_env
+from helpers import write_blobs
+
+from scepter_like.utils.checkpoint import TMP_PREFIX
+
+ROUNDS = 4
+
+
+def crash_config(tmp_path):
+    npz = write_blobs(tmp_path / 'blobs.npz', n=64, dim=8, classes=3)
+    data = {'NAME': 'NpzDataset', 'PATH': npz, 'KEY_MAP': {'x': 'img', 'y': 'label'}, 'BATCH_SIZE': 16}
+    cfg = {
+        'ENV': {'SEED': 0, 'NUM_THREADS': 1},
+        'SOLVER': {
+            'NAME': 'TrainValSolver',
+            'WORK_DIR': str(tmp_path / 'run'),
+            'RESUME_FROM': 'auto',
+            'MAX_EPOCHS': 10000,
+            'MODEL': {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 8, 'HIDDEN_DIMS': [1024, 1024]}},
+            'OPTIMIZER': {'NAME': 'AdamW', 'LEARNING_RATE': 0.001},
+            'TRAIN_DATA': data,
+            'TRAIN_HOOKS': [
+                {'NAME': 'BackwardHook'},
+                {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 1, 'KEEP_LAST': 2},
+            ],
+        },
+    }
+    path = tmp_path / 'crash.yaml'
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def wait_for_new_checkpoint(pointer, since, proc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(pointer) and os.stat(pointer).st_mtime_ns > since:
+            return
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.02)
+    raise AssertionError('no checkpoint was written')
+
+
+def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
+    cfg = crash_config(tmp_path)
+    folder = tmp_path / 'run' / 'checkpoints'
+    pointer = folder / 'latest'
+    rng = random.Random(0)
+    torn, steps, left_behind = 0, [], []
+    for _ in range(ROUNDS):
+        since = os.stat(pointer).st_mtime_ns if pointer.exists() else 0
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(TOOLS, 'run_train.py'), '--cfg', str(cfg)],
+            cwd=REPO,
+            env=tool_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        wait_for_new_checkpoint(pointer, since, proc)
+        # the temp file the previous kill left was removed when this run started
+        assert not any((folder / name).exists() for name in left_behind)
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.kill()
+        proc.wait()
+        left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
+        torn += bool(left_behind)
+        name = pointer.read_text().strip()
+        ckpt = torch.load(folder / name, weights_only=True)
+        assert {'model', 'optimizer', 'solver', 'rng'} <= ckpt.keys()
+        assert name == f'ldm_step-step-{ckpt["solver"]["total_iter"]}.pth'
+        steps.append(ckpt['solver']['total_iter'])
+    assert steps == sorted(steps) and steps[0] < steps[-1]  # every restart resumed and went on
+    assert torn > 0  # at least one kill hit a save in the middle of its write

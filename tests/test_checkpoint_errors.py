@@ -1,0 +1,110 @@
+"""Bad checkpoint input through tools/run_train.py: one ``error:`` line, exit status 2, and
+no file changed (the run's log only gains lines).  A checkpoint that carries pickled code
+is refused without running it."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, TOOLS, run_tool
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.cli import run
+from scepter_like.utils.checkpoint import save_safetensors
+
+
+def load_run_train():
+    spec = importlib.util.spec_from_file_location('run_train_tool', os.path.join(TOOLS, 'run_train.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def snapshot(root):
+    """Every file under ``root`` but the log: size, mtime and bytes."""
+    out = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name != 'std_log.txt':
+                with open(path, 'rb') as f:
+                    out[os.path.relpath(path, root)] = (os.stat(path).st_mtime_ns, f.read())
+    return out
+
+
+class Marker:
+    """Unpickling this calls ``open(path, 'w')``: it creates the file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+@pytest.fixture(scope='module')
+def setup(tmp_path_factory):
+    """A finished run with checkpoints, its config file, and a set of bad files beside it."""
+    tmp = tmp_path_factory.mktemp('ckpt_errors')
+    npz = write_blobs(tmp / 'blobs.npz')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
+    cfg = blob_solver_cfg(npz, tmp / 'run', hooks=hooks, MAX_EPOCHS=1)
+    solver = build_solver(cfg)
+    solver.solve()
+    solver.close()
+    (tmp / 'job.yaml').write_text(yaml.safe_dump(cfg))
+    good = tmp / 'run' / 'checkpoints' / 'ldm_step-epoch-1.pth'
+    bad = tmp / 'bad'
+    bad.mkdir()
+    data = good.read_bytes()
+    (bad / 'truncated.pth').write_bytes(data[: len(data) // 2])
+    (bad / 'garbage.safetensors').write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": not json}' + bytes(64))
+    save_safetensors(solver.unwrapped_model.state_dict(), bad / 'weights.safetensors')
+    other_cfg = blob_solver_cfg(npz, tmp / 'other', hooks=hooks, MAX_EPOCHS=1)
+    other_cfg['SOLVER']['MODEL']['BACKBONE']['HIDDEN_DIMS'] = [24]
+    build_solver(other_cfg).save_checkpoint(str(bad / 'other_model.pth'))
+    ckpt = torch.load(good, weights_only=True)
+    torch.save(dict(ckpt, solver=Marker(str(tmp / 'pwned'))), bad / 'code.pth')
+    torch.save(Marker(str(tmp / 'proof')), bad / 'proof.pth')
+    return tmp
+
+
+def expect_one_error_line(tmp, capsys, overrides, match):
+    before, log = snapshot(tmp), (tmp / 'run' / 'std_log.txt').read_text()
+    status = run(load_run_train(), ['--cfg', str(tmp / 'job.yaml'), *overrides])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count('\n') == 1 and err.startswith('error: ') and 'Traceback' not in err, err
+    assert match in err, err
+    assert snapshot(tmp) == before
+    assert (tmp / 'run' / 'std_log.txt').read_text().startswith(log)
+    return err
+
+
+@pytest.mark.parametrize(
+    'override, match',
+    [
+        ('SOLVER.RESUME_FROM={tmp}/run/checkpoints/nope.pth', 'does not exist'),
+        ('SOLVER.RESUME_FROM={tmp}/bad/other_model.pth', 'mis-shaped: backbone.net.0.weight (24, 8) vs model (16, 8)'),
+        ('SOLVER.RESUME_FROM={tmp}/bad/truncated.pth', 'truncated.pth is not a readable checkpoint'),
+        ('SOLVER.RESUME_FROM={tmp}/bad/weights.safetensors', 'set MODEL.PRETRAINED_MODEL'),
+        ('SOLVER.MODEL.PRETRAINED_MODEL={tmp}/bad/garbage.safetensors', 'is not a valid .safetensors file'),
+        ('SOLVER.MODEL.PRETRAINED_MODEL={tmp}/bad/other_model.pth', 'do not fit the model'),
+    ],
+)
+def test_bad_checkpoint_input_is_one_error_line_and_changes_nothing(setup, capsys, override, match):
+    expect_one_error_line(setup, capsys, [override.format(tmp=setup)], match)
+
+
+def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(setup):
+    # the crafted file is dangerous: an unsafe load runs its code
+    torch.load(setup / 'bad' / 'proof.pth', weights_only=False)
+    assert (setup / 'proof').exists()
+    before = snapshot(setup)
+    res = run_tool('run_train.py', '--cfg', setup / 'job.yaml', f'SOLVER.RESUME_FROM={setup}/bad/code.pth', cwd=REPO)
+    assert res.returncode == 2
+    assert res.stderr.startswith('error: refused to load') and res.stderr.count('\n') == 1, res.stderr
+    assert not (setup / 'pwned').exists()
+    assert snapshot(setup) == before

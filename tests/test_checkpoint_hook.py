@@ -1,0 +1,113 @@
+"""CheckpointHook in process: KEEP_LAST pruning, SAVE_BEST in both directions, best
+tracking and a user hook's state across a resume, and the checkpoint's contents."""
+
+import os
+
+import ckpt_support  # noqa: F401  (registers CounterHook)
+import pytest
+import torch
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+from scepter_like.errors import ConfigError
+
+
+def ckpt_hooks(**keys):
+    return [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 1, **keys},
+        {'NAME': 'DistSamplerHook'},
+        {'NAME': 'CounterHook'},
+    ]
+
+
+def run(tmp_path, epochs, hooks, **solver_keys):
+    """Train; returns the solver and the eval accuracy of each epoch, in order."""
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks, MAX_EPOCHS=epochs, **solver_keys)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 0.02}
+    solver = build_solver(cfg)
+    history = []
+    solver.register_callback_on_epoch_begin(lambda s: history.append(s.epoch_outputs.get('eval', {}).get('accuracy')))
+    solver.solve()
+    history = [a for a in history[1:] if a is not None] + [solver.epoch_outputs['eval']['accuracy']]
+    return solver, history
+
+
+def checkpoint_files(tmp_path):
+    return sorted(os.listdir(tmp_path / 'run' / 'checkpoints'))
+
+
+def hook_state(ckpt, name):
+    return next(state for key, state in ckpt['hooks'].items() if key.endswith(name))
+
+
+def test_keep_last_prunes_periodic_checkpoints_and_keeps_the_best_apart(tmp_path):
+    solver, history = run(tmp_path, 4, ckpt_hooks(KEEP_LAST=2, SAVE_BEST_BY='+accuracy'))
+    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth', 'ldm_step-epoch-3.pth', 'ldm_step-epoch-4.pth']
+    best = torch.load(tmp_path / 'run' / 'checkpoints' / 'ldm_step-best.pth', weights_only=True)
+    first_best = history.index(max(history))
+    assert hook_state(best, 'CheckpointHook')['best_value'] == max(history)
+    # the best checkpoint holds the model right after the first epoch that reached the best
+    assert best['solver']['total_iter'] == (first_best + 1) * 6
+
+
+def test_save_best_by_minus_metric_keeps_the_lowest(tmp_path):
+    solver, history = run(tmp_path, 3, ckpt_hooks(INTERVAL=0, SAVE_BEST_BY='-accuracy'))
+    hook = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CheckpointHook')
+    assert hook.best_value == min(history) and hook.best_epoch == history.index(min(history)) + 1
+    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth']
+
+
+def test_best_tracking_and_hook_state_survive_a_resume(tmp_path):
+    hooks = ckpt_hooks(SAVE_BEST_BY='-accuracy', KEEP_LAST=1)
+    _, first = run(tmp_path, 2, hooks)
+    best_path = tmp_path / 'run' / 'checkpoints' / 'ldm_step-best.pth'
+    mtime = os.stat(best_path).st_mtime_ns
+    solver, second = run(tmp_path, 4, hooks, RESUME_FROM='auto')
+    history = first + second[1:]  # the resumed run starts with the evaluation of epoch 2 already done
+    ck = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CheckpointHook')
+    assert ck.best_value == min(history) and ck.best_epoch == history.index(min(history)) + 1
+    if min(second[1:]) >= min(first):  # no later epoch beat the first run's best: the file stayed
+        assert os.stat(best_path).st_mtime_ns == mtime
+    counter = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CounterHook')
+    assert counter.steps == solver.total_iter == 24  # state_dict / load_state_dict carried the count
+    # before_save_checkpoint added a tensor to the file; after_load_checkpoint read it back
+    assert torch.equal(counter.loaded_extra, torch.full((2,), 12.0))
+    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth', 'ldm_step-epoch-4.pth']
+
+
+def test_checkpoint_holds_the_full_training_state(tmp_path):
+    solver, _ = run(tmp_path, 1, ckpt_hooks())
+    ckpt = torch.load(tmp_path / 'run' / 'checkpoints' / 'ldm_step-epoch-1.pth', weights_only=True)
+    assert {'model', 'optimizer', 'lr_scheduler', 'solver', 'hooks', 'rng', 'meta', 'counter_extra'} <= ckpt.keys()
+    assert ckpt['model'].keys() == solver.unwrapped_model.state_dict().keys()
+    assert not any(k.startswith('module.') for k in ckpt['model'])
+    assert ckpt['solver']['total_iter'] == 6 and ckpt['solver']['eval_pending'] is True
+    assert {'python', 'numpy', 'torch'} <= ckpt['rng'][0].keys() and len(ckpt['rng']) == 1
+    assert ckpt['meta']['world_size'] == 1 and 'TrainValSolver' in ckpt['meta']['config']
+    assert (tmp_path / 'run' / 'checkpoints' / 'latest').read_text().strip() == 'ldm_step-epoch-1.pth'
+
+
+def test_unknown_best_metric_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match='SAVE_BEST_BY.*no eval metric is called'):
+        run(tmp_path, 1, ckpt_hooks(SAVE_BEST_BY='+f1'))
+
+
+def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_path):
+    seen = []
+    hooks = [
+        {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 4},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 3},
+        {'NAME': 'DistSamplerHook'},
+    ]
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks))
+    grads = lambda s: [p.grad for p in s.unwrapped_model.parameters() if p.grad is not None]  # noqa: E731
+    solver.register_callback_on_iter_end(lambda s: seen.append((s.total_iter, s.in_accumulation, len(grads(s)))))
+    solver.solve()
+    # groups per 6-step epoch: steps 1-4 and 5-6; due at 3, 6, 9, 12 -> saved at 4, 6, 10, 12
+    assert checkpoint_files(tmp_path) == ['latest'] + [f'ldm_step-step-{s}.pth' for s in (10, 12, 4, 6)]
+    assert [(step, acc, n) for step, acc, n in seen if step in (4, 6, 10, 12)] == [
+        (s, False, 0) for s in (4, 6, 10, 12)
+    ]
+    assert (3, True) in [(step, acc) for step, acc, _ in seen]  # step 3 was inside a group

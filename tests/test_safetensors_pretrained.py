@@ -1,0 +1,100 @@
+"""SafetensorsHook export (round trip, metadata, tied weights) and MODEL.PRETRAINED_MODEL
+(.safetensors and .pth, strict, with a readable report when the weights do not fit)."""
+
+import os
+
+import pytest
+import torch
+import yaml
+from helpers import blob_solver_cfg, build_solver, write_blobs
+from safetensors.torch import load_file
+
+from scepter_like.errors import CheckpointError
+from scepter_like.utils.checkpoint import read_safetensors_metadata, save_safetensors
+
+
+def blob_cfg(tmp_path, hooks=None, **keys):
+    tmp_path.mkdir(exist_ok=True)
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    return blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks, **keys)
+
+
+def test_safetensors_hook_writes_every_interval_and_at_the_end(tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'SafetensorsHook', 'INTERVAL': 4, 'SAVE_NAME_PREFIX': 'w'}]
+    solver = build_solver(blob_cfg(tmp_path, hooks))  # 2 epochs of 6 steps
+    solver.solve()
+    folder = tmp_path / 'run' / 'safetensors'
+    assert sorted(os.listdir(folder)) == [
+        'w-final.safetensors',
+        'w-step-12.safetensors',
+        'w-step-4.safetensors',
+        'w-step-8.safetensors',
+    ]
+    final = load_file(folder / 'w-final.safetensors')
+    own = solver.unwrapped_model.state_dict()
+    assert final.keys() == own.keys()
+    assert all(torch.equal(final[k], own[k]) for k in own)
+    assert not torch.equal(
+        load_file(folder / 'w-step-4.safetensors')['backbone.net.0.weight'], own['backbone.net.0.weight']
+    )
+    meta = read_safetensors_metadata(folder / 'w-final.safetensors')
+    assert meta['step'] == '12' and meta['epoch'] == '2' and meta['format'] == 'pt'
+    assert yaml.safe_load(meta['config'])['SOLVER']['TRAIN_HOOKS'][1]['INTERVAL'] == 4
+    assert read_safetensors_metadata(folder / 'w-step-8.safetensors')['step'] == '8'
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 4)
+        self.head = torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.embed.weight
+        self.view = torch.nn.Parameter(torch.arange(12.0).reshape(3, 4).t(), requires_grad=False)  # not contiguous
+
+
+def test_save_safetensors_handles_shared_and_strided_tensors(tmp_path):
+    model = Tied()
+    path = tmp_path / 'tied.safetensors'
+    save_safetensors(model.state_dict(), path, metadata={'step': 3})
+    back = load_file(path)
+    assert back.keys() == model.state_dict().keys()
+    assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
+    assert read_safetensors_metadata(path) == {'step': '3'}
+    fresh = Tied()
+    fresh.load_state_dict(back)
+    assert fresh.head.weight is fresh.embed.weight and torch.equal(fresh.embed.weight, model.embed.weight)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp.')]
+
+
+@pytest.mark.parametrize('fmt', ['safetensors', 'pth'])
+def test_pretrained_model_loads_safetensors_and_pth(tmp_path, fmt):
+    source = build_solver(blob_cfg(tmp_path / 'a'))
+    weights = source.unwrapped_model.state_dict()
+    path = tmp_path / f'weights.{fmt}'
+    if fmt == 'safetensors':
+        save_safetensors(weights, path)
+    else:  # a full training checkpoint: its 'model' entry is used
+        source.save_checkpoint(str(path))
+    cfg = blob_cfg(tmp_path / 'b')
+    cfg['ENV']['SEED'] = 1  # a different init, so equality below proves the load
+    cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = str(path)
+    solver = build_solver(cfg)
+    own = solver.unwrapped_model.state_dict()
+    assert all(torch.equal(own[k], weights[k]) for k in weights)
+
+
+def test_pretrained_model_that_does_not_fit_gives_a_key_report(tmp_path):
+    other = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
+    state = {f'backbone.net.{k}': v for k, v in other.state_dict().items()}
+    state['extra.bias'] = torch.zeros(3)
+    del state['backbone.net.0.bias']
+    path = tmp_path / 'other.safetensors'
+    save_safetensors(state, path)
+    cfg = blob_cfg(tmp_path)
+    cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = str(path)
+    with pytest.raises(CheckpointError) as err:
+        build_solver(cfg)
+    text = str(err.value)
+    assert 'missing: backbone.net.0.bias' in text
+    assert 'unexpected: extra.bias' in text
+    assert 'mis-shaped: backbone.net.2.weight (5, 16) vs model (3, 16)' in text
