@@ -6,8 +6,11 @@ is done, with any checkpoint it took; batch N+1 is loaded), ``eval:N`` after the
 eval step that follows train step N.  ``RecordingNpzDataset`` appends the indices of
 every batch it serves to RECORD, so a test can see which batches a run loaded.
 ``CounterHook`` carries state across a resume through both hook interfaces.
+With ``SCEPTER_TEST_TEAR_SAVE=N`` the N-th ``torch.save`` of the process writes half its
+bytes and then SIGKILLs the process: a crash in the middle of a checkpoint write.
 """
 
+import io
 import os
 import signal
 
@@ -19,6 +22,30 @@ from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
+TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
+
+
+def _tear_save_number(n):
+    real_save, count = torch.save, [0]
+
+    def save(obj, f, *args, **kwargs):
+        count[0] += 1
+        if count[0] < n:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        with open(f, 'wb') as out:
+            out.write(data[: len(data) // 2])
+            out.flush()
+            os.fsync(out.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    torch.save = save
+
+
+if os.environ.get(TEAR_ENV):
+    _tear_save_number(int(os.environ[TEAR_ENV]))
 
 
 @HOOKS.register_class()

@@ -1,9 +1,10 @@
 """A crash while a checkpoint is being written never costs more than that checkpoint.
 
-A run that saves a ~13 MB checkpoint after every step (so most of its time is spent
-writing) is SIGKILLed at random moments, restarted with ``RESUME_FROM=auto`` and killed
-again.  After every kill ``latest`` names a complete checkpoint that loads, and the next
-start removes the temporary file the killed save left behind.
+A run that saves a ~13 MB checkpoint after every step is first killed in the middle of
+its third write (deterministically, see ``ckpt_support``), then restarted with
+``RESUME_FROM=auto`` and SIGKILLed at random moments.  After every kill ``latest`` names a
+complete checkpoint that loads, and the next start removes the temporary file the killed
+save left behind.
 """
 
 import os
@@ -14,12 +15,13 @@ import time
 
 import torch
 import yaml
+from ckpt_support import TEAR_ENV
 from conftest import REPO, TOOLS, tool_env
 from helpers import write_blobs
 
 from scepter_like.utils.checkpoint import TMP_PREFIX
 
-ROUNDS = 4
+ROUNDS = 3
 
 
 def crash_config(tmp_path):
@@ -56,21 +58,36 @@ def wait_for_new_checkpoint(pointer, since, proc, timeout=60):
     raise AssertionError('no checkpoint was written')
 
 
+def check_latest(folder):
+    """``latest`` names a complete step checkpoint that loads; returns its step."""
+    name = (folder / 'latest').read_text().strip()
+    ckpt = torch.load(folder / name, weights_only=True)
+    assert {'model', 'optimizer', 'solver', 'rng'} <= ckpt.keys()
+    assert name == f'ldm_step-step-{ckpt["solver"]["total_iter"]}.pth'
+    return ckpt['solver']['total_iter']
+
+
 def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
     cfg = crash_config(tmp_path)
     folder = tmp_path / 'run' / 'checkpoints'
     pointer = folder / 'latest'
+    command = [sys.executable, os.path.join(TOOLS, 'run_train.py'), '--cfg', str(cfg)]
+
+    # a kill in the middle of the third checkpoint write
+    support = os.path.join(REPO, 'tests', 'ckpt_support.py')
+    torn = subprocess.run(
+        command + ['--import', support], cwd=REPO, env=tool_env(**{TEAR_ENV: 3}), capture_output=True, timeout=120
+    )
+    assert torn.returncode == -9
+    left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
+    assert left_behind == ['.tmp.ldm_step-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
+    steps = [check_latest(folder)]
+    assert steps == [2]
+
     rng = random.Random(0)
-    torn, steps, left_behind = 0, [], []
     for _ in range(ROUNDS):
-        since = os.stat(pointer).st_mtime_ns if pointer.exists() else 0
-        proc = subprocess.Popen(
-            [sys.executable, os.path.join(TOOLS, 'run_train.py'), '--cfg', str(cfg)],
-            cwd=REPO,
-            env=tool_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        since = os.stat(pointer).st_mtime_ns
+        proc = subprocess.Popen(command, cwd=REPO, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_for_new_checkpoint(pointer, since, proc)
         # the temp file the previous kill left was removed when this run started
         assert not any((folder / name).exists() for name in left_behind)
@@ -78,11 +95,5 @@ def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
         proc.kill()
         proc.wait()
         left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
-        torn += bool(left_behind)
-        name = pointer.read_text().strip()
-        ckpt = torch.load(folder / name, weights_only=True)
-        assert {'model', 'optimizer', 'solver', 'rng'} <= ckpt.keys()
-        assert name == f'ldm_step-step-{ckpt["solver"]["total_iter"]}.pth'
-        steps.append(ckpt['solver']['total_iter'])
+        steps.append(check_latest(folder))
     assert steps == sorted(steps) and steps[0] < steps[-1]  # every restart resumed and went on
-    assert torn > 0  # at least one kill hit a save in the middle of its write

@@ -201,7 +201,8 @@ def test_only_rank0_writes_files(digits):
     # rank 1 ran with an audit hook that fails any write under the work dir (the run passed)
     assert digits['ddp'][0].returncode == 0
     work = digits['ddp_work']
-    assert sorted(os.listdir(work)) == ['checkpoints', 'std_log.txt']
+    run_records = {'config.yaml', 'env.json', 'metrics.jsonl'}
+    assert set(os.listdir(work)) - {'code_snapshot'} == {'checkpoints', 'std_log.txt'} | run_records
     ckpts = sorted(os.listdir(work / 'checkpoints'))
     assert ckpts == sorted(
         ['latest', 'ldm_step-best.pth', 'ldm_step-last.pth']

@@ -30,7 +30,11 @@ def test_hook_model_metric_templates_build(capsys):
     from scepter_like.solver.hooks.registry import HOOKS
 
     text, data = template_of(capsys, 'LogHook')
-    assert data == {'NAME': 'LogHook', 'PRIORITY': 100, 'LOG_INTERVAL': 10, 'SHOW_GPU_MEM': False}
+    from scepter_like.registry import declared_params
+
+    para, _ = declared_params(HOOKS.get('LogHook'))
+    assert data == {'NAME': 'LogHook', **{k: spec['value'] for k, spec in para.items()}}  # every key, its default
+    assert data['PRIORITY'] == 100 and data['LOG_INTERVAL'] == 10
     assert re.search(r'^LOG_INTERVAL: 10  # \S', text, re.M)  # the description as a comment
     assert HOOKS.build(Config(data)).priority == 100
 
