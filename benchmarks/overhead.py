@@ -6,7 +6,8 @@
 Each round runs the hand-written loop (``hand_loop.py``) and ``tools/run_train.py`` on
 the same model, data, optimizer and step count, each in a fresh process with one torch
 thread, alternating which goes first.  Only the training steps are timed (the span
-between the end of the first and of the last step).  Prints µs per step and the median
+between the end of the first and of the last step), by the wall clock and by the
+process's CPU time (steadier on a shared machine).  Prints µs per step and the median
 over rounds of the per-round ratio solver / hand.
 """
 
@@ -21,17 +22,26 @@ from runners import RUNNERS, prepare
 
 
 def measure(workload, rounds, steps, folder, names=('hand', 'solver'), log=print):
+    """Alternated rounds of each runner; medians of µs per step (wall and CPU) and of the per-round ratios."""
     data, total = prepare(workload, folder, steps)
     runs = {name: [] for name in names}
     for r in range(rounds):
         order = names if r % 2 == 0 else tuple(reversed(names))
         for name in order:
-            runs[name].append(RUNNERS[name](workload, data, folder, f'{workload}-{r}', steps)['us_per_step'])
-        log(f'  round {r + 1}/{rounds}: ' + '  '.join(f'{n} {runs[n][-1]:8.1f} us' for n in names))
-    base = runs[names[0]]
-    summary = {'workload': workload, 'steps': total, 'rounds': rounds, 'us_per_step': runs}
-    summary['median_us'] = {n: statistics.median(v) for n, v in runs.items()}
-    summary['median_ratio'] = {n: statistics.median(x / b for x, b in zip(v, base)) for n, v in runs.items()}
+            runs[name].append(RUNNERS[name](workload, data, folder, f'{workload}-{r}', steps))
+        log(
+            f'  round {r + 1}/{rounds}: '
+            + '  '.join(
+                f'{n} {runs[n][-1]["us_per_step"]:8.1f} us (cpu {runs[n][-1]["cpu_us_per_step"]:8.1f})' for n in names
+            )
+        )
+    summary = {'workload': workload, 'steps': total, 'rounds': rounds, 'runs': runs}
+    for key in ('us_per_step', 'cpu_us_per_step'):
+        base = [run[key] for run in runs[names[0]]]
+        summary[f'median_{key}'] = {n: statistics.median(run[key] for run in v) for n, v in runs.items()}
+        summary[f'median_ratio_{key}'] = {
+            n: statistics.median(run[key] / b for run, b in zip(v, base)) for n, v in runs.items()
+        }
     return summary
 
 
@@ -57,10 +67,12 @@ def main(argv=None):
         for workload in workloads:
             print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
             results.append(measure(workload, args.rounds, args.steps, folder, tuple(names)))
-    print(f'\n{"workload":8s} {"steps":>6s} ' + ' '.join(f'{n + " us/step":>16s} {"ratio":>6s}' for n in names))
-    for s in results:
-        cols = ' '.join(f'{s["median_us"][n]:16.1f} {s["median_ratio"][n]:6.3f}' for n in names)
-        print(f'{s["workload"]:8s} {s["steps"]:6d} {cols}')
+    for key, label in (('us_per_step', 'wall'), ('cpu_us_per_step', 'cpu')):
+        print(f'\n{label}: median us/step (median per-round ratio to hand)')
+        print(f'{"workload":8s} {"steps":>6s} ' + ' '.join(f'{n:>20s}' for n in names))
+        for s in results:
+            cols = ' '.join(f'{s[f"median_{key}"][n]:10.1f} ({s[f"median_ratio_{key}"][n]:6.3f}x)' for n in names)
+            print(f'{s["workload"]:8s} {s["steps"]:6d} {cols}')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'python': sys.version.split()[0], 'cpus': os.cpu_count(), 'results': results}, f, indent=1)

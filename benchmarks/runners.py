@@ -101,4 +101,21 @@ def run_solver(workload, data, folder, tag, steps=None):
     return _launch([sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path], out)
 
 
-RUNNERS = {'hand': run_hand, 'solver': run_solver}
+def _peer_runner(framework):
+    def run_peer(workload, data, folder, tag, steps=None):
+        out = os.path.join(folder, f'{framework}-{tag}.json')
+        cmd = [sys.executable, os.path.join(HERE, 'peers.py'), '--framework', framework, '--workload', workload]
+        cmd += ['--data', data, '--out', out, '--work-dir', os.path.join(folder, f'{framework}-work-{tag}')]
+        if steps:
+            cmd += ['--steps', str(steps)]
+        return _launch(cmd, out)
+
+    return run_peer
+
+
+RUNNERS = {
+    'hand': run_hand,
+    'solver': run_solver,
+    'mmengine': _peer_runner('mmengine'),
+    'lightning': _peer_runner('lightning'),
+}
