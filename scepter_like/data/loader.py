@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from scepter_like.config import Config
 from scepter_like.data.collate import collate
+from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
 from scepter_like.errors import ConfigError, DistributedError
@@ -55,7 +56,32 @@ class DataBundle:
         stop = None if stop_batch is None else stop_batch * self.batch_size
         self.sampler.set_window(start_batch * self.batch_size, stop)
         self.loader.generator.manual_seed(self.seed * 100003 + self.sampler.epoch)
+        if self._direct:
+            return self._direct_batches(self.sampler.window_indices().contiguous())
         return iter(self.loader)
+
+    @property
+    def _direct(self):
+        """Whether batches can come straight from ArrayDataset's batched ``__getitems__``."""
+        loader = self.loader
+        return (
+            loader.num_workers == 0
+            and not loader.pin_memory
+            and getattr(type(self.dataset), '__getitems__', None) is ArrayDataset.__getitems__
+        )
+
+    def _direct_batches(self, indices):
+        """The batches the DataLoader would yield in this process, without its per-batch machinery.
+
+        Each batch is one slice of the index tensor and one ``index_select`` per field, as
+        a hand-written loop does (the DataLoader would turn the indices into Python ints and
+        back into a tensor for every batch).
+        """
+        n, size = len(indices), self.batch_size
+        end = n - n % size if self.loader.drop_last else n
+        getitems, collate_fn = self.dataset.__getitems__, self.loader.collate_fn
+        for begin in range(0, end, size):
+            yield collate_fn(getitems(indices[begin : begin + size]))
 
 
 def build_data(cfg, mode, dist_info, seed, logger=None):

@@ -57,9 +57,13 @@ class ShardedSampler(Sampler):
             order = order[:total]
         return order[self.rank :: w]
 
-    def __iter__(self):
+    def window_indices(self):
+        """This rank's indices for the current pass within the window, as one tensor."""
         start, stop = self._window
-        return iter(self.rank_indices()[start:stop].tolist())
+        return self.rank_indices()[start:stop]
+
+    def __iter__(self):
+        return iter(self.window_indices().tolist())
 
     def __len__(self):
         start, stop = self._window

@@ -482,7 +482,8 @@ class BaseSolver:
 
     @staticmethod
     def _detached(results):
-        return {k: v.detach() for k, v in results.items() if isinstance(v, torch.Tensor)}
+        # a tensor outside autograd (every eval / test output) is already detached
+        return {k: v.detach() if v.requires_grad else v for k, v in results.items() if isinstance(v, torch.Tensor)}
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
