@@ -13,6 +13,7 @@ as the solver's StepTimerHook does (wall clock and process CPU time).
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -56,6 +57,7 @@ def main():
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     batch, spe, interval = w['batch'], w['steps_per_epoch'], w['log_interval']
     done, first, last, first_cpu, last_cpu, first_wall = 0, 0.0, 0.0, 0.0, 0.0, 0.0
+    durations = []
     model.train()
     for epoch in range(epochs):
         g = torch.Generator()
@@ -73,12 +75,15 @@ def main():
             now, cpu = time.perf_counter(), time.process_time()
             if done == 1:
                 first, first_cpu, first_wall = now, cpu, time.time()
+            else:
+                durations.append(now - last)
             last, last_cpu = now, cpu
         sched.step()
     torch.save({'model': model.state_dict(), 'optimizer': opt.state_dict()}, os.path.join(args.work_dir, 'last.pth'))
     result = {'steps': done, 'span_s': last - first, 'cpu_s': last_cpu - first_cpu, 'first_step_wall': first_wall}
     result['us_per_step'] = result['span_s'] / max(done - 1, 1) * 1e6
     result['cpu_us_per_step'] = result['cpu_s'] / max(done - 1, 1) * 1e6
+    result['median_step_us'] = statistics.median(durations) * 1e6 if durations else 0.0
     with open(args.out, 'w') as f:
         json.dump(result, f)
     return 0

@@ -7,8 +7,9 @@ Each round runs the hand-written loop (``hand_loop.py``) and ``tools/run_train.p
 the same model, data, optimizer and step count, each in a fresh process with one torch
 thread, alternating which goes first.  Only the training steps are timed (the span
 between the end of the first and of the last step), by the wall clock and by the
-process's CPU time (steadier on a shared machine).  Prints µs per step and the median
-over rounds of the per-round ratio solver / hand.
+process's CPU time, and as the median single-step duration of each run (robust to bursts
+of outside load on a shared VM).  Prints µs per step and the median over rounds of the
+per-round ratio solver / hand.
 """
 
 import argparse
@@ -19,6 +20,8 @@ import sys
 import tempfile
 
 from runners import RUNNERS, prepare
+
+TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
 def measure(workload, rounds, steps, folder, names=('hand', 'solver'), log=print):
@@ -36,7 +39,9 @@ def measure(workload, rounds, steps, folder, names=('hand', 'solver'), log=print
             )
         )
     summary = {'workload': workload, 'steps': total, 'rounds': rounds, 'runs': runs}
-    for key in ('us_per_step', 'cpu_us_per_step'):
+    for key in TIMINGS:
+        if not all(key in run for v in runs.values() for run in v):
+            continue
         base = [run[key] for run in runs[names[0]]]
         summary[f'median_{key}'] = {n: statistics.median(run[key] for run in v) for n, v in runs.items()}
         summary[f'median_ratio_{key}'] = {
@@ -67,7 +72,9 @@ def main(argv=None):
         for workload in workloads:
             print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
             results.append(measure(workload, args.rounds, args.steps, folder, tuple(names)))
-    for key, label in (('us_per_step', 'wall'), ('cpu_us_per_step', 'cpu')):
+    for key, label in TIMINGS.items():
+        if not all(f'median_{key}' in s for s in results):
+            continue
         print(f'\n{label}: median us/step (median per-round ratio to hand)')
         print(f'{"workload":8s} {"steps":>6s} ' + ' '.join(f'{n:>20s}' for n in names))
         for s in results:

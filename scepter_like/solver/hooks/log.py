@@ -17,7 +17,7 @@ import torch
 from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.utils.distributed import all_reduce_sum
+from scepter_like.utils.scalars import ScalarSums
 
 
 @HOOKS.register_class()
@@ -45,8 +45,7 @@ class LogHook(Hook):
         self._epoch_start = time.perf_counter()
 
     def _reset(self, now):
-        self._sums = {}
-        self._count = 0
+        self._scalars = ScalarSums()
         self._data_time = 0.0
         self._since = now
 
@@ -77,7 +76,7 @@ class LogHook(Hook):
     def after_all_iter(self, solver):
         if solver.mode != 'train':
             return
-        if self.interval > 0 and self._count:  # steps since the last line: MAX_STEPS or a stop cut the epoch
+        if self.interval > 0 and self._scalars.count:  # steps since the last line: MAX_STEPS or a stop cut the epoch
             self._log(solver)
         if self._bar is not None:
             self._bar.finish(solver.iter)
@@ -89,27 +88,15 @@ class LogHook(Hook):
             self._bar.tick(solver.iter)
         if self.interval <= 0:
             return
-        sums = self._sums
-        for key, value in solver.iter_outputs.items():
-            if value.dim() == 0:
-                if key in sums:
-                    sums[key] += value
-                else:
-                    sums[key] = value.float().clone()
-        self._count += 1
+        self._scalars.add(solver.iter_outputs)
         self._data_time += solver.data_time
         if solver.iter % self.interval == 0 or solver.iter == solver.epoch_max_iter:
             self._log(solver)
 
     def _log(self, solver):
         now = time.perf_counter()
-        count = max(self._count, 1)
-        names = list(self._sums)
-        means = {}
-        if names:
-            stacked = torch.stack([self._sums[k].float() for k in names])
-            values = (all_reduce_sum(stacked) / (count * solver.world_size)).tolist()
-            means = dict(zip(names, values))
+        count = max(self._scalars.count, 1)
+        means = self._scalars.means(solver.world_size)
         step_time = (now - self._since) / count
         remaining = self._remaining_steps(solver)
         parts = [

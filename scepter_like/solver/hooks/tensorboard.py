@@ -11,11 +11,9 @@ it is flushed and closed in ``after_solve``, which also runs when training fails
 
 import os
 
-import torch
-
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.utils.distributed import all_reduce_sum
+from scepter_like.utils.scalars import ScalarSums
 
 
 @HOOKS.register_class()
@@ -31,8 +29,7 @@ class TensorboardLogHook(Hook):
         self.log_dir = cfg.LOG_DIR
         self.interval = cfg.LOG_INTERVAL
         self.writer = None
-        self._sums = {}
-        self._count = 0
+        self._scalars = ScalarSums()
         self._attached = False
 
     def before_solve(self, solver):
@@ -52,31 +49,20 @@ class TensorboardLogHook(Hook):
     def after_iter(self, solver):
         if solver.mode != 'train':
             return
-        sums = self._sums
-        for key, value in solver.iter_outputs.items():
-            if value.dim() == 0:
-                if key in sums:
-                    sums[key] += value
-                else:
-                    sums[key] = value.float().clone()
-        self._count += 1
+        self._scalars.add(solver.iter_outputs)
         if self.interval > 0 and solver.total_iter % self.interval == 0:
             self._write_train(solver)
 
     def after_all_iter(self, solver):
-        if solver.mode == 'train' and self._count:
+        if solver.mode == 'train' and self._scalars.count:
             self._write_train(solver)
 
     def _write_train(self, solver):
-        names = list(self._sums)
-        if names:
-            stacked = torch.stack([self._sums[k].float() for k in names])
-            means = (all_reduce_sum(stacked) / (self._count * solver.world_size)).tolist()
-        self._sums, self._count = {}, 0
+        means = self._scalars.means(solver.world_size)
         if self.writer is None:
             return
         step = solver.total_iter
-        for name, value in zip(names, means if names else []):
+        for name, value in means.items():
             self.writer.add_scalar(f'train/{name}', value, step)
         if solver.optimizer is not None:
             for i, group in enumerate(solver.optimizer.param_groups):

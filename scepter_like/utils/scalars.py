@@ -1,0 +1,38 @@
+"""Running means of a step's scalar outputs, for the hooks that log them at an interval."""
+
+import torch
+
+from scepter_like.utils.distributed import all_reduce_sum
+
+
+class ScalarSums:
+    """Sums of each step's scalar outputs, kept on their device.
+
+    ``add`` costs one in-place add per scalar and never syncs; ``means`` reads them all at
+    once with one all-reduce (so every rank must call it at the same step) and starts over.
+    """
+
+    def __init__(self):
+        self._sums = {}
+        self.count = 0
+
+    def add(self, outputs):
+        sums = self._sums
+        for key, value in outputs.items():
+            if value.dim() == 0:
+                if key in sums:
+                    sums[key] += value
+                else:
+                    sums[key] = value.float().clone()
+        self.count += 1
+
+    def means(self, world_size=1):
+        """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
+        names = list(self._sums)
+        means = {}
+        if names:
+            stacked = torch.stack([self._sums[k].float() for k in names])
+            values = (all_reduce_sum(stacked) / (max(self.count, 1) * world_size)).tolist()
+            means = dict(zip(names, values))
+        self._sums, self.count = {}, 0
+        return means
