@@ -90,7 +90,7 @@ class SolverLoop:
         cfg['SOLVER']['TRAIN_HOOKS'] = [h for h in cfg['SOLVER']['TRAIN_HOOKS'] if h['NAME'] != 'StepTimerHook']
         logger = logging.getLogger('scepter_like.bench')
         logger.addHandler(logging.StreamHandler(sys.stderr))
-        logger.setLevel(logging.INFO)
+        logger.setLevel(int(os.environ.get('BENCH_LOG_LEVEL', logging.INFO)))
         self.solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
         self.solver.set_up_pre()
         self.solver.set_up()

@@ -111,3 +111,58 @@ def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_
         (s, False, 0) for s in (4, 6, 10, 12)
     ]
     assert (3, True) in [(step, acc) for step, acc, _ in seen]  # step 3 was inside a group
+
+
+def _equal_tree(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal_tree(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal_tree(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_async_save_writes_in_the_background_the_same_files(tmp_path, monkeypatch):
+    import threading
+
+    from scepter_like.solver.hooks import checkpoint as checkpoint_module
+
+    hooks = dict(KEEP_LAST=2, SAVE_BEST_BY='+accuracy', STEP_INTERVAL=3)
+    (tmp_path / 'sync').mkdir()
+    sync, _ = run(tmp_path / 'sync', 3, ckpt_hooks(**hooks))
+
+    real_save, gate, writers = checkpoint_module.atomic_torch_save, threading.Event(), []
+
+    def gated_save(obj, path):  # holds the first background write until training has gone on
+        writers.append(threading.current_thread().name)
+        if len(writers) == 1:
+            assert gate.wait(30)
+        real_save(obj, path)
+
+    monkeypatch.setattr(checkpoint_module, 'atomic_torch_save', gated_save)
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    cfg = blob_solver_cfg(npz, tmp_path / 'async' / 'run', hooks=ckpt_hooks(ASYNC_SAVE=True, **hooks), MAX_EPOCHS=3)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 0.02}
+    solver = build_solver(cfg)
+    steps_when_released = []
+
+    def release(s):  # training went on while the first save (step 3) was still unwritten
+        if s.total_iter == 4 and not gate.is_set():
+            steps_when_released.append(s.total_iter)
+            assert not (tmp_path / 'async' / 'run' / 'checkpoints' / 'latest').exists()
+            gate.set()
+
+    solver.register_callback_on_iter_end(release)
+    solver.solve()
+    assert steps_when_released == [4] and set(writers) == {'checkpoint-writer'}
+    folder_a, folder_b = tmp_path / 'sync' / 'run' / 'checkpoints', tmp_path / 'async' / 'run' / 'checkpoints'
+    assert sorted(os.listdir(folder_a)) == sorted(os.listdir(folder_b))
+    assert (folder_a / 'latest').read_text() == (folder_b / 'latest').read_text()
+    for name in os.listdir(folder_a):
+        if name.endswith('.pth'):
+            a, b = (torch.load(f / name, weights_only=True) for f in (folder_a, folder_b))
+            a['meta'].pop('time'), b['meta'].pop('time'), a['meta'].pop('config'), b['meta'].pop('config')
+            assert _equal_tree(a, b), name
+    for p, q in zip(sync.unwrapped_model.parameters(), solver.unwrapped_model.parameters()):
+        assert torch.equal(p, q)

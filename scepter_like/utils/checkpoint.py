@@ -8,6 +8,7 @@ either the old file or the complete new one.  Checkpoints are read with
 
 import os
 import pickle
+import threading
 import zipfile
 
 import torch
@@ -213,3 +214,46 @@ def read_safetensors_metadata(path):
 
     with safe_open(path, framework='pt') as f:
         return dict(f.metadata() or {})
+
+
+def cpu_snapshot(obj):
+    """A copy of ``obj`` whose tensors are fresh CPU copies, safe to write while training goes on."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to('cpu', copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_snapshot(v) for v in obj)
+    return obj
+
+
+class BackgroundWriter:
+    """Runs one write at a time in a thread; ``wait`` joins it and re-raises what it raised.
+
+    The thread is not a daemon, so a normal interpreter exit still finishes the write; a
+    crash loses it, which the atomic write turns into "the previous checkpoint stays".
+    """
+
+    def __init__(self):
+        self._thread = None
+        self._error = None
+
+    def submit(self, fn):
+        self.wait()
+
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # handed to the training thread by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name='checkpoint-writer')
+        self._thread.start()
+
+    def wait(self):
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error

@@ -8,17 +8,27 @@ checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
 accumulation group is taken at the end of that group (checkpoints never hold
 half-accumulated gradients).  Step and epoch checkpoints are taken by callbacks that run
 after every hook of ``after_iter`` / ``after_epoch``, so each hook's state in the file is
-that of the end of the step or epoch, whatever its PRIORITY.  Resuming is the solver's (RESUME_FROM, at the end of
-``set_up``), so every hook's ``before_solve`` already sees the resumed state.
+that of the end of the step or epoch, whatever its PRIORITY.  With ASYNC_SAVE, training
+waits only for the state to be collected and copied to CPU memory; a background thread
+writes the file, moves ``latest`` and prunes (one save in flight at a time; the next save
+and the end of training wait for it).  Resuming is the solver's (RESUME_FROM, at the end
+of ``set_up``), so every hook's ``before_solve`` already sees the resumed state.
 """
 
 import math
 import os
 
 from scepter_like.errors import ConfigError
+from scepter_like.solver import state as training_state
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.utils.checkpoint import remove_temp_files, write_latest_pointer
+from scepter_like.utils.checkpoint import (
+    BackgroundWriter,
+    atomic_torch_save,
+    cpu_snapshot,
+    remove_temp_files,
+    write_latest_pointer,
+)
 
 CHECKPOINT_DIR = 'checkpoints'
 
@@ -41,6 +51,7 @@ class CheckpointHook(Hook):
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
         'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart'},
+        'ASYNC_SAVE': {'value': False, 'description': 'write files in a background thread (training waits for a copy)'},
     }
 
     def __init__(self, cfg, logger=None):
@@ -52,6 +63,7 @@ class CheckpointHook(Hook):
         self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
         self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
         self.keep_last = cfg.KEEP_LAST
+        self.writer = BackgroundWriter() if cfg.ASYNC_SAVE else None
         if self.keep_last < 0 or self.step_interval < 0:
             raise ConfigError(f'{cfg.path}: KEEP_LAST and STEP_INTERVAL must be 0 or more')
         self.folder = None
@@ -84,19 +96,31 @@ class CheckpointHook(Hook):
             self._registered = True
 
     def _save(self, solver, name, periodic=True):
+        if self.writer is not None:
+            self.writer.wait()  # one save in flight; a failed background write surfaces here
         if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
             if name in self.saved:
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        solver.save_checkpoint(path)
+        ckpt = training_state.collect_training_state(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path
+        if self.writer is None:
+            self._write(solver, ckpt, name, periodic)
+        else:
+            snapshot = cpu_snapshot(ckpt)
+            self.writer.submit(lambda: self._write(solver, snapshot, name, periodic))
+        return path
+
+    def _write(self, solver, ckpt, name, periodic):
+        """The file, then the ``latest`` pointer, then pruning: each only after the one before is complete."""
+        path = os.path.join(self.folder, name)
+        atomic_torch_save(ckpt, path)
         write_latest_pointer(self.folder, name)
         if periodic:
             self._prune()
         solver.logger.info(f'checkpoint saved: {path}')
-        return path
 
     def _prune(self):
         if self.keep_last <= 0:
@@ -143,10 +167,14 @@ class CheckpointHook(Hook):
 
     def after_solve(self, solver):
         if solver.failed is not None or self.folder is None:
+            if self.writer is not None and solver.is_main:
+                self.writer.wait()  # let a save that was under way complete
             return
         self._check_best(solver)
         if self.save_last:
             self._save(solver, f'{self.prefix}-last.pth')
+        if self.writer is not None:
+            self.writer.wait()
 
     def state_dict(self):
         return {
