@@ -61,7 +61,10 @@ def load_config(args):
                 f'{args.cfg}: unknown top-level key {key}{suggest(key, ROOT_KEYS)} (keys: {", ".join(ROOT_KEYS)})'
             )
     apply_overrides(cfg, args.overrides)
-    imports = list(cfg.get('IMPORTS') or []) + list(args.imports)
+    declared = cfg.get('IMPORTS') or []
+    if not isinstance(declared, list):
+        raise ConfigError(f'IMPORTS: expected a list of modules or .py files, got {declared!r}')
+    imports = list(declared) + list(args.imports)
     if imports:
         cfg['IMPORTS'] = imports
     if os.getcwd() not in sys.path:

@@ -31,6 +31,8 @@ class Config:
         object.__setattr__(self, '_path', path)
         object.__setattr__(self, '_root', root)
         if cfg_file is not None:
+            if cfg_dict is not None:
+                raise ValueError('Config takes cfg_dict or cfg_file, not both')
             cfg_dict = load_yaml_with_base(cfg_file)
         if cfg_dict is None:
             cfg_dict = {}

@@ -38,10 +38,10 @@ _TYPE_NAMES = {bool: 'a bool', int: 'an int', float: 'a number', str: 'a string'
 
 def _type_ok(value, default, types=None):
     """Whether ``value`` may replace ``default`` (a None default accepts anything but ``types``)."""
-    if value is None:
-        return True
+    if value is None:  # an empty override (KEY=) or null: only where the default is None too
+        return default is None
     if types:
-        return isinstance(value, types) and not isinstance(value, bool)
+        return isinstance(value, types) and (bool in types or not isinstance(value, bool))
     if default is None:
         return True
     if isinstance(default, bool):

@@ -279,3 +279,21 @@ def test_multi_loss_terms_are_weighted_summed_and_logged(blobs, tmp_path):
     cfg['SOLVER']['LOSS_WEIGHTS'] = {'loss_kl': 1.0}
     with pytest.raises(ConfigError, match="LOSS_WEIGHTS: the model returns no \\['loss_kl'\\]"):
         build_solver(cfg).solve()
+
+
+def test_resume_between_an_epoch_and_its_evaluation_does_not_train_the_epoch_again(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
+    first = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
+    first.solve()
+    epoch_1 = str(tmp_path / 'w' / 'checkpoints' / 'ldm_step-epoch-1.pth')
+    assert torch.load(epoch_1, weights_only=True)['solver']['eval_pending']
+    for keys in ({'MAX_EPOCHS': 3}, {'MAX_EPOCHS': 3, 'EVAL_INTERVAL': 2}, {'MAX_EPOCHS': 3, 'EVAL_DATA': None}):
+        resumed = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, RESUME_FROM=epoch_1, **keys))
+        resumed.solve()
+        assert (resumed.epoch, resumed.total_iter) == (3, 12), keys  # 2 more epochs of 4 steps
+
+
+def test_empty_value_for_a_typed_key_is_a_config_error(blobs, tmp_path):
+    for key, value in (('MAX_EPOCHS', None), ('WORK_DIR', None)):
+        with pytest.raises(ConfigError, match=f'SOLVER.{key}: expected .* got None'):
+            build_solver(blob_solver_cfg(blobs, tmp_path / 'w', **{key: value}), set_up=False)

@@ -18,6 +18,13 @@ def _activation(cfg, key='ACTIVATION'):
     return _ACTIVATIONS[name]
 
 
+def _check_positive(cfg, key, sizes):
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+        from scepter_like.errors import ConfigError
+
+        raise ConfigError(f'{cfg.path_of(key)}: sizes must be positive integers, got {cfg[key]!r}')
+
+
 @MODELS.register_class()
 class MLP(BaseModel):
     """Fully connected layers ``IN_DIM -> HIDDEN_DIMS... -> OUT_DIM``; inputs are flattened."""
@@ -33,6 +40,9 @@ class MLP(BaseModel):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         act = _activation(cfg)
+        for key in ('IN_DIM', 'OUT_DIM'):
+            _check_positive(cfg, key, [cfg[key]])
+        _check_positive(cfg, 'HIDDEN_DIMS', cfg.HIDDEN_DIMS)
         layers, dim = [], cfg.IN_DIM
         for width in cfg.HIDDEN_DIMS:
             layers += [nn.Linear(dim, width), act()]
@@ -59,6 +69,9 @@ class ConvNet(BaseModel):
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
+        for key in ('IN_CHANNELS', 'OUT_DIM'):
+            _check_positive(cfg, key, [cfg[key]])
+        _check_positive(cfg, 'CHANNELS', cfg.CHANNELS)
         layers, ch = [], cfg.IN_CHANNELS
         for i, out in enumerate(cfg.CHANNELS):
             layers.append(nn.Conv2d(ch, out, 3, padding=1, bias=not cfg.BATCH_NORM))

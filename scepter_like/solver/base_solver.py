@@ -32,6 +32,7 @@ from scepter_like.solver.parallel import eval_context, wrap_model
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import write_run_records
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
+from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.logger import add_file_handler
 from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
 
@@ -137,7 +138,12 @@ class BaseSolver:
         self.dist_info = set_up_environment(self.env_cfg)
         self.seed = self.env_cfg.SEED
         if self.is_main:
-            os.makedirs(self.work_dir, exist_ok=True)
+            try:
+                os.makedirs(self.work_dir, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(
+                    f'{self.cfg.path_of("WORK_DIR")}: cannot create {self.work_dir} ({e.strerror})'
+                ) from None
             if self.log_file:
                 self._file_handler = add_file_handler(self.logger, self.log_file)
             self.metrics_log = MetricsLog(os.path.join(self.work_dir, METRICS_FILE))
@@ -212,6 +218,11 @@ class BaseSolver:
             data_cfg = self.cfg[_DATA_KEYS[mode]]
             if data_cfg is not None:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
+        if 'train' in self.datas and self.datas['train'].num_batches() < self.num_folds:
+            raise ConfigError(
+                f'{self.cfg.path_of("NUM_FOLDS")}: {self.num_folds} folds of a pass of'
+                f' {self.datas["train"].num_batches()} batches would leave epochs without a batch; use fewer folds'
+            )
 
     def construct_model(self):
         if self.cfg.MODEL is None:
@@ -321,8 +332,9 @@ class BaseSolver:
             self.metrics_log.write_start(self, self.resumed_from)
         self.before_solve()
         try:
-            if self._eval_pending():  # a resume cut off between an epoch and its evaluation
-                self.solve_eval()
+            if self._train_epoch_finished:  # resumed between an epoch and its evaluation
+                if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
+                    self.solve_eval()
                 self._next_epoch()
             while 'train' in self.datas and not self.train_finished():
                 self.solve_train()
@@ -345,8 +357,10 @@ class BaseSolver:
             return False
         return (self.epoch + 1) % self.eval_interval == 0 or self.epoch + 1 >= self.max_epochs or self.train_finished()
 
-    def _eval_pending(self):
-        return self._train_epoch_finished and self._eval_due()
+    @property
+    def last_eval_epoch(self):
+        """The epoch (0-based) whose evaluation produced ``epoch_outputs['eval']`` (-1: none yet)."""
+        return self._eval_done_epoch
 
     def _next_epoch(self):
         self.epoch += 1
@@ -618,6 +632,7 @@ class BaseSolver:
             'total_iter': self.total_iter,
             'optimizer_steps': self.optimizer_steps,
             'eval_pending': finished and self._eval_due(),
+            'last_eval_epoch': self._eval_done_epoch,
             'epoch_outputs': {m: dict(v) for m, v in self.epoch_outputs.items()},
         }
 
@@ -627,6 +642,7 @@ class BaseSolver:
         self.total_iter = state['total_iter']
         self.optimizer_steps = state['optimizer_steps']
         self.epoch_outputs = {m: dict(v) for m, v in state['epoch_outputs'].items()}
+        self._eval_done_epoch = state.get('last_eval_epoch', -1)
         if state['eval_pending']:
             # the evaluation after the last finished epoch was cut off: solve() runs it first
             self.epoch -= 1
@@ -652,15 +668,27 @@ class BaseSolver:
             return None
         from scepter_like.utils.checkpoint import latest_checkpoint
 
+        # rank 0 decides, so every rank resumes from the same file or none starts fresh alone
         if self.resume_from == 'auto':
-            path = latest_checkpoint(os.path.join(self.work_dir, 'checkpoints'))
+            path = broadcast_object(
+                latest_checkpoint(os.path.join(self.work_dir, 'checkpoints')) if self.is_main else None
+            )
             if path is None:
                 self.logger.info(f'RESUME_FROM auto: no checkpoint in {self.work_dir}/checkpoints; starting fresh')
                 return None
         else:
             path = self.resume_from
-            if not os.path.isfile(path):
-                raise ConfigError(f'{self.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist; fix the path')
+        missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
+        if missing:
+            raise ConfigError(
+                f'{self.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist'
+                + (
+                    f' on rank(s) {missing}; put WORK_DIR on a filesystem every node sees'
+                    if len(missing) < self.world_size
+                    else ''
+                )
+                + '; fix the path'
+            )
         self.load_checkpoint(path)
         self.logger.info(
             f'resumed from {path} at epoch {self.epoch}, iter {self._iter["train"]}, step {self.total_iter}'

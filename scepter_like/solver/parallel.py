@@ -106,12 +106,15 @@ def load_optimizer_state(optimizer, state):
 
 @contextlib.contextmanager
 def _gathered(model):
+    units = [m for m in model.modules() if is_fsdp(m)]  # unshard / reshard act on one unit, not its children
     model.set_reshard_after_forward(False)
-    model.unshard()
+    for unit in units:
+        unit.unshard()
     try:
         yield
     finally:
-        model.reshard()
+        for unit in units:
+            unit.reshard()
         model.set_reshard_after_forward(True)
 
 

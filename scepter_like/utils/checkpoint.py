@@ -90,6 +90,8 @@ def load_torch_file(path, map_location='cpu'):
     """``torch.load(weights_only=True)`` with every failure turned into one clear CheckpointError."""
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint not found: {path}; check the path')
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f'{path} is not a torch checkpoint (no zip archive; truncated or another kind of file)')
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:

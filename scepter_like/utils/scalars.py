@@ -14,16 +14,19 @@ class ScalarSums:
 
     def __init__(self):
         self._sums = {}
+        self._counts = {}  # per key: some scalars (grad_norm) come only on optimizer steps
         self.count = 0
 
     def add(self, outputs):
-        sums = self._sums
+        sums, counts = self._sums, self._counts
         for key, value in outputs.items():
             if value.dim() == 0:
                 if key in sums:
                     sums[key] += value
+                    counts[key] += 1
                 else:
                     sums[key] = value.float().clone()
+                    counts[key] = 1
         self.count += 1
 
     def means(self, world_size=1):
@@ -31,8 +34,8 @@ class ScalarSums:
         names = list(self._sums)
         means = {}
         if names:
-            stacked = torch.stack([self._sums[k].float() for k in names])
-            values = (all_reduce_sum(stacked) / (max(self.count, 1) * world_size)).tolist()
+            stacked = torch.stack([self._sums[k].float() / self._counts[k] for k in names])
+            values = (all_reduce_sum(stacked) / world_size).tolist()
             means = dict(zip(names, values))
-        self._sums, self.count = {}, 0
+        self._sums, self._counts, self.count = {}, {}, 0
         return means

@@ -17,11 +17,17 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.early_stopping import EarlyStoppingHook
+from scepter_like.solver.hooks.ema import EMAHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.log import LogHook
 from scepter_like.solver.hooks.lr import LrHook
+from scepter_like.solver.hooks.probe import ProbeDataHook
+from scepter_like.solver.hooks.profiler import ProfilerHook
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.hooks.safetensors import SafetensorsHook
 from scepter_like.solver.hooks.sampler import DistSamplerHook
+from scepter_like.solver.hooks.swa import SWAHook
+from scepter_like.solver.hooks.tensorboard import TensorboardLogHook
 
 __all__ = [
     'HOOKS',
@@ -29,7 +35,13 @@ __all__ = [
     'CheckpointHook',
     'DistSamplerHook',
     'EarlyStoppingHook',
+    'EMAHook',
     'Hook',
     'LogHook',
     'LrHook',
+    'ProbeDataHook',
+    'ProfilerHook',
+    'SafetensorsHook',
+    'SWAHook',
+    'TensorboardLogHook',
 ]

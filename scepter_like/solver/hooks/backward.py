@@ -131,8 +131,8 @@ class BackwardHook(Hook):
             solver.iter_outputs['grad_norm'] = full_tensor(norm.detach())  # a DTensor under FSDP
         if self.skip_nonfinite and self._skip_this_step(solver):
             optimizer.zero_grad(set_to_none=True)
-            if self.scaler is not None:
-                self.scaler.update()
+            if self.scaler is not None and self.gradient_clip > 0:
+                self.scaler.update()  # unscale_ ran for clipping; update() closes that step for the scaler
             return
         if self.scaler is not None:
             self.scaler.step(optimizer)

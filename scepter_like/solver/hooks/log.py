@@ -28,7 +28,8 @@ class LogHook(Hook):
         'SHOW_GPU_MEM': {'value': False, 'description': 'add the peak CUDA memory to each line'},
         'PROGRESS': {
             'value': 'auto',
-            'description': "live progress bar: 'auto' (when stdout is a terminal), 'on', 'off'",
+            'description': "live progress bar: 'auto' (when stdout is a terminal), on, off",
+            'type': (str, bool),  # YAML reads a bare on / off as a boolean
         },
     }
 
@@ -36,9 +37,10 @@ class LogHook(Hook):
         super().__init__(cfg, logger)
         self.interval = cfg.LOG_INTERVAL
         self.show_gpu_mem = cfg.SHOW_GPU_MEM
-        if cfg.PROGRESS not in ('auto', 'on', 'off'):
-            raise ConfigError(f"{cfg.path_of('PROGRESS')}: expected 'auto', 'on' or 'off', got {cfg.PROGRESS!r}")
-        self.progress = cfg.PROGRESS
+        progress = {True: 'on', False: 'off'}.get(cfg.PROGRESS, cfg.PROGRESS)
+        if progress not in ('auto', 'on', 'off'):
+            raise ConfigError(f'{cfg.path_of("PROGRESS")}: expected auto, on or off, got {cfg.PROGRESS!r}')
+        self.progress = progress
         self._bar = None
         self.last_logged = {}
         self._reset(time.perf_counter())

@@ -87,7 +87,7 @@ class LrHook(Hook):
                 group['lr'] = lr
             if isinstance(sched, ReduceLROnPlateau):
                 value = solver.epoch_outputs.get('eval', {}).get(self.plateau_metric)
-                if value is not None:
+                if value is not None and solver.last_eval_epoch == solver.epoch - 1:  # a fresh evaluation only
                     sched.step(value)
             else:
                 sched.step()
