@@ -4,7 +4,6 @@ Train mode returns ``{'loss': ...}``; eval and test mode return the logits and l
 that AccuracyMetric reads (its KEYS).
 """
 
-from scepter_like.errors import DataError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import LOSSES, MODELS
 
@@ -26,13 +25,7 @@ class Classifier(BaseModel):
         self.label_key = cfg.LABEL_KEY
 
     def forward(self, **batch):
-        try:
-            x = batch[self.input_key]
-        except KeyError:
-            raise DataError(
-                f'MODEL.INPUT_KEY {self.input_key!r} is not in the batch; its keys: {sorted(batch)}'
-            ) from None
-        logits = self.backbone(x)
+        logits = self.backbone(batch[self.input_key])
         label = batch.get(self.label_key)
         if self.training:
             return {'loss': self.loss(logits, label)}

@@ -29,6 +29,7 @@ from scepter_like.solver.environment import resolve_env, set_up_environment
 from scepter_like.solver.hooks.hook import STAGES, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.parallel import eval_context, wrap_model
+from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import write_run_records
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
@@ -468,7 +469,7 @@ class BaseSolver:
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
         with self.grad_sync_context(), self.autocast():
-            results = self.model(**batch_data)
+            results = forward_checked(self.model, batch_data)
         self.loss = self.total_loss(results)
         self.iter_outputs = self._detached(results)
         return results
@@ -502,7 +503,7 @@ class BaseSolver:
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
         with self.autocast():
-            results = model(**batch_data)
+            results = forward_checked(model, batch_data)
         if not isinstance(results, dict):
             raise DataError(f'the model must return a dict in {self._mode} mode, got {type(results).__name__}')
         self.iter_outputs = self._detached(results)

@@ -36,7 +36,7 @@ def forward_checked(model, batch):
             ) from None
         raise
     if not isinstance(out, dict):
-        raise DataError(f'the model must return a dict in eval mode, got {type(out).__name__}')
+        raise DataError(f'the model must return a dict, got {type(out).__name__}')
     return out
 
 

@@ -91,7 +91,9 @@ def load_torch_file(path, map_location='cpu'):
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint not found: {path}; check the path')
     if not zipfile.is_zipfile(path):
-        raise CheckpointError(f'{path} is not a torch checkpoint (no zip archive; truncated or another kind of file)')
+        raise CheckpointError(
+            f'{path} is not a readable checkpoint (no torch zip archive: truncated, or another kind of file)'
+        )
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
