@@ -40,6 +40,7 @@ import torch  # noqa: E402
 
 from scepter_like.config import Config  # noqa: E402
 from scepter_like.solver import SOLVERS  # noqa: E402
+from scepter_like.utils.checkpoint import fsync_file  # noqa: E402
 
 
 def build_solver(folder, hidden):
@@ -88,11 +89,7 @@ def bare_save(solver, path):
 
 def bare_save_fsync(solver, path):
     bare_save(solver, path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(path)
 
 
 def bare_load(solver, path):

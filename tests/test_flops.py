@@ -26,7 +26,7 @@ def test_flops_per_sample_equal_the_hand_count(tmp_path, hidden, expected):
     batch = _batch(solver)
     assert batch['img'].shape[0] == 16
     assert solver.register_flops(batch, keys=['img']) == expected  # one sample, not 16
-    assert solver._model_flops == expected
+    assert solver.model_flops == expected
     assert solver.register_flops(batch) == expected  # all keys: the label changes no FLOPs
     assert solver.unwrapped_model.training  # mode restored
 

@@ -16,18 +16,13 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def run_grid(base, *sweeps):
+    return run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={base}', '-m', *SHORT, *sweeps)
+
+
 def test_grid_of_four_runs_and_its_summary(tmp_path):
     base = tmp_path / 'grid'
-    res = run_tool(
-        'run_train.py',
-        '--cfg',
-        DIGITS_CFG,
-        f'SOLVER.WORK_DIR={base}',
-        '-m',
-        *SHORT,
-        'SOLVER.OPTIMIZER.LEARNING_RATE=0.01,0.002',
-        'SOLVER.TRAIN_DATA.BATCH_SIZE=16,64',
-    )
+    res = run_grid(base, 'SOLVER.OPTIMIZER.LEARNING_RATE=0.01,0.002', 'SOLVER.TRAIN_DATA.BATCH_SIZE=16,64')
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_csv(base / 'multirun_summary.csv')
     lr, bs = 'SOLVER.OPTIMIZER.LEARNING_RATE', 'SOLVER.TRAIN_DATA.BATCH_SIZE'
@@ -47,15 +42,7 @@ def test_grid_of_four_runs_and_its_summary(tmp_path):
 
 def test_a_failing_run_is_reported_and_the_rest_go_on(tmp_path):
     base = tmp_path / 'grid'
-    res = run_tool(
-        'run_train.py',
-        '--cfg',
-        DIGITS_CFG,
-        f'SOLVER.WORK_DIR={base}',
-        '-m',
-        *SHORT,
-        'SOLVER.TRAIN_DATA.BATCH_SIZE=abc,32',
-    )
+    res = run_grid(base, 'SOLVER.TRAIN_DATA.BATCH_SIZE=abc,32')
     assert res.returncode == 1, res.stderr[-3000:]
     rows = read_csv(base / 'multirun_summary.csv')
     assert [(r['SOLVER.TRAIN_DATA.BATCH_SIZE'], r['status'], r['exit']) for r in rows] == [

@@ -114,7 +114,7 @@ class BaseSolver:
         self.data_time = 0.0
         self.probe_wanted = False  # set by ProbeDataHook for the steps whose probes it dumps
         self._probes = {}
-        self._model_flops = None  # forward FLOPs per sample, set by register_flops
+        self.model_flops = None  # forward FLOPs per sample, set by register_flops
 
         self.datas = {}
         self.hooks_dict = {mode: [] for mode in MODES}
@@ -590,7 +590,7 @@ class BaseSolver:
         return probes
 
     def register_flops(self, data, keys=None):
-        """Count the model's forward FLOPs per sample with fvcore; stored in ``self._model_flops``.
+        """Count the model's forward FLOPs per sample with fvcore; stored in ``self.model_flops``.
 
         ``data`` is a batch dict; each value is cut to its first element along the batch dim,
         and ``keys`` (all when empty) selects the model inputs.  The log then shows FLOP/s.
@@ -600,9 +600,9 @@ class BaseSolver:
         inputs = first_sample(data, keys or [])
         if self.device.type != 'cpu':
             inputs = self.transfer_data_to_device(inputs)
-        self._model_flops = count_flops(self.unwrapped_model, inputs)
-        self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self._model_flops)}')
-        return self._model_flops
+        self.model_flops = count_flops(self.unwrapped_model, inputs)
+        self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self.model_flops)}')
+        return self.model_flops
 
     # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
     def register_stage_callback(self, stage, fn, mode='train'):

@@ -31,7 +31,8 @@ def _fsync_dir(folder):
         os.close(fd)
 
 
-def _fsync_file(path):
+def fsync_file(path):
+    """Flush ``path``'s data to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -46,7 +47,7 @@ def _atomic_replace(path, write_tmp):
     tmp = os.path.join(folder, f'{TMP_PREFIX}{os.path.basename(path)}.{os.getpid()}')
     try:
         write_tmp(tmp)
-        _fsync_file(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

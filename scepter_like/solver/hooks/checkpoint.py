@@ -150,10 +150,9 @@ class CheckpointHook(Hook):
         """Consider the newest eval results once; save the best checkpoint when they improve."""
         if not self.save_best or 'eval' not in solver.epoch_outputs:
             return
-        marker = (solver.epoch, solver.total_iter)
-        if self.checked_eval == list(marker):
+        if self.checked_eval == solver.last_eval_epoch:
             return
-        self.checked_eval = list(marker)
+        self.checked_eval = solver.last_eval_epoch
         value = solver.epoch_outputs['eval'].get(self.best_metric)
         if value is None or not math.isfinite(value):
             return

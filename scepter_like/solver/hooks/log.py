@@ -114,8 +114,8 @@ class LogHook(Hook):
         if step_time > 0:
             samples_per_s = solver.batch_size * solver.world_size / step_time
             parts.append(f'samples/s: {samples_per_s:.0f}')
-            if solver._model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
-                parts.append(f'FLOP/s: {3 * solver._model_flops * samples_per_s:.3g}')
+            if solver.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
+                parts.append(f'FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}')
         parts.append(f'eta: {datetime.timedelta(seconds=round(remaining * step_time))}')
         if self.show_gpu_mem and solver.device.type == 'cuda':
             parts.append(f'mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB')
