@@ -3,11 +3,14 @@
 ``KillHook`` SIGKILLs its own process (no cleanup, no ``finally``, the way a crash or an
 OOM kill ends a run) at ``SCEPTER_TEST_KILL_AT``: ``train:N`` when step N+1 begins (step N
 is done, with any checkpoint it took; batch N+1 is loaded), ``eval:N`` after the first
-eval step that follows train step N.  ``RecordingNpzDataset`` appends the indices of
-every batch it serves to RECORD, so a test can see which batches a run loaded.
-``CounterHook`` carries state across a resume through both hook interfaces.
+eval step that follows train step N.  It first lets a checkpoint still being made durable
+in the background land, so the kill point fixes which checkpoint a resume starts from.
+``RecordingNpzDataset`` appends the indices of every batch it serves to RECORD, so a test
+can see which batches a run loaded.  ``CounterHook`` carries state across a resume through both hook interfaces.
 With ``SCEPTER_TEST_TEAR_SAVE=N`` the N-th ``torch.save`` of the process writes half its
-bytes and then SIGKILLs the process: a crash in the middle of a checkpoint write.
+bytes and then SIGKILLs the process: a crash in the middle of a checkpoint write.  With
+``SCEPTER_TEST_KILL_BEFORE_COMMIT=N`` the process SIGKILLs itself just before the N-th
+checkpoint is fsynced and moved into place: a crash after the write, before the commit.
 """
 
 import io
@@ -18,11 +21,13 @@ import torch
 
 from scepter_like.data.datasets import NpzDataset
 from scepter_like.data.registry import DATASETS
+from scepter_like.solver.hooks import checkpoint as checkpoint_hook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
 TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
+COMMIT_ENV = 'SCEPTER_TEST_KILL_BEFORE_COMMIT'
 
 
 def _tear_save_number(n):
@@ -44,8 +49,22 @@ def _tear_save_number(n):
     torch.save = save
 
 
+def _kill_before_commit_number(n):
+    real_commit, count = checkpoint_hook.commit_temp, [0]
+
+    def commit(tmp, path):
+        count[0] += 1
+        if count[0] >= n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_commit(tmp, path)
+
+    checkpoint_hook.commit_temp = commit
+
+
 if os.environ.get(TEAR_ENV):
     _tear_save_number(int(os.environ[TEAR_ENV]))
+if os.environ.get(COMMIT_ENV):
+    _kill_before_commit_number(int(os.environ[COMMIT_ENV]))
 
 
 @HOOKS.register_class()
@@ -60,6 +79,9 @@ class KillHook(Hook):
 
     def _maybe_kill(self, solver):
         if solver.mode == self.mode and solver.total_iter == self.step:
+            for hook in solver.hooks_dict['train']:
+                if isinstance(hook, checkpoint_hook.CheckpointHook):
+                    hook.writer.wait()
             os.kill(os.getpid(), signal.SIGKILL)
 
     def before_iter(self, solver):

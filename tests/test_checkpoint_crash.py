@@ -1,7 +1,8 @@
 """A crash while a checkpoint is being written never costs more than that checkpoint.
 
 A run that saves a ~13 MB checkpoint after every step is first killed in the middle of
-its third write (deterministically, see ``ckpt_support``), then restarted with
+its third write, then (restarted) between its next write and the commit that moves it
+into place (both deterministically, see ``ckpt_support``), then restarted with
 ``RESUME_FROM=auto`` and SIGKILLed at random moments.  After every kill ``latest`` names a
 complete checkpoint that loads, and the next start removes the temporary file the killed
 save left behind.
@@ -15,7 +16,7 @@ import time
 
 import torch
 import yaml
-from ckpt_support import TEAR_ENV
+from ckpt_support import COMMIT_ENV, TEAR_ENV
 from conftest import REPO, TOOLS, tool_env
 from helpers import write_blobs
 
@@ -83,6 +84,18 @@ def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
     assert left_behind == ['.tmp.ldm_step-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
     steps = [check_latest(folder)]
     assert steps == [2]
+
+    # a kill after the next write (step 3 again, resumed from 2), before its fsync and move
+    unsynced = subprocess.run(
+        command + ['--import', support], cwd=REPO, env=tool_env(**{COMMIT_ENV: 1}), capture_output=True, timeout=120
+    )
+    assert unsynced.returncode == -9
+    assert not any((folder / name).exists() for name in left_behind)  # the torn file went at the start
+    left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
+    assert left_behind == ['.tmp.ldm_step-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
+    assert torch.load(folder / left_behind[0], weights_only=True)['solver']['total_iter'] == 3  # written, not committed
+    steps.append(check_latest(folder))
+    assert steps == [2, 2]
 
     rng = random.Random(0)
     for _ in range(ROUNDS):

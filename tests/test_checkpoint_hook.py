@@ -123,7 +123,9 @@ def _equal_tree(a, b):
     return a == b
 
 
-def test_async_save_writes_in_the_background_the_same_files(tmp_path, monkeypatch):
+@pytest.mark.parametrize('async_save, gated', [(False, 'commit_temp'), (True, 'torch_save_temp')])
+def test_saves_finish_in_the_background_with_the_same_files(tmp_path, monkeypatch, async_save, gated):
+    """Default: the fsync and move run in the writer thread; ASYNC_SAVE: the serialization too."""
     import threading
 
     from scepter_like.solver.hooks import checkpoint as checkpoint_module
@@ -132,31 +134,35 @@ def test_async_save_writes_in_the_background_the_same_files(tmp_path, monkeypatc
     (tmp_path / 'sync').mkdir()
     sync, _ = run(tmp_path / 'sync', 3, ckpt_hooks(**hooks))
 
-    real_save, gate, writers = checkpoint_module.atomic_torch_save, threading.Event(), []
+    real, gate, threads = getattr(checkpoint_module, gated), threading.Event(), []
 
-    def gated_save(obj, path):  # holds the first background write until training has gone on
-        writers.append(threading.current_thread().name)
-        if len(writers) == 1:
+    def gated_step(*args):  # holds the first background step until training has gone on
+        threads.append(threading.current_thread().name)
+        if len(threads) == 1:
             assert gate.wait(30)
-        real_save(obj, path)
+        return real(*args)
 
-    monkeypatch.setattr(checkpoint_module, 'atomic_torch_save', gated_save)
+    monkeypatch.setattr(checkpoint_module, gated, gated_step)
     npz = write_blobs(tmp_path / 'blobs.npz')
-    cfg = blob_solver_cfg(npz, tmp_path / 'async' / 'run', hooks=ckpt_hooks(ASYNC_SAVE=True, **hooks), MAX_EPOCHS=3)
+    cfg = blob_solver_cfg(
+        npz, tmp_path / 'async' / 'run', hooks=ckpt_hooks(ASYNC_SAVE=async_save, **hooks), MAX_EPOCHS=3
+    )
     cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 0.02}
     solver = build_solver(cfg)
     steps_when_released = []
+    folder_b = tmp_path / 'async' / 'run' / 'checkpoints'
 
-    def release(s):  # training went on while the first save (step 3) was still unwritten
+    def release(s):  # training went on while the first save (step 3) was not yet in place
         if s.total_iter == 4 and not gate.is_set():
             steps_when_released.append(s.total_iter)
-            assert not (tmp_path / 'async' / 'run' / 'checkpoints' / 'latest').exists()
+            assert not (folder_b / 'latest').exists() and not (folder_b / 'ldm_step-step-3.pth').exists()
+            assert any(name.startswith('.tmp.ldm_step-step-3.pth') for name in os.listdir(folder_b)) != async_save
             gate.set()
 
     solver.register_callback_on_iter_end(release)
     solver.solve()
-    assert steps_when_released == [4] and set(writers) == {'checkpoint-writer'}
-    folder_a, folder_b = tmp_path / 'sync' / 'run' / 'checkpoints', tmp_path / 'async' / 'run' / 'checkpoints'
+    assert steps_when_released == [4] and set(threads) == {'checkpoint-writer'}
+    folder_a = tmp_path / 'sync' / 'run' / 'checkpoints'
     assert sorted(os.listdir(folder_a)) == sorted(os.listdir(folder_b))
     assert (folder_a / 'latest').read_text() == (folder_b / 'latest').read_text()
     for name in os.listdir(folder_a):

@@ -40,20 +40,37 @@ def fsync_file(path):
         os.close(fd)
 
 
-def _atomic_replace(path, write_tmp):
-    """Call ``write_tmp(tmp_path)`` for a temp file beside ``path``; fsync it, move it into place."""
+def write_temp(path, write_tmp):
+    """Call ``write_tmp(tmp_path)`` for a temp file beside ``path``; returns the temp path.
+
+    The file is neither durable nor in place yet: ``commit_temp`` makes it both.  A crash
+    in between leaves only the temp file, which ``remove_temp_files`` deletes.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f'{TMP_PREFIX}{os.path.basename(path)}.{os.getpid()}')
     try:
         write_tmp(tmp)
+    except BaseException:
+        _remove_if_present(tmp)
+        raise
+    return tmp
+
+
+def commit_temp(tmp, path):
+    """fsync ``tmp``, move it over ``path``, fsync the folder: ``path`` is then complete and durable."""
+    try:
         fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        _remove_if_present(tmp)
         raise
-    _fsync_dir(folder)
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _remove_if_present(path):
+    if os.path.exists(path):
+        os.remove(path)
 
 
 def atomic_write(path, write_fn, mode='wb'):
@@ -63,16 +80,21 @@ def atomic_write(path, write_fn, mode='wb'):
         with open(tmp, mode) as f:
             write_fn(f)
 
-    _atomic_replace(path, write_tmp)
+    commit_temp(write_temp(path, write_tmp), path)
 
 
 def atomic_write_text(path, text):
     atomic_write(path, lambda f: f.write(text), mode='w')
 
 
-def atomic_torch_save(obj, path):
+def torch_save_temp(obj, path):
+    """``torch.save`` into a temp file beside ``path`` (see ``write_temp``); returns the temp path."""
     # torch.save to a path writes through its own C++ writer: faster than through a Python file object
-    _atomic_replace(path, lambda tmp: torch.save(obj, tmp))
+    return write_temp(path, lambda tmp: torch.save(obj, tmp))
+
+
+def atomic_torch_save(obj, path):
+    commit_temp(torch_save_temp(obj, path), path)
 
 
 def remove_temp_files(folder):

@@ -8,10 +8,16 @@ checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
 accumulation group is taken at the end of that group (checkpoints never hold
 half-accumulated gradients).  Step and epoch checkpoints are taken by callbacks that run
 after every hook of ``after_iter`` / ``after_epoch``, so each hook's state in the file is
-that of the end of the step or epoch, whatever its PRIORITY.  With ASYNC_SAVE, training
-waits only for the state to be collected and copied to CPU memory; a background thread
-writes the file, moves ``latest`` and prunes (one save in flight at a time; the next save
-and the end of training wait for it).  Resuming is the solver's (RESUME_FROM, at the end
+that of the end of the step or epoch, whatever its PRIORITY.
+
+Training waits for the state to be collected and serialized into a temp file; a
+background thread then makes it durable (fsync), moves it into place, moves ``latest``
+and prunes, so the disk's flush overlaps the next steps.  With ASYNC_SAVE training waits
+only for a CPU copy of the state, and the serialization moves to that thread too.  One
+save is in flight at a time: the next save and the end of training wait for it, and a
+failure there is raised on the training thread.  A crash before the move leaves the
+previous checkpoint and ``latest`` as they were, and a temp file the next start removes.
+Resuming is the solver's (RESUME_FROM, at the end
 of ``set_up``), so every hook's ``before_solve`` already sees the resumed state.
 """
 
@@ -24,9 +30,10 @@ from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
     BackgroundWriter,
-    atomic_torch_save,
+    commit_temp,
     cpu_snapshot,
     remove_temp_files,
+    torch_save_temp,
     write_latest_pointer,
 )
 
@@ -51,7 +58,10 @@ class CheckpointHook(Hook):
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
         'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart'},
-        'ASYNC_SAVE': {'value': False, 'description': 'write files in a background thread (training waits for a copy)'},
+        'ASYNC_SAVE': {
+            'value': False,
+            'description': 'serialize in the background too (training waits for a CPU copy of the state)',
+        },
     }
 
     def __init__(self, cfg, logger=None):
@@ -63,7 +73,8 @@ class CheckpointHook(Hook):
         self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
         self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
         self.keep_last = cfg.KEEP_LAST
-        self.writer = BackgroundWriter() if cfg.ASYNC_SAVE else None
+        self.async_save = cfg.ASYNC_SAVE
+        self.writer = BackgroundWriter()
         if self.keep_last < 0 or self.step_interval < 0:
             raise ConfigError(f'{cfg.path}: KEEP_LAST and STEP_INTERVAL must be 0 or more')
         self.folder = None
@@ -96,8 +107,7 @@ class CheckpointHook(Hook):
             self._registered = True
 
     def _save(self, solver, name, periodic=True):
-        if self.writer is not None:
-            self.writer.wait()  # one save in flight; a failed background write surfaces here
+        self.writer.wait()  # one save in flight; a failed background write surfaces here
         if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
             if name in self.saved:
                 self.saved.remove(name)
@@ -106,17 +116,18 @@ class CheckpointHook(Hook):
         ckpt = training_state.collect_training_state(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path
-        if self.writer is None:
-            self._write(solver, ckpt, name, periodic)
-        else:
+        if self.async_save:
             snapshot = cpu_snapshot(ckpt)
-            self.writer.submit(lambda: self._write(solver, snapshot, name, periodic))
+            self.writer.submit(lambda: self._publish(solver, torch_save_temp(snapshot, path), name, periodic))
+        else:
+            tmp = torch_save_temp(ckpt, path)
+            self.writer.submit(lambda: self._publish(solver, tmp, name, periodic))
         return path
 
-    def _write(self, solver, ckpt, name, periodic):
+    def _publish(self, solver, tmp, name, periodic):
         """The file, then the ``latest`` pointer, then pruning: each only after the one before is complete."""
         path = os.path.join(self.folder, name)
-        atomic_torch_save(ckpt, path)
+        commit_temp(tmp, path)
         write_latest_pointer(self.folder, name)
         if periodic:
             self._prune()
@@ -166,14 +177,12 @@ class CheckpointHook(Hook):
 
     def after_solve(self, solver):
         if solver.failed is not None or self.folder is None:
-            if self.writer is not None and solver.is_main:
-                self.writer.wait()  # let a save that was under way complete
+            self.writer.wait()  # let a save that was under way complete
             return
         self._check_best(solver)
         if self.save_last:
             self._save(solver, f'{self.prefix}-last.pth')
-        if self.writer is not None:
-            self.writer.wait()
+        self.writer.wait()
 
     def state_dict(self):
         return {
