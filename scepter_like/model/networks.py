@@ -53,7 +53,7 @@ class MLP(BaseModel):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x):
-        return self.net(x.flatten(1))
+        return self.net(x.flatten(1) if x.dim() > 2 else x)
 
 
 @MODELS.register_class()

@@ -542,14 +542,18 @@ class BaseSolver:
         self._call('before_solve')
 
     def after_solve(self):
-        if self.failed is None:
-            self._call('after_solve')
-            return
-        for fn in self._stages[(self._mode, 'after_solve')]:  # clean up, but keep the first error
-            try:
-                fn(self)
-            except Exception:
-                self.logger.exception('a hook failed in after_solve while handling an earlier error')
+        try:
+            if self.failed is None:
+                self._call('after_solve')
+                return
+            for fn in self._stages[(self._mode, 'after_solve')]:  # clean up, but keep the first error
+                try:
+                    fn(self)
+                except Exception:
+                    self.logger.exception('a hook failed in after_solve while handling an earlier error')
+        finally:
+            if self.metrics_log is not None:  # reopened by the next solve()
+                self.metrics_log.close()
 
     def before_epoch(self):
         self._call('before_epoch')
@@ -697,7 +701,9 @@ class BaseSolver:
         return path
 
     def close(self):
-        """Detach the log file (the process group is the caller's)."""
+        """Close metrics.jsonl and detach the log file (the process group is the caller's)."""
+        if self.metrics_log is not None:
+            self.metrics_log.close()
         if self._file_handler is not None:
             self.logger.removeHandler(self._file_handler)
             self._file_handler.close()

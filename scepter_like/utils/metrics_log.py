@@ -27,19 +27,24 @@ def _json_value(v):
 
 
 class MetricsLog:
-    """Appends records to ``path``; the first write seals a line a crash left torn."""
+    """Appends records to ``path``; the first write seals a line a crash left torn.
+
+    The file stays open between writes (opening it costs more than a log line) and each
+    line is flushed to the OS as it is written, so readers see every finished line.
+    """
 
     def __init__(self, path):
         self.path = path
-        self._checked_tail = False
+        self._file = None
 
-    def _seal_torn_tail(self, f):
-        if f.tell() == 0:
-            return
-        with open(self.path, 'rb') as r:
-            r.seek(-1, os.SEEK_END)
-            if r.read(1) != b'\n':
-                f.write('\n')
+    def _open(self):
+        f = open(self.path, 'a', encoding='utf-8')
+        if f.tell():  # a crash may have left a torn last line
+            with open(self.path, 'rb') as r:
+                r.seek(-1, os.SEEK_END)
+                if r.read(1) != b'\n':
+                    f.write('\n')
+        return f
 
     def write(self, kind, solver, **fields):
         record = {'kind': kind, 'epoch': fields.pop('epoch'), 'step': solver.total_iter, 'time': round(time.time(), 3)}
@@ -47,12 +52,15 @@ class MetricsLog:
             if isinstance(value, dict):
                 value = {k: _json_value(float(v)) for k, v in value.items()}
             record[key] = value
-        line = json.dumps(record) + '\n'
-        with open(self.path, 'a', encoding='utf-8') as f:
-            if not self._checked_tail:
-                self._seal_torn_tail(f)
-                self._checked_tail = True
-            f.write(line)
+        if self._file is None:
+            self._file = self._open()
+        self._file.write(json.dumps(record) + '\n')
+        self._file.flush()
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def write_start(self, solver, resumed_from=None):
         self.write('start', solver, epoch=solver.epoch + 1, resumed_from=resumed_from)

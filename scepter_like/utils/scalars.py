@@ -33,9 +33,8 @@ class ScalarSums:
         """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
         names = list(self._sums)
         means = {}
-        if names:
-            stacked = torch.stack([self._sums[k].float() / self._counts[k] for k in names])
-            values = (all_reduce_sum(stacked) / world_size).tolist()
-            means = dict(zip(names, values))
+        if names:  # one stack, one all-reduce, one read: a single host sync for every key
+            totals = all_reduce_sum(torch.stack([self._sums[k] for k in names])).tolist()
+            means = {k: total / (self._counts[k] * world_size) for k, total in zip(names, totals)}
         self._sums, self._counts, self.count = {}, {}, 0
         return means

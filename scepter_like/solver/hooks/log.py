@@ -99,32 +99,27 @@ class LogHook(Hook):
         now = time.perf_counter()
         count = max(self._scalars.count, 1)
         means = self._scalars.means(solver.world_size)
-        step_time = (now - self._since) / count
-        remaining = self._remaining_steps(solver)
-        parts = [
-            f'epoch {solver.epoch + 1}/{solver.max_epochs}',
-            f'iter {solver.iter}/{solver.epoch_max_iter}',
-            f'step {solver.total_iter}',
-        ]
-        parts += [f'{k}: {v:.4g}' for k, v in means.items()]
+        values = dict(means)
         if solver.optimizer is not None:
-            parts.append(f'lr: {solver.optimizer.param_groups[0]["lr"]:.4g}')
-        parts.append(f'time: {step_time * 1e3:.2f}ms')
-        parts.append(f'data: {self._data_time / count * 1e3:.2f}ms')
+            values['lr'] = solver.optimizer.param_groups[0]['lr']
+        step_time, data_time = (now - self._since) / count, self._data_time / count
+        line = (
+            f'epoch {solver.epoch + 1}/{solver.max_epochs} iter {solver.iter}/{solver.epoch_max_iter}'
+            f' step {solver.total_iter} '
+            + ' '.join([f'{k}: {v:.4g}' for k, v in values.items()])
+            + f' time: {step_time * 1e3:.2f}ms data: {data_time * 1e3:.2f}ms'
+        )
         if step_time > 0:
             samples_per_s = solver.batch_size * solver.world_size / step_time
-            parts.append(f'samples/s: {samples_per_s:.0f}')
+            line += f' samples/s: {samples_per_s:.0f}'
             if solver.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
-                parts.append(f'FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}')
-        parts.append(f'eta: {datetime.timedelta(seconds=round(remaining * step_time))}')
+                line += f' FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}'
+        line += f' eta: {datetime.timedelta(seconds=round(self._remaining_steps(solver) * step_time))}'
         if self.show_gpu_mem and solver.device.type == 'cuda':
-            parts.append(f'mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB')
-        solver.logger.info(' '.join(parts), extra={'progress_line': True})
+            line += f' mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB'
+        solver.logger.info(line, extra={'progress_line': True})
         if solver.metrics_log is not None:
-            values = dict(means)
-            if solver.optimizer is not None:
-                values['lr'] = solver.optimizer.param_groups[0]['lr']
-            solver.metrics_log.write_train(solver, values, step_time=step_time, data_time=self._data_time / count)
+            solver.metrics_log.write_train(solver, values, step_time=step_time, data_time=data_time)
         bad = [k for k, v in means.items() if not math.isfinite(v)]
         if bad:
             solver.logger.warning(f'non-finite {", ".join(bad)} in the last {count} steps')
