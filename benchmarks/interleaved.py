@@ -8,7 +8,9 @@ the next, which drowns a few-percent difference between two separate processes
 (``overhead.py``).  Here both loops live in the same process and take turns every
 CHUNK_STEPS steps, so they see the same machine at the same moments.  Each step's
 duration is recorded (the end of one step to the end of the next; the first step of each
-chunk is left out), and the summary is the ratio of the medians of those durations.
+chunk is left out).  The summary is the median over chunk pairs of the ratio of their
+mean step times (every step counts, log steps included; a burst of outside load spoils
+one pair, not the median), beside the ratio of the median single steps.
 
 The solver side is the ``tools/run_train.py`` path (``SOLVERS.build``, ``set_up_pre``,
 ``set_up``, ``solve``) with the workload's config and default train hooks; each chunk is
@@ -51,12 +53,13 @@ class HandLoop:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)
         self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=self.epochs)
         self.done, self.perm = 0, None
-        self.durations = []
+        self.chunks = []
         self.model.train()
 
     def run(self, steps):
         batch, spe, interval = self.w['batch'], self.w['steps_per_epoch'], self.w['log_interval']
-        last = None
+        last, durations = None, []
+        self.chunks.append(durations)
         for _ in range(steps):
             i = self.done % spe
             if i == 0:
@@ -77,16 +80,15 @@ class HandLoop:
                 self.sched.step()
             now = time.perf_counter()
             if last is not None:
-                self.durations.append(now - last)
+                durations.append(now - last)
             last = now
 
 
 class SolverLoop:
-    """The solver on the same workload, advanced CHUNK steps per ``solve()``."""
+    """One whole ``solve()`` of the workload; every CHUNK steps a callback hands the CPU to the hand loop."""
 
-    def __init__(self, workload, data, folder):
+    def __init__(self, workload, data, folder, hand, chunk_steps):
         cfg = solver_config(workload, data, os.path.join(folder, 'work'), os.path.join(folder, 'timer.json'))
-        cfg['SOLVER']['MAX_STEPS'] = 0
         cfg['SOLVER']['TRAIN_HOOKS'] = [h for h in cfg['SOLVER']['TRAIN_HOOKS'] if h['NAME'] != 'StepTimerHook']
         logger = logging.getLogger('scepter_like.bench')
         logger.addHandler(logging.StreamHandler(sys.stderr))
@@ -94,59 +96,67 @@ class SolverLoop:
         self.solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
         self.solver.set_up_pre()
         self.solver.set_up()
-        self.durations, self._last = [], None
-        self.solver.register_callback_on_iter_end(self._tick)
+        self.hand, self.chunk_steps = hand, chunk_steps
+        self.chunks, self._last = [[]], None
+        self.solver.register_callback_on_iter_end(self._tick)  # after every hook of the step
 
     def _tick(self, solver):
         now = time.perf_counter()
         if self._last is not None:
-            self.durations.append(now - self._last)
+            self.chunks[-1].append(now - self._last)
         self._last = now
+        if solver.total_iter % self.chunk_steps == 0:
+            self.hand.run(self.chunk_steps)
+            self.chunks.append([])
+            self._last = None  # the step after the switch is left out, as in the hand loop
 
-    def run(self, steps):
-        self._last = None
-        self.solver.max_steps = self.solver.total_iter + steps
+    def run(self):
         self.solver.solve()
+        self.chunks = [c for c in self.chunks if c]
 
 
-def measure(workload, chunks, chunk_steps, folder):
+def measure(workload, chunk_steps, folder):
     data, _ = prepare(workload, folder)
-    loops = {'hand': HandLoop(workload, data), 'solver': SolverLoop(workload, data, folder)}
-    for c in range(chunks):
-        order = ('hand', 'solver') if c % 2 == 0 else ('solver', 'hand')
-        for name in order:
-            loops[name].run(chunk_steps)
-    medians = {name: statistics.median(loop.durations) * 1e6 for name, loop in loops.items()}
-    quartiles = {name: statistics.quantiles(loop.durations, n=4)[0] * 1e6 for name, loop in loops.items()}
+    hand = HandLoop(workload, data)
+    solver = SolverLoop(workload, data, folder, hand, chunk_steps)
+    solver.run()
+    loops = {'hand': hand, 'solver': solver}
+    steps = {name: [d for chunk in loop.chunks for d in chunk] for name, loop in loops.items()}
+    medians = {name: statistics.median(d) * 1e6 for name, d in steps.items()}
+    means = {name: statistics.mean(d) * 1e6 for name, d in steps.items()}
+    pair_ratios = [statistics.mean(s) / statistics.mean(h) for h, s in zip(hand.chunks, solver.chunks)]
     return {
         'workload': workload,
-        'steps_each': chunks * chunk_steps,
+        'steps_each': hand.done,
         'median_step_us': medians,
-        'p25_step_us': quartiles,
-        'ratio_median': medians['solver'] / medians['hand'],
-        'ratio_p25': quartiles['solver'] / quartiles['hand'],
+        'mean_step_us': means,
+        'ratio_chunk_means': statistics.median(pair_ratios),
+        'ratio_chunk_means_quartiles': statistics.quantiles(pair_ratios, n=4)[::2],
+        'ratio_mean_step': means['solver'] / means['hand'],
+        'ratio_median_step': medians['solver'] / medians['hand'],
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--workload', choices=('mlp', 'conv', 'all'), default='all')
-    parser.add_argument('--chunks', type=int, default=60)
-    parser.add_argument('--chunk-steps', type=int, default=50)
+    parser.add_argument('--chunk-steps', type=int, default=0, help='steps per turn (default: 50 MLP, 10 ConvNet)')
     parser.add_argument('--json', default='')
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = []
     for workload in ('mlp', 'conv') if args.workload == 'all' else (args.workload,):
-        chunks, chunk_steps = (args.chunks, args.chunk_steps) if workload == 'mlp' else (20, 10)
+        chunk_steps = args.chunk_steps or (50 if workload == 'mlp' else 10)
         with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
-            results.append(measure(workload, chunks, chunk_steps, folder))
-    print(f'{"workload":8s} {"steps":>6s} {"hand µs":>9s} {"solver µs":>10s} {"ratio":>7s} {"p25 ratio":>9s}')
+            results.append(measure(workload, chunk_steps, folder))
+    print(f'{"workload":8s} {"steps":>6s} {"hand µs":>9s} {"solver µs":>10s} {"ratio":>7s} {"(q1-q3)":>13s}', end='')
+    print(f' {"all steps":>9s} {"median step":>11s}')
     for r in results:
-        m = r['median_step_us']
+        m, (q1, q3) = r['mean_step_us'], r['ratio_chunk_means_quartiles']
         print(
             f'{r["workload"]:8s} {r["steps_each"]:6d} {m["hand"]:9.1f} {m["solver"]:10.1f}'
-            f' {r["ratio_median"]:7.3f} {r["ratio_p25"]:9.3f}'
+            f' {r["ratio_chunk_means"]:7.3f} {f"({q1:.3f}-{q3:.3f})":>13s}'
+            f' {r["ratio_mean_step"]:9.3f} {r["ratio_median_step"]:11.3f}'
         )
     if args.json:
         with open(args.json, 'w') as f:
