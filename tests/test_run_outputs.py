@@ -100,6 +100,7 @@ def test_read_metrics_drops_lines_a_killed_run_wrote_past_the_resume_point(tmp_p
     log2.write('start', At(20), epoch=1, resumed_from='ckpt-20.pth')
     log2.write('eval', At(20), epoch=1, values={'accuracy': 0.6})
     log2.write('train', At(30), epoch=2, values={'loss': float('nan')})
+    log2.flush()  # train lines are written out in batches (at most FLUSH_SECONDS apart)
     got = [(r['kind'], r['step'], r.get('values')) for r in read_metrics(path)]
     assert got == [
         ('start', 0, None),

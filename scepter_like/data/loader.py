@@ -75,13 +75,13 @@ class DataBundle:
 
         Each batch is one slice of the index tensor and one ``index_select`` per field, as
         a hand-written loop does (the DataLoader would turn the indices into Python ints and
-        back into a tensor for every batch).
+        back into a tensor for every batch); ``collate`` passes such a batch through as is.
         """
         n, size = len(indices), self.batch_size
         end = n - n % size if self.loader.drop_last else n
-        getitems, collate_fn = self.dataset.__getitems__, self.loader.collate_fn
+        take = self.dataset.take
         for begin in range(0, end, size):
-            yield collate_fn(getitems(indices[begin : begin + size]))
+            yield take(indices[begin : begin + size])
 
 
 def build_data(cfg, mode, dist_info, seed, logger=None):

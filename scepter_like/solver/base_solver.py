@@ -332,6 +332,7 @@ class BaseSolver:
             write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
             self.metrics_log.write_start(self, self.resumed_from)
         self.before_solve()
+        self._build_stage_table()  # hooks settled their configuration in before_solve
         try:
             if self._train_epoch_finished:  # resumed between an epoch and its evaluation
                 if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
@@ -468,8 +469,11 @@ class BaseSolver:
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
-        with self.grad_sync_context(), self.autocast():
+        if self.autocast_dtype is None and self.sync_grads:  # no context to enter
             results = forward_checked(self.model, batch_data)
+        else:
+            with self.grad_sync_context(), self.autocast():
+                results = forward_checked(self.model, batch_data)
         self.loss = self.total_loss(results)
         self.iter_outputs = self._detached(results)
         return results
@@ -552,8 +556,8 @@ class BaseSolver:
                 except Exception:
                     self.logger.exception('a hook failed in after_solve while handling an earlier error')
         finally:
-            if self.metrics_log is not None:  # reopened by the next solve()
-                self.metrics_log.close()
+            if self.metrics_log is not None:
+                self.metrics_log.flush()
 
     def before_epoch(self):
         self._call('before_epoch')
@@ -701,9 +705,9 @@ class BaseSolver:
         return path
 
     def close(self):
-        """Close metrics.jsonl and detach the log file (the process group is the caller's)."""
+        """Write out pending metrics.jsonl lines and detach the log file (the process group is the caller's)."""
         if self.metrics_log is not None:
-            self.metrics_log.close()
+            self.metrics_log.flush()
         if self._file_handler is not None:
             self.logger.removeHandler(self._file_handler)
             self._file_handler.close()

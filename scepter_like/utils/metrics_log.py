@@ -26,25 +26,31 @@ def _json_value(v):
     return v if math.isfinite(v) else str(v)  # NaN / inf are not JSON
 
 
+FLUSH_SECONDS = 2.0
+
+
 class MetricsLog:
     """Appends records to ``path``; the first write seals a line a crash left torn.
 
-    The file stays open between writes (opening it costs more than a log line) and each
-    line is flushed to the OS as it is written, so readers see every finished line.
+    Train lines are gathered and appended together at most every FLUSH_SECONDS (a file
+    write between training steps costs far more than its own time); every other line, and
+    ``flush()`` (called at the end of ``solve``), writes out what is pending at once.  A
+    kill loses at most the last FLUSH_SECONDS of train lines.
     """
 
     def __init__(self, path):
         self.path = path
-        self._file = None
+        self._pending = []
+        self._flushed_at = time.monotonic()
+        self._checked_tail = False
 
-    def _open(self):
-        f = open(self.path, 'a', encoding='utf-8')
-        if f.tell():  # a crash may have left a torn last line
-            with open(self.path, 'rb') as r:
-                r.seek(-1, os.SEEK_END)
-                if r.read(1) != b'\n':
-                    f.write('\n')
-        return f
+    def _seal_torn_tail(self, f):
+        if f.tell() == 0:
+            return
+        with open(self.path, 'rb') as r:
+            r.seek(-1, os.SEEK_END)
+            if r.read(1) != b'\n':
+                f.write('\n')
 
     def write(self, kind, solver, **fields):
         record = {'kind': kind, 'epoch': fields.pop('epoch'), 'step': solver.total_iter, 'time': round(time.time(), 3)}
@@ -52,15 +58,21 @@ class MetricsLog:
             if isinstance(value, dict):
                 value = {k: _json_value(float(v)) for k, v in value.items()}
             record[key] = value
-        if self._file is None:
-            self._file = self._open()
-        self._file.write(json.dumps(record) + '\n')
-        self._file.flush()
+        self._pending.append(record)
+        if kind != 'train' or time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+            self.flush()
 
-    def close(self):
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def flush(self):
+        """Append the pending lines to the file."""
+        self._flushed_at = time.monotonic()
+        if not self._pending:
+            return
+        with open(self.path, 'a', encoding='utf-8') as f:
+            if not self._checked_tail:
+                self._seal_torn_tail(f)
+                self._checked_tail = True
+            f.write(''.join(json.dumps(record) + '\n' for record in self._pending))
+        self._pending = []
 
     def write_start(self, solver, resumed_from=None):
         self.write('start', solver, epoch=solver.epoch + 1, resumed_from=resumed_from)

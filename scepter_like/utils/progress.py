@@ -6,7 +6,6 @@ progress lines (records with ``progress_line=True``; file handlers still write t
 erase the bar before any other message, so log lines never land on the bar's line.
 """
 
-import datetime
 import logging
 import time
 
@@ -36,8 +35,11 @@ def _terminal_handlers(logger):
     return found
 
 
-def _hms(seconds):
-    return str(datetime.timedelta(seconds=max(round(seconds), 0)))
+def format_hms(seconds):
+    """``H:MM:SS`` (hours past 24 keep counting); a few integer ops, cheap enough for a log line."""
+    minutes, secs = divmod(max(round(seconds), 0), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f'{hours}:{minutes:02d}:{secs:02d}'
 
 
 class ProgressBar(logging.Filter):
@@ -104,7 +106,7 @@ class ProgressBar(logging.Filter):
         bar = '#' * filled + '.' * (WIDTH - filled)
         text = (
             f'{self.label} [{bar}] {done}/{self.total}, {rate:.1f} it/s, '
-            f'elapsed {_hms(elapsed)}, eta {_hms(eta)}{self.postfix}'
+            f'elapsed {format_hms(elapsed)}, eta {format_hms(eta)}{self.postfix}'
         )
         self.stream.write('\r' + text + '\x1b[K')
         self.stream.flush()

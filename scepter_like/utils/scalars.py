@@ -20,21 +20,25 @@ class ScalarSums:
     def add(self, outputs):
         sums, counts = self._sums, self._counts
         for key, value in outputs.items():
-            if value.dim() == 0:
-                if key in sums:
-                    sums[key] += value
-                    counts[key] += 1
-                else:
-                    sums[key] = value.float().clone()
-                    counts[key] = 1
+            total = sums.get(key)
+            if total is not None:
+                total += value  # in place: the tensor in sums
+                counts[key] += 1
+            elif value.dim() == 0:
+                sums[key] = value.float().clone()
+                counts[key] = 1
         self.count += 1
 
     def means(self, world_size=1):
         """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
         names = list(self._sums)
         means = {}
-        if names:  # one stack, one all-reduce, one read: a single host sync for every key
-            totals = all_reduce_sum(torch.stack([self._sums[k] for k in names])).tolist()
+        if names:
+            sums = [self._sums[k] for k in names]
+            if world_size > 1:  # one all-reduce for every key
+                totals = all_reduce_sum(torch.stack(sums)).tolist()
+            else:
+                totals = [s.item() for s in sums]
             means = {k: total / (self._counts[k] * world_size) for k, total in zip(names, totals)}
         self._sums, self._counts, self.count = {}, {}, 0
         return means

@@ -85,9 +85,12 @@ class BackwardHook(Hook):
                     self.scaler.load_state_dict(self._scaler_state)
             solver.logger.info(f'mixed precision: autocast to {self.amp_dtype} on {solver.device.type}')
 
+    def implements(self, stage):
+        if stage == 'before_iter':  # only accumulation has work there
+            return self.accumulate > 1
+        return super().implements(stage)
+
     def before_iter(self, solver):
-        if self.accumulate == 1:
-            return
         it = solver.iter
         end = solver.epoch_max_iter
         if solver.max_steps > 0:
@@ -107,8 +110,13 @@ class BackwardHook(Hook):
         if self.skip_nonfinite:
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
-        with solver.grad_sync_context():
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        if solver.sync_grads:
+            loss.backward()
+        else:
+            with solver.grad_sync_context():  # a DDP micro-step: no all-reduce
+                loss.backward()
         if not self._last_in_group:
             solver.in_accumulation = True
             return

@@ -9,8 +9,9 @@ The solver's loop, with the stage each hook may implement::
     after_solve
 
 Hooks run in ascending PRIORITY (ties keep config order).  A hook implements only the
-stages it needs: the solver calls a stage only on hooks that override it, so an unused
-stage costs nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint``
+stages it needs: the solver calls a stage only on hooks that override it (and that, asked
+through ``implements`` after ``before_solve``, have work there), so an unused stage costs
+nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint``
 let a hook add to and read back the checkpoint; ``state_dict`` / ``load_state_dict``
 carry its own state across a resume.
 """
@@ -85,5 +86,9 @@ class Hook:
 
     @classmethod
     def implements(cls, stage):
-        """Whether this hook class overrides ``stage`` (so the solver should call it)."""
+        """Whether the solver should call this hook at ``stage``: the class overrides it.
+
+        A hook may narrow this per instance; the solver asks again after ``before_solve``,
+        once every hook has settled its configuration.
+        """
         return getattr(cls, stage) is not getattr(Hook, stage)

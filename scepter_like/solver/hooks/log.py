@@ -7,7 +7,6 @@ On a terminal (PROGRESS: auto) rank 0 shows a live bar per epoch instead of thos
 on the console; the log file still gets them.
 """
 
-import datetime
 import math
 import sys
 import time
@@ -17,6 +16,7 @@ import torch
 from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.progress import ProgressBar, format_hms
 from scepter_like.utils.scalars import ScalarSums
 
 
@@ -42,6 +42,7 @@ class LogHook(Hook):
             raise ConfigError(f'{cfg.path_of("PROGRESS")}: expected auto, on or off, got {cfg.PROGRESS!r}')
         self.progress = progress
         self._bar = None
+        self._epoch_iters = 0
         self.last_logged = {}
         self._reset(time.perf_counter())
         self._epoch_start = time.perf_counter()
@@ -53,8 +54,6 @@ class LogHook(Hook):
 
     def before_solve(self, solver):
         if solver.is_main and (self.progress == 'on' or (self.progress == 'auto' and sys.stdout.isatty())):
-            from scepter_like.utils.progress import ProgressBar
-
             self._bar = ProgressBar(sys.stdout)
             self._bar.attach(solver.logger)
 
@@ -69,7 +68,10 @@ class LogHook(Hook):
             self._reset(self._epoch_start)
 
     def before_all_iter(self, solver):
-        if solver.mode == 'train' and self._bar is not None:
+        if solver.mode != 'train':
+            return
+        self._epoch_iters = solver.epoch_max_iter  # read once, not per step
+        if self._bar is not None:
             total = solver.epoch_max_iter
             if solver.max_steps > 0:
                 total = min(total, solver.iter + solver.max_steps - solver.total_iter)
@@ -86,13 +88,14 @@ class LogHook(Hook):
     def after_iter(self, solver):
         if solver.mode != 'train':
             return
+        it = solver.iter
         if self._bar is not None:
-            self._bar.tick(solver.iter)
+            self._bar.tick(it)
         if self.interval <= 0:
             return
         self._scalars.add(solver.iter_outputs)
         self._data_time += solver.data_time
-        if solver.iter % self.interval == 0 or solver.iter == solver.epoch_max_iter:
+        if it % self.interval == 0 or it == self._epoch_iters:
             self._log(solver)
 
     def _log(self, solver):
@@ -114,7 +117,7 @@ class LogHook(Hook):
             line += f' samples/s: {samples_per_s:.0f}'
             if solver.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
                 line += f' FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}'
-        line += f' eta: {datetime.timedelta(seconds=round(self._remaining_steps(solver) * step_time))}'
+        line += f' eta: {format_hms(self._remaining_steps(solver) * step_time)}'
         if self.show_gpu_mem and solver.device.type == 'cuda':
             line += f' mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB'
         solver.logger.info(line, extra={'progress_line': True})

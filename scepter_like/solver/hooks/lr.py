@@ -101,6 +101,11 @@ class LrHook(Hook):
             self.last_epoch = solver.epoch
         self._apply(solver)
 
+    def implements(self, stage):
+        if stage == 'after_iter':  # per-step scheduling only
+            return not self.by_epoch
+        return super().implements(stage)
+
     def after_iter(self, solver):
         if self.by_epoch or solver.mode != 'train' or solver.optimizer_steps == self.seen_steps:
             return
