@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Solver vs hand-written loop in ONE process, alternating short chunks of steps.
 
-``python benchmarks/interleaved.py [--workload mlp|conv|all] [--chunks 60] [--chunk-steps 50] [--json FILE]``
+``python benchmarks/interleaved.py [--workload mlp|conv|all] [--steps N] [--chunk-steps N] [--json FILE]``
 
 On a shared VM the speed of a whole process drifts by tens of percent from one run to
 the next, which drowns a few-percent difference between two separate processes
@@ -13,9 +13,10 @@ mean step times (every step counts, log steps included; a burst of outside load 
 one pair, not the median), beside the ratio of the median single steps.
 
 The solver side is the ``tools/run_train.py`` path (``SOLVERS.build``, ``set_up_pre``,
-``set_up``, ``solve``) with the workload's config and default train hooks; each chunk is
-one more ``solve()`` with MAX_STEPS raised by CHUNK_STEPS, which continues mid-epoch.
-The hand side is ``hand_loop.py``'s model, optimizer, schedule and batching.
+``set_up``, ``solve``) with the workload's config and default train hooks, one whole
+``solve()``; a callback at the end of every CHUNK_STEPS-th step (after every hook) runs
+the next CHUNK_STEPS steps of the hand side, ``hand_loop.py``'s model, optimizer,
+schedule and batching.
 """
 
 import argparse
@@ -42,10 +43,10 @@ from scepter_like.solver import SOLVERS  # noqa: E402
 class HandLoop:
     """``hand_loop.py``'s training loop, resumable in chunks of steps."""
 
-    def __init__(self, workload, data):
+    def __init__(self, workload, data, steps=None):
         import numpy as np
 
-        self.w, self.epochs, _ = plan(workload)
+        self.w, self.epochs, _ = plan(workload, steps)
         with np.load(data) as arrays:
             self.x, self.y = torch.as_tensor(arrays['x']), torch.as_tensor(arrays['y'])
         torch.manual_seed(SEED)
@@ -87,8 +88,9 @@ class HandLoop:
 class SolverLoop:
     """One whole ``solve()`` of the workload; every CHUNK steps a callback hands the CPU to the hand loop."""
 
-    def __init__(self, workload, data, folder, hand, chunk_steps):
-        cfg = solver_config(workload, data, os.path.join(folder, 'work'), os.path.join(folder, 'timer.json'))
+    def __init__(self, workload, data, folder, hand, chunk_steps, steps=None):
+        work, timer = os.path.join(folder, 'work'), os.path.join(folder, 'timer.json')
+        cfg = solver_config(workload, data, work, timer, steps)
         cfg['SOLVER']['TRAIN_HOOKS'] = [h for h in cfg['SOLVER']['TRAIN_HOOKS'] if h['NAME'] != 'StepTimerHook']
         logger = logging.getLogger('scepter_like.bench')
         logger.addHandler(logging.StreamHandler(sys.stderr))
@@ -115,10 +117,10 @@ class SolverLoop:
         self.chunks = [c for c in self.chunks if c]
 
 
-def measure(workload, chunk_steps, folder):
-    data, _ = prepare(workload, folder)
-    hand = HandLoop(workload, data)
-    solver = SolverLoop(workload, data, folder, hand, chunk_steps)
+def measure(workload, chunk_steps, folder, steps=None):
+    data, _ = prepare(workload, folder, steps)
+    hand = HandLoop(workload, data, steps)
+    solver = SolverLoop(workload, data, folder, hand, chunk_steps, steps)
     solver.run()
     loops = {'hand': hand, 'solver': solver}
     steps = {name: [d for chunk in loop.chunks for d in chunk] for name, loop in loops.items()}
@@ -140,6 +142,7 @@ def measure(workload, chunk_steps, folder):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--workload', choices=('mlp', 'conv', 'all'), default='all')
+    parser.add_argument('--steps', type=int, default=None, help='train steps of each loop (default: the workload’s)')
     parser.add_argument('--chunk-steps', type=int, default=0, help='steps per turn (default: 50 MLP, 10 ConvNet)')
     parser.add_argument('--json', default='')
     args = parser.parse_args(argv)
@@ -148,7 +151,7 @@ def main(argv=None):
     for workload in ('mlp', 'conv') if args.workload == 'all' else (args.workload,):
         chunk_steps = args.chunk_steps or (50 if workload == 'mlp' else 10)
         with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
-            results.append(measure(workload, chunk_steps, folder))
+            results.append(measure(workload, chunk_steps, folder, args.steps))
     print(f'{"workload":8s} {"steps":>6s} {"hand µs":>9s} {"solver µs":>10s} {"ratio":>7s} {"(q1-q3)":>13s}', end='')
     print(f' {"all steps":>9s} {"median step":>11s}')
     for r in results:
