@@ -38,6 +38,7 @@ from workloads import LEARNING_RATE, SEED, plan  # noqa: E402
 
 from scepter_like.config import Config  # noqa: E402
 from scepter_like.solver import SOLVERS  # noqa: E402
+from scepter_like.utils.logger import get_logger  # noqa: E402
 
 
 class HandLoop:
@@ -92,8 +93,7 @@ class SolverLoop:
         work, timer = os.path.join(folder, 'work'), os.path.join(folder, 'timer.json')
         cfg = solver_config(workload, data, work, timer, steps)
         cfg['SOLVER']['TRAIN_HOOKS'] = [h for h in cfg['SOLVER']['TRAIN_HOOKS'] if h['NAME'] != 'StepTimerHook']
-        logger = logging.getLogger('scepter_like.bench')
-        logger.addHandler(logging.StreamHandler(sys.stderr))
+        logger = get_logger('scepter_like.bench', stream=sys.stderr)  # as run_train's, on stderr
         logger.setLevel(int(os.environ.get('BENCH_LOG_LEVEL', logging.INFO)))
         self.solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
         self.solver.set_up_pre()

@@ -12,6 +12,22 @@ FORMAT = '%(asctime)s %(levelname)s %(message)s'
 DATEFMT = '%Y-%m-%d %H:%M:%S'
 
 
+class _Formatter(logging.Formatter):
+    """The standard formatter, with the time text made once per second, not once per line."""
+
+    def __init__(self, fmt, datefmt):
+        super().__init__(fmt, datefmt)
+        self._second, self._text = None, ''
+
+    def formatTime(self, record, datefmt=None):  # noqa: N802  (logging's name)
+        if not datefmt:  # the default format shows milliseconds
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:  # handlers format under their lock: one thread at a time
+            self._second, self._text = second, super().formatTime(record, datefmt)
+        return self._text
+
+
 def get_logger(name='scepter_like', rank=0, stream=None):
     """A logger with one console handler for this rank (handlers are replaced, not added)."""
     logger = logging.getLogger(name)
@@ -23,7 +39,7 @@ def get_logger(name='scepter_like', rank=0, stream=None):
     handler = logging.StreamHandler(stream or sys.stdout)
     handler._scepter_console = True
     prefix = f'[rank {rank}] ' if rank else ''
-    handler.setFormatter(logging.Formatter(f'{prefix}{FORMAT}', DATEFMT))
+    handler.setFormatter(_Formatter(f'{prefix}{FORMAT}', DATEFMT))
     handler.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     logger.addHandler(handler)
     return logger
@@ -33,7 +49,7 @@ def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     handler = logging.FileHandler(path, encoding='utf-8')
-    handler.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+    handler.setFormatter(_Formatter(FORMAT, DATEFMT))
     handler.setLevel(logging.INFO)
     logger.addHandler(handler)
     return handler

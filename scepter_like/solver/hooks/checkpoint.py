@@ -17,8 +17,9 @@ only for a CPU copy of the state, and the serialization moves to that thread too
 save is in flight at a time: the next save and the end of training wait for it, and a
 failure there is raised on the training thread.  A crash before the move leaves the
 previous checkpoint and ``latest`` as they were, and a temp file the next start removes.
-Resuming is the solver's (RESUME_FROM, at the end
-of ``set_up``), so every hook's ``before_solve`` already sees the resumed state.
+
+Resuming is the solver's (RESUME_FROM, at the end of ``set_up``), so every hook's
+``before_solve`` already sees the resumed state.
 """
 
 import math

@@ -108,8 +108,8 @@ class LogHook(Hook):
         step_time, data_time = (now - self._since) / count, self._data_time / count
         line = (
             f'epoch {solver.epoch + 1}/{solver.max_epochs} iter {solver.iter}/{solver.epoch_max_iter}'
-            f' step {solver.total_iter} '
-            + ' '.join([f'{k}: {v:.4g}' for k, v in values.items()])
+            f' step {solver.total_iter}'
+            + ''.join([f' {k}: {v:.4g}' for k, v in values.items()])
             + f' time: {step_time * 1e3:.2f}ms data: {data_time * 1e3:.2f}ms'
         )
         if step_time > 0:
