@@ -6,7 +6,8 @@ is done, with any checkpoint it took; batch N+1 is loaded), ``eval:N`` after the
 eval step that follows train step N.  It first lets a checkpoint still being made durable
 in the background land, so the kill point fixes which checkpoint a resume starts from.
 ``RecordingNpzDataset`` appends the indices of every batch it serves to RECORD, so a test
-can see which batches a run loaded.  ``CounterHook`` carries state across a resume through both hook interfaces.
+can see which batches a run loaded.  ``CounterHook`` carries state across a resume through both hook interfaces;
+``FailAtEndHook`` raises in ``after_solve`` before CheckpointHook's turn.
 With ``SCEPTER_TEST_TEAR_SAVE=N`` the N-th ``torch.save`` of the process writes half its
 bytes and then SIGKILLs the process: a crash in the middle of a checkpoint write.  With
 ``SCEPTER_TEST_KILL_BEFORE_COMMIT=N`` the process SIGKILLs itself just before the N-th
@@ -132,3 +133,13 @@ class CounterHook(Hook):
 
     def load_state_dict(self, state):
         self.steps = state['steps']
+
+
+@HOOKS.register_class()
+class FailAtEndHook(Hook):
+    """Raises in after_solve before CheckpointHook's turn (a failed final export, say)."""
+
+    para_dict = {'PRIORITY': {'value': 250, 'description': 'before CheckpointHook'}}
+
+    def after_solve(self, solver):
+        raise RuntimeError('final export failed')

@@ -172,3 +172,43 @@ def test_saves_finish_in_the_background_with_the_same_files(tmp_path, monkeypatc
             assert _equal_tree(a, b), name
     for p, q in zip(sync.unwrapped_model.parameters(), solver.unwrapped_model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_a_hook_failing_at_the_end_still_lets_the_last_checkpoint_land(tmp_path, monkeypatch):
+    import time
+
+    from scepter_like.solver.hooks import checkpoint as checkpoint_module
+
+    real_commit = checkpoint_module.commit_temp
+
+    def slow_commit(tmp, path):  # a disk slower than training: the commit is still running at the end
+        time.sleep(0.2)
+        real_commit(tmp, path)
+
+    monkeypatch.setattr(checkpoint_module, 'commit_temp', slow_commit)
+    hooks = ckpt_hooks(SAVE_LAST=True) + [{'NAME': 'FailAtEndHook'}]
+    with pytest.raises(RuntimeError, match='final export failed'):
+        run(tmp_path, 2, hooks)
+    folder = tmp_path / 'run' / 'checkpoints'
+    assert (folder / 'latest').read_text().strip() == 'ldm_step-last.pth'
+    assert torch.load(folder / 'ldm_step-last.pth', weights_only=True)['solver']['total_iter'] == 12
+    assert not [name for name in os.listdir(folder) if name.startswith('.tmp.')]
+
+
+def test_metrics_lines_up_to_a_checkpoint_are_on_disk_before_it_is_written(tmp_path, monkeypatch):
+    import json
+
+    from scepter_like.solver.hooks import checkpoint as checkpoint_module
+
+    real_save, seen = checkpoint_module.torch_save_temp, []
+
+    def save(obj, path):  # the train lines metrics.jsonl holds when each checkpoint is written
+        lines = (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()
+        seen.append((obj['solver']['total_iter'], [json.loads(x)['step'] for x in lines if '"train"' in x]))
+        return real_save(obj, path)
+
+    monkeypatch.setattr(checkpoint_module, 'torch_save_temp', save)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1}]
+    hooks.append({'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 4})
+    run(tmp_path, 1, hooks)
+    assert seen == [(4, [1, 2, 3, 4])]

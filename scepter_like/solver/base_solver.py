@@ -149,7 +149,6 @@ class BaseSolver:
                 self._file_handler = add_file_handler(self.logger, self.log_file)
             self.metrics_log = MetricsLog(os.path.join(self.work_dir, METRICS_FILE))
         self.construct_hook()
-        self.logger.info('hook order per stage:\n' + self.get_hooks_info())
 
     def set_up(self):
         """Data, model, metrics, device placement, optimizer; resume if asked; then the run records."""
@@ -333,6 +332,7 @@ class BaseSolver:
             self.metrics_log.write_start(self, self.resumed_from)
         self.before_solve()
         self._build_stage_table()  # hooks settled their configuration in before_solve
+        self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
             if self._train_epoch_finished:  # resumed between an epoch and its evaluation
                 if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
@@ -546,18 +546,26 @@ class BaseSolver:
         self._call('before_solve')
 
     def after_solve(self):
-        try:
-            if self.failed is None:
-                self._call('after_solve')
-                return
-            for fn in self._stages[(self._mode, 'after_solve')]:  # clean up, but keep the first error
-                try:
-                    fn(self)
-                except Exception:
-                    self.logger.exception('a hook failed in after_solve while handling an earlier error')
-        finally:
-            if self.metrics_log is not None:
+        """Every hook's after_solve runs (they finish writes) even when one fails; the first error is raised.
+
+        After a training error (which ``solve`` re-raises) their errors only go to the log.
+        """
+        errors = []
+        for fn in self._stages[(self._mode, 'after_solve')]:
+            try:
+                fn(self)
+            except Exception as e:
+                errors.append(e)
+        if self.metrics_log is not None:
+            try:
                 self.metrics_log.flush()
+            except OSError as e:
+                errors.append(e)
+        first = errors.pop(0) if errors and self.failed is None else None
+        for e in errors:
+            self.logger.error('after_solve failed after an earlier error', exc_info=e)
+        if first is not None:
+            raise first
 
     def before_epoch(self):
         self._call('before_epoch')

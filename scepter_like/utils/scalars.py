@@ -20,13 +20,13 @@ class ScalarSums:
     def add(self, outputs):
         sums, counts = self._sums, self._counts
         for key, value in outputs.items():
-            total = sums.get(key)
-            if total is not None:
-                total += value  # in place: the tensor in sums
-                counts[key] += 1
-            elif value.dim() == 0:
-                sums[key] = value.float().clone()
-                counts[key] = 1
+            if value.dim() == 0:
+                if key in sums:
+                    sums[key] += value
+                    counts[key] += 1
+                else:
+                    sums[key] = value.float().clone()
+                    counts[key] = 1
         self.count += 1
 
     def means(self, world_size=1):

@@ -87,6 +87,7 @@ class CheckpointHook(Hook):
         self._registered = False
 
     def before_solve(self, solver):
+        self.writer.wait()  # a save of an earlier solve() lands before its temp files are swept
         self.folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
         if solver.is_main:
             os.makedirs(self.folder, exist_ok=True)
@@ -114,6 +115,8 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
+        if solver.metrics_log is not None:  # the lines up to this step survive a resume from it
+            solver.metrics_log.flush()
         ckpt = training_state.collect_training_state(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path
