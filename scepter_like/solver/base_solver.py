@@ -12,6 +12,7 @@ this mode's epoch), ``total_iter`` (train steps completed), ``epoch_max_iter``.
 """
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -300,6 +301,11 @@ class BaseSolver:
     @property
     def device(self):
         return self.dist_info.device if self.dist_info else torch.device('cpu')
+
+    @functools.cached_property
+    def config_text(self):
+        """The run's whole config as YAML, for checkpoint and export metadata (dumped once per run)."""
+        return self.cfg.root.dump()
 
     @property
     def unwrapped_model(self):

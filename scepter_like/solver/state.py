@@ -27,7 +27,7 @@ def collect_training_state(solver):
         'meta': {
             'version': scepter_like.__version__,
             'torch': str(torch.__version__),  # TorchVersion would not load with weights_only=True
-            'config': solver.cfg.root.dump(),
+            'config': solver.config_text,
             'world_size': solver.world_size,
             'global_batch': _global_batch(solver),
             'time': time.time(),

@@ -53,7 +53,7 @@ class SafetensorsHook(Hook):
             'format': 'pt',
             'step': solver.total_iter,
             'epoch': solver.epoch,
-            'config': solver.cfg.root.dump(),
+            'config': solver.config_text,
         }
         save_safetensors(solver.unwrapped_model.state_dict(), path, metadata=metadata)
         solver.logger.info(f'weights saved: {path}')
