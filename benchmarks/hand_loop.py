@@ -23,6 +23,12 @@ from torch import nn
 from workloads import LEARNING_RATE, SEED, plan
 
 
+def load_tensors(path):
+    """The workload's inputs and labels from its .npz, as tensors."""
+    with np.load(path) as data:
+        return torch.as_tensor(data['x']), torch.as_tensor(data['y'])
+
+
 def build_model(name, w):
     if name == 'mlp':
         layers, dim = [nn.Flatten()], w['shape'][0]
@@ -50,8 +56,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(SEED)
     w, epochs, steps = plan(args.workload, args.steps)
-    with np.load(args.data) as data:
-        x, y = torch.as_tensor(data['x']), torch.as_tensor(data['y'])
+    x, y = load_tensors(args.data)
     model = build_model(args.workload, w)
     opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)

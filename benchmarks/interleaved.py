@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import torch  # noqa: E402
-from hand_loop import build_model  # noqa: E402
+from hand_loop import build_model, load_tensors  # noqa: E402
 from runners import prepare, solver_config  # noqa: E402
 from workloads import LEARNING_RATE, SEED, plan  # noqa: E402
 
@@ -45,11 +45,8 @@ class HandLoop:
     """``hand_loop.py``'s training loop, resumable in chunks of steps."""
 
     def __init__(self, workload, data, steps=None):
-        import numpy as np
-
         self.w, self.epochs, _ = plan(workload, steps)
-        with np.load(data) as arrays:
-            self.x, self.y = torch.as_tensor(arrays['x']), torch.as_tensor(arrays['y'])
+        self.x, self.y = load_tensors(data)
         torch.manual_seed(SEED)
         self.model = build_model(workload, self.w)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)

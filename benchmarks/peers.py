@@ -17,9 +17,8 @@ import json
 import sys
 import time
 
-import numpy as np
 import torch
-from hand_loop import build_model
+from hand_loop import build_model, load_tensors
 from torch import nn
 from workloads import LEARNING_RATE, SEED, plan
 
@@ -169,8 +168,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(SEED)
     w, epochs, steps = plan(args.workload, args.steps)
-    with np.load(args.data) as data:
-        x, y = torch.as_tensor(data['x']), torch.as_tensor(data['y'])
+    x, y = load_tensors(args.data)
     watch = _Stopwatch()
     run = run_mmengine if args.framework == 'mmengine' else run_lightning
     run(args.workload, w, epochs, steps, x, y, args.work_dir, watch)

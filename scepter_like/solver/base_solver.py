@@ -475,11 +475,8 @@ class BaseSolver:
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
-        if self.autocast_dtype is None and self.sync_grads:  # no context to enter
+        with self.grad_sync_context(), self.autocast():
             results = forward_checked(self.model, batch_data)
-        else:
-            with self.grad_sync_context(), self.autocast():
-                results = forward_checked(self.model, batch_data)
         self.loss = self.total_loss(results)
         self.iter_outputs = self._detached(results)
         return results

@@ -20,7 +20,12 @@ FORMAT_VERSION = 1
 
 
 def collect_training_state(solver):
-    """The full training state of ``solver`` (a collective: every rank must call it)."""
+    """The full training state of ``solver`` (a collective: every rank must call it).
+
+    metrics.jsonl is written out first, so its lines up to this state survive a resume from it.
+    """
+    if solver.metrics_log is not None:
+        solver.metrics_log.flush()
     rng = all_gather_object(get_rng_state())
     ckpt = {
         'format': FORMAT_VERSION,

@@ -110,13 +110,8 @@ class BackwardHook(Hook):
         if self.skip_nonfinite:
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        if solver.sync_grads:
-            loss.backward()
-        else:
-            with solver.grad_sync_context():  # a DDP micro-step: no all-reduce
-                loss.backward()
+        with solver.grad_sync_context():
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if not self._last_in_group:
             solver.in_accumulation = True
             return

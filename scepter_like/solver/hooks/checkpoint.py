@@ -115,8 +115,6 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        if solver.metrics_log is not None:  # the lines up to this step survive a resume from it
-            solver.metrics_log.flush()
         ckpt = training_state.collect_training_state(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path

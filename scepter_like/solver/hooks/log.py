@@ -42,7 +42,6 @@ class LogHook(Hook):
             raise ConfigError(f'{cfg.path_of("PROGRESS")}: expected auto, on or off, got {cfg.PROGRESS!r}')
         self.progress = progress
         self._bar = None
-        self._epoch_iters = 0
         self.last_logged = {}
         self._reset(time.perf_counter())
         self._epoch_start = time.perf_counter()
@@ -68,10 +67,7 @@ class LogHook(Hook):
             self._reset(self._epoch_start)
 
     def before_all_iter(self, solver):
-        if solver.mode != 'train':
-            return
-        self._epoch_iters = solver.epoch_max_iter  # read once, not per step
-        if self._bar is not None:
+        if solver.mode == 'train' and self._bar is not None:
             total = solver.epoch_max_iter
             if solver.max_steps > 0:
                 total = min(total, solver.iter + solver.max_steps - solver.total_iter)
@@ -95,7 +91,7 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.iter_outputs)
         self._data_time += solver.data_time
-        if it % self.interval == 0 or it == self._epoch_iters:
+        if it % self.interval == 0 or it == solver.epoch_max_iter:
             self._log(solver)
 
     def _log(self, solver):
