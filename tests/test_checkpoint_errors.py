@@ -87,7 +87,7 @@ def expect_one_error_line(tmp, capsys, overrides, match):
     'override, match',
     [
         ('SOLVER.RESUME_FROM={tmp}/run/checkpoints/nope.pth', 'does not exist'),
-        ('SOLVER.RESUME_FROM={tmp}/bad/other_model.pth', 'mis-shaped: backbone.net.0.weight (24, 8) vs model (16, 8)'),
+        ('SOLVER.RESUME_FROM={tmp}/bad/other_model.pth', 'mis-shaped: backbone.0.weight (24, 8) vs model (16, 8)'),
         ('SOLVER.RESUME_FROM={tmp}/bad/truncated.pth', 'truncated.pth is not a readable checkpoint'),
         ('SOLVER.RESUME_FROM={tmp}/bad/weights.safetensors', 'set MODEL.PRETRAINED_MODEL'),
         ('SOLVER.MODEL.PRETRAINED_MODEL={tmp}/bad/garbage.safetensors', 'is not a valid .safetensors file'),

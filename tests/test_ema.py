@@ -90,7 +90,7 @@ def test_ema_is_the_closed_form_average_and_eval_uses_it(tmp_path):
     x, y = _eval_arrays(solver)
     model = solver.unwrapped_model
     with torch.no_grad():
-        w, b = expected['backbone.net.0.weight'], expected['backbone.net.0.bias']
+        w, b = expected['backbone.0.weight'], expected['backbone.0.bias']
         ema_logits = x @ w.T + b
         raw_logits = model.backbone(x)
     last_eval = torch.cat(eval_hook.logits[-4:])

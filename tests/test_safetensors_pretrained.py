@@ -34,9 +34,7 @@ def test_safetensors_hook_writes_every_interval_and_at_the_end(tmp_path):
     own = solver.unwrapped_model.state_dict()
     assert final.keys() == own.keys()
     assert all(torch.equal(final[k], own[k]) for k in own)
-    assert not torch.equal(
-        load_file(folder / 'w-step-4.safetensors')['backbone.net.0.weight'], own['backbone.net.0.weight']
-    )
+    assert not torch.equal(load_file(folder / 'w-step-4.safetensors')['backbone.0.weight'], own['backbone.0.weight'])
     meta = read_safetensors_metadata(folder / 'w-final.safetensors')
     assert meta['step'] == '12' and meta['epoch'] == '2' and meta['format'] == 'pt'
     assert yaml.safe_load(meta['config'])['SOLVER']['TRAIN_HOOKS'][1]['INTERVAL'] == 4
@@ -85,9 +83,9 @@ def test_pretrained_model_loads_safetensors_and_pth(tmp_path, fmt):
 
 def test_pretrained_model_that_does_not_fit_gives_a_key_report(tmp_path):
     other = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
-    state = {f'backbone.net.{k}': v for k, v in other.state_dict().items()}
+    state = {f'backbone.{k}': v for k, v in other.state_dict().items()}
     state['extra.bias'] = torch.zeros(3)
-    del state['backbone.net.0.bias']
+    del state['backbone.0.bias']
     path = tmp_path / 'other.safetensors'
     save_safetensors(state, path)
     cfg = blob_cfg(tmp_path)
@@ -95,6 +93,6 @@ def test_pretrained_model_that_does_not_fit_gives_a_key_report(tmp_path):
     with pytest.raises(CheckpointError) as err:
         build_solver(cfg)
     text = str(err.value)
-    assert 'missing: backbone.net.0.bias' in text
+    assert 'missing: backbone.0.bias' in text
     assert 'unexpected: extra.bias' in text
-    assert 'mis-shaped: backbone.net.2.weight (5, 16) vs model (3, 16)' in text
+    assert 'mis-shaped: backbone.2.weight (5, 16) vs model (3, 16)' in text

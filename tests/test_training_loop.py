@@ -140,7 +140,7 @@ def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
     cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
     solver = build_solver(cfg)
     # a second parameter group at a tenth of the rate: warmup must keep the ratio
-    head = solver.unwrapped_model.backbone.net[-1]
+    head = solver.unwrapped_model.backbone[-1]
     group0 = solver.optimizer.param_groups[0]
     group0['params'] = [p for p in group0['params'] if all(p is not q for q in head.parameters())]
     solver.optimizer.add_param_group({'params': list(head.parameters()), 'lr': 0.01})

@@ -25,10 +25,11 @@ class Classifier(BaseModel):
         self.label_key = cfg.LABEL_KEY
 
     def forward(self, **batch):
-        logits = self.backbone(batch[self.input_key])
+        children = self._modules  # one dict lookup each, not a walk through nn.Module.__getattr__
+        logits = children['backbone'](batch[self.input_key])
         label = batch.get(self.label_key)
         if self.training:
-            return {'loss': self.loss(logits, label)}
+            return {'loss': children['loss'](logits, label)}
         out = {'logits': logits}
         if label is not None:
             out['label'] = label

@@ -1,21 +1,36 @@
-"""Losses, built from LOSSES configs."""
+"""Losses, built from LOSSES configs.
+
+Each is a plain module around one ``torch.nn.functional`` call: no unused ``weight``
+buffer to look up through ``nn.Module.__getattr__`` on every step.
+"""
 
 from torch import nn
+from torch.nn import functional as F
 
 from scepter_like.model.registry import LOSSES
 
 
 @LOSSES.register_class()
-class CrossEntropyLoss(nn.CrossEntropyLoss):
+class CrossEntropyLoss(nn.Module):
     para_dict = {'LABEL_SMOOTHING': {'value': 0.0, 'description': 'label smoothing in [0, 1)'}}
 
     def __init__(self, cfg, logger=None):
-        super().__init__(label_smoothing=cfg.LABEL_SMOOTHING)
+        super().__init__()
+        self.label_smoothing = cfg.LABEL_SMOOTHING
+
+    def extra_repr(self):
+        return f'label_smoothing={self.label_smoothing}'
+
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
 
 @LOSSES.register_class()
-class MSELoss(nn.MSELoss):
+class MSELoss(nn.Module):
     para_dict = {}
 
     def __init__(self, cfg, logger=None):
         super().__init__()
+
+    def forward(self, prediction, target):
+        return F.mse_loss(prediction, target)

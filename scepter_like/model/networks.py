@@ -26,8 +26,12 @@ def _check_positive(cfg, key, sizes):
 
 
 @MODELS.register_class()
-class MLP(BaseModel):
-    """Fully connected layers ``IN_DIM -> HIDDEN_DIMS... -> OUT_DIM``; inputs are flattened."""
+class MLP(BaseModel, nn.Sequential):
+    """Fully connected layers ``IN_DIM -> HIDDEN_DIMS... -> OUT_DIM``; inputs are flattened.
+
+    The layers are the module's own children (as in torchvision's MLP), so a call runs
+    them directly: one module call less per step than a wrapped ``nn.Sequential``.
+    """
 
     para_dict = {
         'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)'},
@@ -43,17 +47,20 @@ class MLP(BaseModel):
         for key in ('IN_DIM', 'OUT_DIM'):
             _check_positive(cfg, key, [cfg[key]])
         _check_positive(cfg, 'HIDDEN_DIMS', cfg.HIDDEN_DIMS)
-        layers, dim = [], cfg.IN_DIM
+        dim = cfg.IN_DIM
         for width in cfg.HIDDEN_DIMS:
-            layers += [nn.Linear(dim, width), act()]
+            self.extend([nn.Linear(dim, width), act()])
             if cfg.DROPOUT > 0:
-                layers.append(nn.Dropout(cfg.DROPOUT))
+                self.append(nn.Dropout(cfg.DROPOUT))
             dim = width
-        layers.append(nn.Linear(dim, cfg.OUT_DIM))
-        self.net = nn.Sequential(*layers)
+        self.append(nn.Linear(dim, cfg.OUT_DIM))
 
     def forward(self, x):
-        return self.net(x.flatten(1) if x.dim() > 2 else x)
+        if x.dim() > 2:
+            x = x.flatten(1)
+        for layer in self:
+            x = layer(x)
+        return x
 
 
 @MODELS.register_class()
