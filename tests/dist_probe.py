@@ -1,7 +1,7 @@
 """Test support for torchrun runs, loaded with ``--import tests/dist_probe.py``.
 
 - ``DistProbeHook`` records, per rank, the first optimizer step's gradients (full tensors),
-  the final weights, the local metric sums and the counters, into ``OUT/rank{r}.pt`` at
+  the final weights, the local metric sums and the counters (DDP's gradient all-reduces too), into ``OUT/rank{r}.pt`` at
   after_solve (also after a failure); it can make one rank's loss NaN at given steps and
   SIGKILL torchrun and all its workers at a given step.
 - On import in a rank other than 0, with ``PROBE_GUARD_DIR`` set, an audit hook makes any
@@ -14,6 +14,7 @@ import signal
 import sys
 
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
@@ -72,6 +73,7 @@ class DistProbeHook(Hook):
         self.kill_at = cfg.KILL_AT_STEP
         self.first_grads = None
         self.worker_pids = []
+        self.allreduces = 0
 
     def before_solve(self, solver):
         names = {id(p): n for n, p in solver.unwrapped_model.named_parameters()}
@@ -86,8 +88,14 @@ class DistProbeHook(Hook):
                 }
 
         solver.optimizer.register_step_pre_hook(grab)
+        if hasattr(solver.model, 'register_comm_hook'):  # DDP: count its gradient all-reduces
+            solver.model.register_comm_hook(None, self._counted_allreduce)
         if self.kill_at:
             self.worker_pids = all_gather_object(os.getpid())
+
+    def _counted_allreduce(self, state, bucket):
+        self.allreduces += 1
+        return default_hooks.allreduce_hook(state, bucket)
 
     def _kill_everything(self):
         """SIGKILL torchrun (our parent), the other workers (each in its own session), then this one."""
@@ -119,6 +127,7 @@ class DistProbeHook(Hook):
             'metric_sums': [m._state.clone() if m._state is not None else None for m in solver.metrics],
             'total_iter': solver.total_iter,
             'optimizer_steps': solver.optimizer_steps,
+            'allreduces': self.allreduces,
             'epoch_outputs': solver.epoch_outputs,
             'failed': repr(solver.failed) if solver.failed is not None else None,
         }

@@ -430,6 +430,20 @@ def test_fsdp_resume_is_exact(multinode):
         assert_state_equal(state, got['optimizer']['state'][i])
 
 
+def test_ddp_accumulation_all_reduces_once_per_optimizer_step(noise_data, tmp_path):
+    """Micro-steps run their forward under no_sync: 2 ranks x 2 micro-batches of 4 = one process's batch of 16."""
+    npz, single = noise_data[1], noise_data[3]
+    hooks = [{'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2}, {'NAME': 'DistSamplerHook'}, probe_hook(tmp_path / 'p')]
+    cfg = blob_cfg(tmp_path, 'accumulate', npz, hooks, batch=4)
+    proc, logs = torchrun(cfg, ['SOLVER.MAX_STEPS=4'], tmp_path, 'accumulate')
+    assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
+    ranks = [load(tmp_path / 'p' / f'rank{r}.pt') for r in (0, 1)]
+    assert [(r['total_iter'], r['optimizer_steps']) for r in ranks] == [(4, 2), (4, 2)]
+    assert [r['allreduces'] for r in ranks] == [2, 2]  # the tiny model's gradients fit one bucket
+    assert_grads_close(ranks[0]['first_grads'], single['first_grads'])
+    assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
+
+
 # -- bad input: one error line per process, exit 2 -------------------------------------------------
 
 

@@ -34,11 +34,11 @@ class ArrayDataset(torch.utils.data.Dataset):
         return {k: v[index] for k, v in self.arrays.items()}
 
     def __getitems__(self, indices):
-        return self.take(torch.as_tensor(indices, dtype=torch.long))
+        return BatchDict(self.take(torch.as_tensor(indices, dtype=torch.long)))
 
     def take(self, idx):
-        """The batch of the samples at ``idx`` (a LongTensor): one ``index_select`` per field."""
-        return BatchDict({k: v.index_select(0, idx) for k, v in self.arrays.items()})
+        """The batch of the samples at ``idx`` (a LongTensor) as a dict: one ``index_select`` per field."""
+        return {k: v.index_select(0, idx) for k, v in self.arrays.items()}
 
 
 @DATASETS.register_class()

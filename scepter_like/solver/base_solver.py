@@ -462,11 +462,20 @@ class BaseSolver:
         device = self.device
         return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
-    def grad_sync_context(self):
-        """``model.no_sync()`` on micro-steps that must not all-reduce gradients (DDP accumulation)."""
-        if self.sync_grads or not hasattr(self.model, 'no_sync'):
+    def forward_context(self):
+        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps and autocast under AMP.
+
+        ``no_sync`` only needs the forward: it decides whether the backward that follows
+        all-reduces the gradients.  Without either, one shared null context.
+        """
+        no_sync = not self.sync_grads and hasattr(self.model, 'no_sync')
+        if not no_sync and self.autocast_dtype is None:
             return _NULL_CONTEXT
-        return self.model.no_sync()
+        stack = contextlib.ExitStack()
+        if no_sync:
+            stack.enter_context(self.model.no_sync())
+        stack.enter_context(self.autocast())
+        return stack
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -475,19 +484,17 @@ class BaseSolver:
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
-        with self.grad_sync_context(), self.autocast():
+        with self.forward_context():
             results = forward_checked(self.model, batch_data)
         self.loss = self.total_loss(results)
         self.iter_outputs = self._detached(results)
         return results
 
     def total_loss(self, results):
-        """``results['loss']``, else the ``loss_*`` terms summed with LOSS_WEIGHTS (1.0 by default).
+        """``results['loss']`` (a dict's), else its ``loss_*`` terms summed with LOSS_WEIGHTS (1.0 by default).
 
         The summed loss is put back into ``results['loss']`` so it is logged beside its terms.
         """
-        if not isinstance(results, dict):
-            raise DataError(f'the model must return a dict in train mode, got {type(results).__name__}')
         loss = results.get('loss')
         if loss is not None:
             return loss
@@ -511,8 +518,6 @@ class BaseSolver:
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
         with self.autocast():
             results = forward_checked(model, batch_data)
-        if not isinstance(results, dict):
-            raise DataError(f'the model must return a dict in {self._mode} mode, got {type(results).__name__}')
         self.iter_outputs = self._detached(results)
         return results
 
@@ -559,11 +564,13 @@ class BaseSolver:
                 fn(self)
             except Exception as e:
                 errors.append(e)
-        if self.metrics_log is not None:
-            try:
+        try:  # progress lines held back by metrics.jsonl and the log file
+            if self.metrics_log is not None:
                 self.metrics_log.flush()
-            except OSError as e:
-                errors.append(e)
+            if self._file_handler is not None:
+                self._file_handler.flush()
+        except OSError as e:
+            errors.append(e)
         first = errors.pop(0) if errors and self.failed is None else None
         for e in errors:
             self.logger.error('after_solve failed after an earlier error', exc_info=e)

@@ -61,6 +61,7 @@ class BackwardHook(Hook):
         self._last_in_group = True
         self._bad = None
         self._params = []
+        self._empty_cache_every = 0  # EMPTY_CACHE_STEP, on CUDA only (before_solve)
 
     def before_solve(self, solver):
         if solver.accu_step > 1 and self.accumulate > 1 and solver.accu_step != self.accumulate:
@@ -71,6 +72,7 @@ class BackwardHook(Hook):
         self.accumulate = max(self.accumulate, solver.accu_step)
         solver.accumulate_steps = self.accumulate
         self._params = [p for p in solver.unwrapped_model.parameters() if p.requires_grad]
+        self._empty_cache_every = max(self.empty_cache_step, 0) if solver.device.type == 'cuda' else 0
         if solver.optimizer is None:
             raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
         if self.use_amp:
@@ -110,19 +112,15 @@ class BackwardHook(Hook):
         if self.skip_nonfinite:
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
-        with solver.grad_sync_context():
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        # no_sync, where due, was applied to the forward (solver.forward_context)
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if not self._last_in_group:
             solver.in_accumulation = True
             return
         self._optimizer_step(solver)
         solver.in_accumulation = False
         solver.optimizer_steps += 1
-        if (
-            self.empty_cache_step > 0
-            and solver.device.type == 'cuda'
-            and solver.total_iter % self.empty_cache_step == 0
-        ):
+        if self._empty_cache_every and solver.total_iter % self._empty_cache_every == 0:
             torch.cuda.empty_cache()
 
     def _optimizer_step(self, solver):

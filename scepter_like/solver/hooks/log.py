@@ -91,7 +91,7 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.iter_outputs)
         self._data_time += solver.data_time
-        if it % self.interval == 0 or it == solver.epoch_max_iter:
+        if it % self.interval == 0:  # after_all_iter logs the steps left at the end of an epoch
             self._log(solver)
 
     def _log(self, solver):
