@@ -6,6 +6,7 @@ B reruns A's first config.yaml into another WORK_DIR.
 """
 
 import json
+import logging
 import os
 import shutil
 import struct
@@ -17,6 +18,7 @@ import torch
 import yaml
 from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
 
+from scepter_like.utils import logger as logger_module
 from scepter_like.utils.metrics_log import MetricsLog, read_metrics
 
 COMMON = ['SOLVER.LR_SCHEDULER.T_MAX=2', 'SOLVER.TRAIN_HOOKS.3.SAVE_LAST=true', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=10']
@@ -164,3 +166,35 @@ def test_plot_log_writes_a_png(runs, tmp_path):
     assert (
         missing.returncode == 2 and missing.stderr.startswith('error: ') and 'metrics.jsonl not found' in missing.stderr
     )
+
+
+def test_log_file_holds_back_only_progress_lines_and_at_most_flush_seconds(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(logger_module.time, 'monotonic', lambda: clock[0])
+    log = logging.getLogger('scepter_like.test_log_file')
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    path = tmp_path / 'std_log.txt'
+    handler = logger_module.add_file_handler(log, str(path))
+    try:
+        progress = {'progress_line': True}
+        log.info('step 10', extra=progress)
+        assert path.read_text() == ''  # held back
+        log.info('epoch 1 trained')  # any other line writes out all before it
+        assert [line.split(' INFO ')[1] for line in path.read_text().splitlines()] == ['step 10', 'epoch 1 trained']
+        log.info('step 20', extra=progress)
+        clock[0] += logger_module.FLUSH_SECONDS - 0.5
+        log.info('step 30', extra=progress)
+        assert 'step 20' not in path.read_text() and 'step 30' not in path.read_text()
+        clock[0] += 0.5  # FLUSH_SECONDS since the last write-out
+        log.info('step 40', extra=progress)
+        assert path.read_text().count('step ') == 4
+        log.info('step 50', extra=progress)
+        log.warning('loss is nan')
+        assert path.read_text().splitlines()[-1].endswith('WARNING loss is nan')
+        log.info('step 60', extra=progress)
+        handler.flush()  # what the solver does at the end of solve()
+        assert path.read_text().splitlines()[-1].endswith('step 60')
+    finally:
+        log.removeHandler(handler)
+        handler.close()

@@ -19,14 +19,13 @@ import math
 import os
 import time
 
+from scepter_like.utils.logger import FLUSH_SECONDS
+
 METRICS_FILE = 'metrics.jsonl'
 
 
 def _json_value(v):
     return v if math.isfinite(v) else str(v)  # NaN / inf are not JSON
-
-
-FLUSH_SECONDS = 2.0
 
 
 class MetricsLog:
