@@ -281,6 +281,47 @@ def test_multi_loss_terms_are_weighted_summed_and_logged(blobs, tmp_path):
         build_solver(cfg).solve()
 
 
+@MODELS.register_class()
+class StateOutputsModel(BaseModel):
+    """Returns, beside its loss, scalars that change after the step: a parameter, a view of it, a buffer."""
+
+    para_dict = {}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.net = torch.nn.Linear(8, 3)
+        self.scale = torch.nn.Parameter(torch.tensor(1.0))
+        self.register_buffer('calls', torch.tensor(0.0))
+
+    def forward(self, img, label):
+        out = self.net(img) * self.scale
+        if self.training:
+            self.calls += 1
+            loss = torch.nn.functional.cross_entropy(out, label)
+            return {'loss': loss, 'scale': self.scale, 'scale_view': self.scale.view(()), 'calls': self.calls}
+        return {'logits': out, 'label': label}
+
+
+def test_logged_means_use_each_steps_values_of_parameters_and_buffers(blobs, tmp_path):
+    """iter_outputs are snapshots: LogHook keeps them without copying, the optimizer then changes the parameter."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 2}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1)
+    cfg['SOLVER']['MODEL'] = {'NAME': 'StateOutputsModel'}
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 0.5}
+    solver = build_solver(cfg)
+    used, seen = [], []
+    solver.register_callback_on_iter_begin(lambda s: used.append(float(s.unwrapped_model.scale.detach())))
+    solver.register_callback_on_iter_end(lambda s: seen.append({k: float(v) for k, v in s.iter_outputs.items()}))
+    solver.solve()
+    assert len(set(used)) == len(used)  # the optimizer moved the parameter every step
+    assert [out['scale'] for out in seen] == used == [out['scale_view'] for out in seen]
+    assert [out['calls'] for out in seen] == [float(i) for i in range(1, len(seen) + 1)]
+    last = seen[-(solver.epoch_max_iter % 2 or 2) :]  # the steps of the last log line
+    logged = solver.hooks_dict['train'][1].last_logged
+    for key in ('loss', 'scale', 'scale_view', 'calls'):
+        assert logged[key] == pytest.approx(sum(out[key] for out in last) / len(last), rel=1e-6), key
+
+
 def test_resume_between_an_epoch_and_its_evaluation_does_not_train_the_epoch_again(blobs, tmp_path):
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
     first = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))

@@ -511,8 +511,23 @@ class BaseSolver:
 
     @staticmethod
     def _detached(results):
-        # a tensor outside autograd (every eval / test output) is already detached
-        return {k: v.detach() if v.requires_grad else v for k, v in results.items() if isinstance(v, torch.Tensor)}
+        """The tensors of ``results`` outside autograd, their scalars fixed at this step's values.
+
+        A scalar this step's graph computed (not a view) is only detached: nothing changes it
+        later.  Any other scalar (a parameter, a buffer, a view of one, a value made outside
+        autograd) may change in place later, so it is copied.  Hooks can then keep a step's
+        scalars without copying them (LogHook's running means).
+        """
+        out = {}
+        for k, v in results.items():
+            if isinstance(v, torch.Tensor):
+                if v.requires_grad and not v.is_leaf and v._base is None:
+                    out[k] = v.detach()
+                elif v.dim() == 0:
+                    out[k] = v.detach().clone()
+                else:  # a tensor outside autograd (every eval / test output) is already detached
+                    out[k] = v.detach() if v.requires_grad else v
+        return out
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model

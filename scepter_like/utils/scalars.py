@@ -1,44 +1,48 @@
 """Running means of a step's scalar outputs, for the hooks that log them at an interval."""
 
+import math
+
 import torch
 
 from scepter_like.utils.distributed import all_reduce_sum
 
 
 class ScalarSums:
-    """Sums of each step's scalar outputs, kept on their device.
+    """Each key's mean over the steps since the last ``means``, over all ranks.
 
-    ``add`` costs one in-place add per scalar and never syncs; ``means`` reads them all at
-    once with one all-reduce (so every rank must call it at the same step) and starts over.
+    ``add`` only keeps a reference to each scalar: no tensor operation per step, which in
+    a fast loop costs more than its own time.  The scalars must stay as they were at their
+    step; the solver's ``iter_outputs`` are such snapshots (``BaseSolver._detached``).
+    ``means`` reads them all with one stack (and one all-reduce under DDP, so every rank
+    must call it at the same step) and starts over.
     """
 
     def __init__(self):
-        self._sums = {}
-        self._counts = {}  # per key: some scalars (grad_norm) come only on optimizer steps
+        self._values = {}  # key -> its scalars since the last means (grad_norm comes only on optimizer steps)
         self.count = 0
 
     def add(self, outputs):
-        sums, counts = self._sums, self._counts
+        values = self._values
         for key, value in outputs.items():
             if value.dim() == 0:
-                if key in sums:
-                    sums[key] += value
-                    counts[key] += 1
+                if key in values:
+                    values[key].append(value)
                 else:
-                    sums[key] = value.float().clone()
-                    counts[key] = 1
+                    values[key] = [value]
         self.count += 1
 
     def means(self, world_size=1):
         """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
-        names = list(self._sums)
-        means = {}
-        if names:
-            sums = [self._sums[k] for k in names]
+        lists, means = self._values, {}
+        if lists:
+            flat = torch.stack([v for values in lists.values() for v in values])
+            counts = [len(values) for values in lists.values()]
+            read, start, sums = flat.tolist(), 0, []
+            for n in counts:
+                sums.append(math.fsum(read[start : start + n]))
+                start += n
             if world_size > 1:  # one all-reduce for every key
-                totals = all_reduce_sum(torch.stack(sums)).tolist()
-            else:
-                totals = [s.item() for s in sums]
-            means = {k: total / (self._counts[k] * world_size) for k, total in zip(names, totals)}
-        self._sums, self._counts, self.count = {}, {}, 0
+                sums = all_reduce_sum(torch.tensor(sums, dtype=torch.float64, device=flat.device)).tolist()
+            means = {k: total / (n * world_size) for k, total, n in zip(lists, sums, counts)}
+        self._values, self.count = {}, 0
         return means
