@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 
 # how far the log file and metrics.jsonl may lag behind LogHook's periodic train lines
 FLUSH_SECONDS = 2.0
@@ -16,19 +17,34 @@ DATEFMT = '%Y-%m-%d %H:%M:%S'
 
 
 class _Formatter(logging.Formatter):
-    """The standard formatter, with the time text made once per second, not once per line."""
+    """The standard formatter, making the time text once per second and each record's text once.
+
+    On rank 0 the console and the log file share one formatter: the second handler gets
+    the text the first made.  Each cache is one tuple, replaced whole, because handlers
+    of a shared formatter may format from two threads at once.
+    """
 
     def __init__(self, fmt, datefmt):
         super().__init__(fmt, datefmt)
-        self._second, self._text = None, ''
+        self._time = (None, '')  # (second, its text)
+        self._last = (None, '')  # (weak reference to the last record, its text)
+
+    def format(self, record):
+        ref, text = self._last
+        if ref is not None and ref() is record:
+            return text
+        text = super().format(record)
+        self._last = (weakref.ref(record), text)
+        return text
 
     def formatTime(self, record, datefmt=None):  # noqa: N802  (logging's name)
         if not datefmt:  # the default format shows milliseconds
             return super().formatTime(record, datefmt)
-        second = int(record.created)
-        if second != self._second:  # handlers format under their lock: one thread at a time
-            self._second, self._text = second, super().formatTime(record, datefmt)
-        return self._text
+        second, text = self._time
+        if int(record.created) != second:
+            text = super().formatTime(record, datefmt)
+            self._time = (int(record.created), text)
+        return text
 
 
 def get_logger(name='scepter_like', rank=0, stream=None):
@@ -81,7 +97,9 @@ def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     handler = _LogFile(path)
-    handler.setFormatter(_Formatter(FORMAT, DATEFMT))
+    console = [h.formatter for h in logger.handlers if getattr(h, '_scepter_console', False)]
+    same = console and isinstance(console[0], _Formatter) and console[0]._fmt == FORMAT  # rank 0: no prefix
+    handler.setFormatter(console[0] if same else _Formatter(FORMAT, DATEFMT))
     handler.setLevel(logging.INFO)
     logger.addHandler(handler)
     return handler
