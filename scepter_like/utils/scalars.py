@@ -13,8 +13,9 @@ class ScalarSums:
     ``add`` only keeps a reference to each scalar: no tensor operation per step, which in
     a fast loop costs more than its own time.  The scalars must stay as they were at their
     step; the solver's ``iter_outputs`` are such snapshots (``BaseSolver._detached``).
-    ``means`` reads them all (with one device-to-host copy off the CPU, and one
-    all-reduce under DDP, so every rank must call it at the same step) and starts over.
+    ``means`` reads them all (one process on the CPU: a load each; otherwise one
+    all-reduce and one copy to the host for every key, so under DDP every rank must call
+    it at the same step) and starts over.
     """
 
     def __init__(self):
@@ -35,17 +36,12 @@ class ScalarSums:
         """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
         lists, means = self._values, {}
         if lists:
-            flat = [v for values in lists.values() for v in values]
-            device = flat[0].device
-            # on the CPU a read is a load; elsewhere one copy to the host for all of them
-            read = [v.item() for v in flat] if device.type == 'cpu' else torch.stack(flat).tolist()
-            counts = [len(values) for values in lists.values()]
-            start, sums = 0, []
-            for n in counts:
-                sums.append(math.fsum(read[start : start + n]))
-                start += n
-            if world_size > 1:  # one all-reduce for every key
-                sums = all_reduce_sum(torch.tensor(sums, dtype=torch.float64, device=device)).tolist()
-            means = {k: total / (n * world_size) for k, total, n in zip(lists, sums, counts)}
+            device = next(iter(lists.values()))[0].device
+            if world_size == 1 and device.type == 'cpu':  # a read is a load
+                sums = [math.fsum(v.item() for v in values) for values in lists.values()]
+            else:  # one all-reduce and one copy to the host for every key
+                sums = torch.stack([torch.stack(values).double().sum() for values in lists.values()])
+                sums = all_reduce_sum(sums).tolist()
+            means = {k: total / (len(values) * world_size) for (k, values), total in zip(lists.items(), sums)}
         self._values, self.count = {}, 0
         return means

@@ -107,7 +107,7 @@ class LrHook(Hook):
         return super().implements(stage)
 
     def after_iter(self, solver):
-        if self.by_epoch or solver.mode != 'train' or solver.optimizer_steps == self.seen_steps:
+        if solver.mode != 'train' or solver.optimizer_steps == self.seen_steps:
             return
         self.seen_steps = solver.optimizer_steps
         self._step_scheduler(solver)
