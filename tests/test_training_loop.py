@@ -1,6 +1,8 @@
 """BackwardHook, LrHook, EarlyStoppingHook, callbacks and multi-loss, in process."""
 
+import logging
 import math
+import time
 
 import pytest
 import torch
@@ -8,6 +10,8 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.errors import ConfigError
 from scepter_like.model import MODELS, BaseModel
+from scepter_like.solver.hooks import log as log_hook
+from scepter_like.utils.metrics_log import read_metrics
 
 
 def params(solver):
@@ -338,3 +342,52 @@ def test_empty_value_for_a_typed_key_is_a_config_error(blobs, tmp_path):
     for key, value in (('MAX_EPOCHS', None), ('WORK_DIR', None)):
         with pytest.raises(ConfigError, match=f'SOLVER.{key}: expected .* got None'):
             build_solver(blob_solver_cfg(blobs, tmp_path / 'w', **{key: value}), set_up=False)
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blobs, tmp_path, monkeypatch, caplog):
+    """LogHook emits its noted lines together: before any other record, at a checkpoint, at the epoch's end."""
+    monkeypatch.setattr(log_hook, 'EMIT_SECONDS', 3600.0)  # no emission by time after the first line
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
+    sink = _Records()
+    solver.logger.addHandler(sink)
+
+    def progress(records):
+        return [r.getMessage().split(' ')[3] for r in records if getattr(r, 'progress_line', False)]
+
+    metrics = tmp_path / 'w' / 'metrics.jsonl'
+    seen, ends = {}, []
+
+    def on_iter_end(s):
+        ends.append(time.time())
+        seen[s.total_iter] = progress(sink.records)
+        if s.total_iter == 2:
+            s.logger.info('a line of the user')  # the lines noted before it go out first
+        if s.total_iter == 3:
+            s.save_checkpoint(str(tmp_path / 'mid.pth'))
+            seen['metrics'] = [r['step'] for r in read_metrics(metrics) if r['kind'] == 'train']
+
+    solver.register_callback_on_iter_end(on_iter_end)
+    start = time.time()
+    try:
+        with caplog.at_level('INFO', logger=solver.logger.name):
+            solver.solve()
+    finally:
+        solver.logger.removeHandler(sink)
+    assert seen[1] == ['1/4'] and seen[2] == ['1/4']  # step 2's line waits ...
+    assert seen[3] == ['1/4', '2/4'] and seen['metrics'] == [1, 2, 3]  # ... until another record, a checkpoint
+    user = [r.getMessage() for r in sink.records].index('a line of the user')
+    assert progress(sink.records[:user]) == ['1/4', '2/4']
+    lines = [r for r in sink.records if getattr(r, 'progress_line', False)]
+    assert progress(lines) == ['1/4', '2/4', '3/4', '4/4']  # the epoch's end emits the rest
+    for record, begin, end in zip(lines, [start, *ends[:-1]], ends):  # made at its step, not when emitted
+        assert begin <= record.created <= end, (record.getMessage(), begin, record.created, end)

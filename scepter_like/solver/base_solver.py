@@ -579,11 +579,9 @@ class BaseSolver:
                 fn(self)
             except Exception as e:
                 errors.append(e)
-        try:  # progress lines held back by metrics.jsonl and the log file
+        try:  # the train lines metrics.jsonl holds
             if self.metrics_log is not None:
                 self.metrics_log.flush()
-            if self._file_handler is not None:
-                self._file_handler.flush()
         except OSError as e:
             errors.append(e)
         first = errors.pop(0) if errors and self.failed is None else None

@@ -22,10 +22,9 @@ FORMAT_VERSION = 1
 def collect_training_state(solver):
     """The full training state of ``solver`` (a collective: every rank must call it).
 
-    metrics.jsonl is written out first, so its lines up to this state survive a resume from it.
+    metrics.jsonl is written out (after the hooks' ``before_save_checkpoint``, where LogHook
+    emits its pending lines), so its lines up to this state survive a resume from it.
     """
-    if solver.metrics_log is not None:
-        solver.metrics_log.flush()
     rng = all_gather_object(get_rng_state())
     ckpt = {
         'format': FORMAT_VERSION,
@@ -46,6 +45,8 @@ def collect_training_state(solver):
     }
     for fn in solver.stage_functions('before_save_checkpoint'):
         fn(solver, ckpt)
+    if solver.metrics_log is not None:
+        solver.metrics_log.flush()
     return ckpt
 
 

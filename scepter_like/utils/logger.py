@@ -7,11 +7,8 @@ and errors, prefixed by their rank, so a problem on any rank is still seen.
 import logging
 import os
 import sys
-import time
 import weakref
 
-# how far the log file and metrics.jsonl may lag behind LogHook's periodic train lines
-FLUSH_SECONDS = 2.0
 FORMAT = '%(asctime)s %(levelname)s %(message)s'
 DATEFMT = '%Y-%m-%d %H:%M:%S'
 
@@ -64,39 +61,22 @@ def get_logger(name='scepter_like', rank=0, stream=None):
     return logger
 
 
-class _LogFile(logging.FileHandler):
-    """The log file; LogHook's periodic train lines are written out at most every FLUSH_SECONDS.
+def backdate(record, wall):
+    """Stamp ``record`` with the unix time ``wall`` it reports on, as if made then.
 
-    Every flush is a system call, and one per line costs a fast loop about half a percent
-    of its time.  Any other record writes out all before it at once, so warnings, errors
-    and epoch lines are on disk as soon as they are logged; a kill loses at most the last
-    FLUSH_SECONDS of progress lines (as in metrics.jsonl).
+    LogHook makes the records of its lines in batches, up to a fraction of a second
+    after the steps they describe.
     """
-
-    def __init__(self, path):
-        super().__init__(path, encoding='utf-8')
-        self._flushed_at = time.monotonic()
-
-    def flush(self):
-        super().flush()
-        self._flushed_at = time.monotonic()
-
-    def emit(self, record):
-        if not getattr(record, 'progress_line', False) or time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
-            super().emit(record)  # writes and flushes
-            return
-        try:
-            self.stream.write(self.format(record) + self.terminator)
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
+    record.relativeCreated += (wall - record.created) * 1000
+    record.created = wall
+    record.msecs = int((wall - int(wall)) * 1000) + 0.0
+    return record
 
 
 def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    handler = _LogFile(path)
+    handler = logging.FileHandler(path, encoding='utf-8')
     console = [h.formatter for h in logger.handlers if getattr(h, '_scepter_console', False)]
     same = console and isinstance(console[0], _Formatter) and console[0]._fmt == FORMAT  # rank 0: no prefix
     handler.setFormatter(console[0] if same else _Formatter(FORMAT, DATEFMT))

@@ -19,8 +19,6 @@ import math
 import os
 import time
 
-from scepter_like.utils.logger import FLUSH_SECONDS
-
 METRICS_FILE = 'metrics.jsonl'
 
 
@@ -31,16 +29,14 @@ def _json_value(v):
 class MetricsLog:
     """Appends records to ``path``; the first write seals a line a crash left torn.
 
-    Train lines are gathered and appended together at most every FLUSH_SECONDS (a file
-    write between training steps costs far more than its own time); every other line, and
-    ``flush()`` (called at the end of ``solve``), writes out what is pending at once.  A
-    kill loses at most the last FLUSH_SECONDS of train lines.
+    Train lines wait in memory until ``flush()``: LogHook calls it after each batch of
+    lines it emits (see ``LogHook``), the solver at a checkpoint and at the end of
+    ``solve``.  Every other line writes out what is pending, then itself, at once.
     """
 
     def __init__(self, path):
         self.path = path
         self._pending = []
-        self._flushed_at = time.monotonic()
         self._checked_tail = False
 
     def _seal_torn_tail(self, f):
@@ -51,19 +47,19 @@ class MetricsLog:
             if r.read(1) != b'\n':
                 f.write('\n')
 
-    def write(self, kind, solver, **fields):
-        record = {'kind': kind, 'epoch': fields.pop('epoch'), 'step': solver.total_iter, 'time': round(time.time(), 3)}
+    def write(self, kind, step, epoch, wall=None, **fields):
+        """One line; ``wall``: the unix time it describes (default now)."""
+        record = {'kind': kind, 'epoch': epoch, 'step': step, 'time': round(time.time() if wall is None else wall, 3)}
         for key, value in fields.items():
             if isinstance(value, dict):
                 value = {k: _json_value(float(v)) for k, v in value.items()}
             record[key] = value
         self._pending.append(record)
-        if kind != 'train' or time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+        if kind != 'train':
             self.flush()
 
     def flush(self):
         """Append the pending lines to the file."""
-        self._flushed_at = time.monotonic()
         if not self._pending:
             return
         with open(self.path, 'a', encoding='utf-8') as f:
@@ -74,24 +70,26 @@ class MetricsLog:
         self._pending = []
 
     def write_start(self, solver, resumed_from=None):
-        self.write('start', solver, epoch=solver.epoch + 1, resumed_from=resumed_from)
+        self.write('start', solver.total_iter, solver.epoch + 1, resumed_from=resumed_from)
 
-    def write_train(self, solver, values, step_time, data_time):
-        """A LogHook interval: mean scalars and lr in ``values``; seconds per step and of data loading."""
+    def write_train(self, line, values):
+        """A LogHook interval (a ``LogHook`` line record): mean scalars and lr in ``values``."""
         self.write(
             'train',
-            solver,
-            epoch=solver.epoch + 1,
-            iter=solver.iter,
-            epoch_iters=solver.epoch_max_iter,
-            step_time=round(step_time, 6),
-            data_time=round(data_time, 6),
+            line.step,
+            line.epoch + 1,
+            line.wall,
+            iter=line.iter,
+            epoch_iters=line.epoch_iters,
+            step_time=round(line.step_time, 6),
+            data_time=round(line.data_time, 6),
             values=values,
         )
 
     def write_epoch_outputs(self, solver, mode):
         """An eval / test line; ``epoch`` counts the train epochs completed by then."""
-        self.write(mode, solver, epoch=solver.progress_state()['epoch'], values=solver.epoch_outputs.get(mode, {}))
+        epoch = solver.progress_state()['epoch']
+        self.write(mode, solver.total_iter, epoch, values=solver.epoch_outputs.get(mode, {}))
 
 
 def read_metrics(path):

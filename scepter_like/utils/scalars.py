@@ -8,18 +8,15 @@ from scepter_like.utils.distributed import all_reduce_sum
 
 
 class ScalarSums:
-    """Each key's mean over the steps since the last ``means``, over all ranks.
+    """Each key's mean over the steps since the last ``take``, over all ranks.
 
     ``add`` only keeps a reference to each scalar: no tensor operation per step, which in
     a fast loop costs more than its own time.  The scalars must stay as they were at their
     step; the solver's ``iter_outputs`` are such snapshots (``BaseSolver._detached``).
-    ``means`` reads them all (one process on the CPU: a load each; otherwise one
-    all-reduce and one copy to the host for every key, so under DDP every rank must call
-    it at the same step) and starts over.
     """
 
     def __init__(self):
-        self._values = {}  # key -> its scalars since the last means (grad_norm comes only on optimizer steps)
+        self._values = {}  # key -> its scalars since the last take (grad_norm comes only on optimizer steps)
         self.count = 0
 
     def add(self, outputs):
@@ -32,16 +29,35 @@ class ScalarSums:
                     values[key] = [value]
         self.count += 1
 
-    def means(self, world_size=1):
-        """``{name: mean over the steps since the last call and over all ranks}``; then resets."""
-        lists, means = self._values, {}
-        if lists:
-            device = next(iter(lists.values()))[0].device
-            if world_size == 1 and device.type == 'cpu':  # a read is a load
-                sums = [math.fsum(v.item() for v in values) for values in lists.values()]
-            else:  # one all-reduce and one copy to the host for every key
-                sums = torch.stack([torch.stack(values).double().sum() for values in lists.values()])
-                sums = all_reduce_sum(sums).tolist()
-            means = {k: total / (len(values) * world_size) for (k, values), total in zip(lists.items(), sums)}
-        self._values, self.count = {}, 0
-        return means
+    def take(self, world_size=1):
+        """The interval so far as ``IntervalMeans``, to read now or later; then starts over.
+
+        Under DDP this all-reduces (every rank must call it at the same step); nothing here
+        waits for the device: only ``IntervalMeans.read`` copies to the host.
+        """
+        lists, self._values, self.count = self._values, {}, 0
+        if not lists:
+            return IntervalMeans({}, None, world_size)
+        device = next(iter(lists.values()))[0].device
+        if world_size == 1 and device.type == 'cpu':  # read each scalar when asked: a load each
+            return IntervalMeans(lists, None, world_size)
+        sums = torch.stack([torch.stack(values).double().sum() for values in lists.values()])
+        return IntervalMeans(lists, all_reduce_sum(sums), world_size)
+
+
+class IntervalMeans:
+    """One interval's means, read on demand: a CPU scalar is a load, a device sum one copy to the host."""
+
+    __slots__ = ('_lists', '_sums', '_world_size')
+
+    def __init__(self, lists, sums, world_size):
+        self._lists, self._sums, self._world_size = lists, sums, world_size
+
+    def read(self):
+        """``{name: mean over the interval's steps and all ranks}``."""
+        lists = self._lists
+        if self._sums is None:
+            sums = [math.fsum(v.item() for v in values) for values in lists.values()]
+        else:
+            sums = self._sums.tolist()
+        return {k: total / (len(values) * self._world_size) for (k, values), total in zip(lists.items(), sums)}

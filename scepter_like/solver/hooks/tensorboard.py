@@ -58,9 +58,10 @@ class TensorboardLogHook(Hook):
             self._write_train(solver)
 
     def _write_train(self, solver):
-        means = self._scalars.means(solver.world_size)
+        means = self._scalars.take(solver.world_size)
         if self.writer is None:
             return
+        means = means.read()
         step = solver.total_iter
         for name, value in means.items():
             self.writer.add_scalar(f'train/{name}', value, step)
