@@ -9,8 +9,9 @@ callgrind in its own process (both at once), with counting switched on only for
 ``--steps`` steps after ``--warm`` steps (``callgrind_control -i``), so imports and
 set-up do not count.  The two sides are ``interleaved.py``'s: the hand-written loop, and
 one ``solve()`` of the ``tools/run_train.py`` config with every default hook and log line.
-The solver side's switch is an end-of-step callback, one call per step that the hand side
-does not pay (about 0.05 % of an MLP step).
+Both sides tick ``interleaved.py``'s step clock once per step; the solver side's switch
+is one more end-of-step callback, a call per step that the hand side does not pay (about
+0.05 % of an MLP step).
 
 Instructions are not time: Python between torch calls runs at a lower rate than the
 torch kernels (a few times lower on the 2-vCPU VM of ``README.md``), so the time ratio
@@ -44,14 +45,14 @@ def run_side(side, workload, steps, warm, folder):
     torch.set_num_threads(1)
     total = warm + steps + 10
     data, _ = prepare(workload, folder, total)
-    hand = HandLoop(workload, data, total)
+    hand = HandLoop(workload, data, 10**9, total)  # one chunk: the hand side never switches
     if side == 'hand':
         hand.run(warm)
         _switch(True)
         hand.run(steps)
         _switch(False)
         return
-    loop = SolverLoop(workload, data, folder, hand, chunk_steps=10**9, steps=total)
+    loop = SolverLoop(workload, data, folder, hand, steps=total)
 
     def switch_at_window(solver):
         if solver.total_iter in (warm, warm + steps):

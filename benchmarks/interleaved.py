@@ -14,9 +14,10 @@ one pair, not the median), beside the ratio of the median single steps.
 
 The solver side is the ``tools/run_train.py`` path (``SOLVERS.build``, ``set_up_pre``,
 ``set_up``, ``solve``) with the workload's config and default train hooks, one whole
-``solve()``; a callback at the end of every CHUNK_STEPS-th step (after every hook) runs
-the next CHUNK_STEPS steps of the hand side, ``hand_loop.py``'s model, optimizer,
-schedule and batching.
+``solve()``; its clock, an end-of-step callback (after every hook), runs the next
+CHUNK_STEPS steps of the hand side (``hand_loop.py``'s model, optimizer, schedule and
+batching) after every CHUNK_STEPS-th step.  The hand loop calls the same clock code at
+the end of each of its steps.
 """
 
 import argparse
@@ -41,10 +42,38 @@ from scepter_like.solver import SOLVERS  # noqa: E402
 from scepter_like.utils.logger import get_logger  # noqa: E402
 
 
+class StepClock:
+    """Each step's duration (the end of one step to the end of the next), in chunks of ``chunk_steps``.
+
+    Both loops call ``tick`` once at the end of every step (the solver through an
+    end-of-step callback), so both pay the same for being timed.  The step after a switch
+    is left out: its span holds the other loop's chunk.
+    """
+
+    def __init__(self, chunk_steps, on_chunk_end=None):
+        self.chunk_steps, self.on_chunk_end = chunk_steps, on_chunk_end
+        self.chunks, self.steps, self._last = [[]], 0, None
+
+    def tick(self, _solver=None):
+        now = time.perf_counter()
+        if self._last is not None:
+            self.chunks[-1].append(now - self._last)
+        self._last = now
+        self.steps += 1
+        if self.steps % self.chunk_steps == 0:
+            if self.on_chunk_end is not None:
+                self.on_chunk_end()
+            self.chunks.append([])
+            self._last = None
+
+    def timed_chunks(self):
+        return [c for c in self.chunks if c]
+
+
 class HandLoop:
     """``hand_loop.py``'s training loop, resumable in chunks of steps."""
 
-    def __init__(self, workload, data, steps=None):
+    def __init__(self, workload, data, chunk_steps, steps=None):
         self.w, self.epochs, _ = plan(workload, steps)
         self.x, self.y = load_tensors(data)
         torch.manual_seed(SEED)
@@ -52,13 +81,12 @@ class HandLoop:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)
         self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=self.epochs)
         self.done, self.perm = 0, None
-        self.chunks = []
+        self.clock = StepClock(chunk_steps)
         self.model.train()
 
     def run(self, steps):
         batch, spe, interval = self.w['batch'], self.w['steps_per_epoch'], self.w['log_interval']
-        last, durations = None, []
-        self.chunks.append(durations)
+        tick = self.clock.tick
         for _ in range(steps):
             i = self.done % spe
             if i == 0:
@@ -77,16 +105,13 @@ class HandLoop:
                 print(f'step {self.done} loss {loss.item():.4f}', file=sys.stderr)
             if self.done % spe == 0:
                 self.sched.step()
-            now = time.perf_counter()
-            if last is not None:
-                durations.append(now - last)
-            last = now
+            tick()
 
 
 class SolverLoop:
-    """One whole ``solve()`` of the workload; every CHUNK steps a callback hands the CPU to the hand loop."""
+    """One whole ``solve()`` of the workload; at the end of a chunk its clock hands the CPU to the hand loop."""
 
-    def __init__(self, workload, data, folder, hand, chunk_steps, steps=None):
+    def __init__(self, workload, data, folder, hand, steps=None):
         work, timer = os.path.join(folder, 'work'), os.path.join(folder, 'timer.json')
         cfg = solver_config(workload, data, work, timer, steps)
         cfg['SOLVER']['TRAIN_HOOKS'] = [h for h in cfg['SOLVER']['TRAIN_HOOKS'] if h['NAME'] != 'StepTimerHook']
@@ -95,35 +120,23 @@ class SolverLoop:
         self.solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
         self.solver.set_up_pre()
         self.solver.set_up()
-        self.hand, self.chunk_steps = hand, chunk_steps
-        self.chunks, self._last = [[]], None
-        self.solver.register_callback_on_iter_end(self._tick)  # after every hook of the step
-
-    def _tick(self, solver):
-        now = time.perf_counter()
-        if self._last is not None:
-            self.chunks[-1].append(now - self._last)
-        self._last = now
-        if solver.total_iter % self.chunk_steps == 0:
-            self.hand.run(self.chunk_steps)
-            self.chunks.append([])
-            self._last = None  # the step after the switch is left out, as in the hand loop
+        self.clock = StepClock(hand.clock.chunk_steps, on_chunk_end=lambda: hand.run(hand.clock.chunk_steps))
+        self.solver.register_callback_on_iter_end(self.clock.tick)  # after every hook of the step
 
     def run(self):
         self.solver.solve()
-        self.chunks = [c for c in self.chunks if c]
 
 
 def measure(workload, chunk_steps, folder, steps=None):
     data, _ = prepare(workload, folder, steps)
-    hand = HandLoop(workload, data, steps)
-    solver = SolverLoop(workload, data, folder, hand, chunk_steps, steps)
+    hand = HandLoop(workload, data, chunk_steps, steps)
+    solver = SolverLoop(workload, data, folder, hand, steps)
     solver.run()
-    loops = {'hand': hand, 'solver': solver}
-    steps = {name: [d for chunk in loop.chunks for d in chunk] for name, loop in loops.items()}
+    chunks = {'hand': hand.clock.timed_chunks(), 'solver': solver.clock.timed_chunks()}
+    steps = {name: [d for chunk in c for d in chunk] for name, c in chunks.items()}
     medians = {name: statistics.median(d) * 1e6 for name, d in steps.items()}
     means = {name: statistics.mean(d) * 1e6 for name, d in steps.items()}
-    pair_ratios = [statistics.mean(s) / statistics.mean(h) for h, s in zip(hand.chunks, solver.chunks)]
+    pair_ratios = [statistics.mean(s) / statistics.mean(h) for h, s in zip(chunks['hand'], chunks['solver'])]
     return {
         'workload': workload,
         'steps_each': hand.done,
