@@ -72,15 +72,15 @@ class MetricsLog:
     def write_start(self, solver, resumed_from=None):
         self.write('start', solver.total_iter, solver.epoch + 1, resumed_from=resumed_from)
 
-    def write_train(self, line, values):
-        """A LogHook interval (a ``LogHook`` line record): mean scalars and lr in ``values``."""
+    def write_train(self, line, epoch_iters, values):
+        """A LogHook interval (its noted line): mean scalars and lr in ``values``."""
         self.write(
             'train',
             line.step,
             line.epoch + 1,
             line.wall,
             iter=line.iter,
-            epoch_iters=line.epoch_iters,
+            epoch_iters=epoch_iters,
             step_time=round(line.step_time, 6),
             data_time=round(line.data_time, 6),
             values=values,

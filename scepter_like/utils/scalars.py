@@ -1,5 +1,6 @@
 """Running means of a step's scalar outputs, for the hooks that log them at an interval."""
 
+import collections
 import math
 
 import torch
@@ -16,17 +17,14 @@ class ScalarSums:
     """
 
     def __init__(self):
-        self._values = {}  # key -> its scalars since the last take (grad_norm comes only on optimizer steps)
+        self._values = collections.defaultdict(list)  # key -> its scalars since the last take
         self.count = 0
 
     def add(self, outputs):
         values = self._values
         for key, value in outputs.items():
-            if value.dim() == 0:
-                if key in values:
-                    values[key].append(value)
-                else:
-                    values[key] = [value]
+            if value.dim() == 0:  # grad_norm only on optimizer steps: keys may differ in count
+                values[key].append(value)
         self.count += 1
 
     def take(self, world_size=1):
@@ -35,7 +33,7 @@ class ScalarSums:
         Under DDP this all-reduces (every rank must call it at the same step); nothing here
         waits for the device: only ``IntervalMeans.read`` copies to the host.
         """
-        lists, self._values, self.count = self._values, {}, 0
+        lists, self._values, self.count = self._values, collections.defaultdict(list), 0
         if not lists:
             return IntervalMeans({}, None, world_size)
         device = next(iter(lists.values()))[0].device
@@ -57,7 +55,7 @@ class IntervalMeans:
         """``{name: mean over the interval's steps and all ranks}``."""
         lists = self._lists
         if self._sums is None:
-            sums = [math.fsum(v.item() for v in values) for values in lists.values()]
+            sums = [math.fsum(map(torch.Tensor.item, values)) for values in lists.values()]
         else:
             sums = self._sums.tolist()
         return {k: total / (len(values) * self._world_size) for (k, values), total in zip(lists.items(), sums)}

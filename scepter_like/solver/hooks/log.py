@@ -40,9 +40,7 @@ class _Line(NamedTuple):
     wall: float  # unix time
     epoch: int
     iter: int
-    epoch_iters: int
     step: int  # total train steps
-    left: int  # train steps left in the run
     means: IntervalMeans
     lr: float | None
     step_time: float  # seconds per step
@@ -51,13 +49,24 @@ class _Line(NamedTuple):
 
 
 class _Run(NamedTuple):
-    """What the lines of a train epoch are emitted to and with."""
+    """What stays the same over a train epoch: the lines' sinks and constants (read once, not per line)."""
 
     logger: logging.Logger
     metrics_log: object  # MetricsLog, or None off rank 0
     max_epochs: int
+    epoch_iters: int
+    max_steps: int  # <= 0: no limit
+    world_size: int
     samples_per_step: int  # over all ranks
     model_flops: float | None  # forward FLOPs per sample (register_flops)
+    mem_device: torch.device | None  # SHOW_GPU_MEM on CUDA: the device whose peak memory is shown
+
+    def steps_left(self, line):
+        """Train steps left in the run after ``line``'s step."""
+        left = self.epoch_iters - line.iter + (self.max_epochs - line.epoch - 1) * self.epoch_iters
+        if self.max_steps > 0:
+            left = min(left, self.max_steps - line.step)
+        return max(left, 0)
 
 
 @HOOKS.register_class()
@@ -87,13 +96,9 @@ class LogHook(Hook):
         self._emitted_at = float('-inf')  # perf_counter
         self._run = None  # _Run, set per train epoch
         self._thread = None  # the training thread
-        self._reset(time.perf_counter())
-        self._epoch_start = time.perf_counter()
-
-    def _reset(self, now):
-        self._scalars = ScalarSums()
+        self._scalars = ScalarSums()  # since the last noted line
         self._data_time = 0.0
-        self._since = now
+        self._since = self._epoch_start = time.perf_counter()
 
     def before_solve(self, solver):
         if solver.is_main and (self.progress == 'on' or (self.progress == 'auto' and sys.stdout.isatty())):
@@ -111,14 +116,25 @@ class LogHook(Hook):
 
     def before_epoch(self, solver):
         if solver.mode == 'train':
-            self._epoch_start = time.perf_counter()
-            self._reset(self._epoch_start)
+            self._since = self._epoch_start = time.perf_counter()
+            self._scalars = ScalarSums()  # drops what an interrupted epoch left
+            self._data_time = 0.0
 
     def before_all_iter(self, solver):
         if solver.mode != 'train':
             return
-        samples_per_step = solver.batch_size * solver.world_size
-        self._run = _Run(solver.logger, solver.metrics_log, solver.max_epochs, samples_per_step, solver.model_flops)
+        world_size = solver.world_size
+        self._run = _Run(
+            solver.logger,
+            solver.metrics_log,
+            solver.max_epochs,
+            solver.epoch_max_iter,
+            solver.max_steps,
+            world_size,
+            solver.batch_size * world_size,
+            solver.model_flops,
+            solver.device if self.show_gpu_mem and solver.device.type == 'cuda' else None,
+        )
         if self._bar is not None:
             total = solver.epoch_max_iter
             if solver.max_steps > 0:
@@ -153,27 +169,22 @@ class LogHook(Hook):
     def _note(self, solver):
         """Note the interval that ends at this step; emit the noted lines when EMIT_SECONDS have passed."""
         now = time.perf_counter()
-        count = self._scalars.count or 1
-        optimizer = solver.optimizer
-        mem = None
-        if self.show_gpu_mem and solver.device.type == 'cuda':
-            mem = torch.cuda.max_memory_allocated(solver.device) / 2**20
+        scalars, run, optimizer = self._scalars, self._run, solver.optimizer
+        count = scalars.count or 1
         self._pending.append(
             _Line(
                 time.time(),
                 solver.epoch,
                 solver.iter,
-                solver.epoch_max_iter,
                 solver.total_iter,
-                self._remaining_steps(solver),
-                self._scalars.take(solver.world_size),
+                scalars.take(run.world_size),
                 optimizer.param_groups[0]['lr'] if optimizer is not None else None,
                 (now - self._since) / count,
                 self._data_time / count,
-                mem,
+                torch.cuda.max_memory_allocated(run.mem_device) / 2**20 if run.mem_device is not None else None,
             )
         )
-        self._reset(now)
+        self._data_time, self._since = 0.0, now
         if now - self._emitted_at >= EMIT_SECONDS:
             self._emit()
 
@@ -204,7 +215,7 @@ class LogHook(Hook):
                 )
                 logger.handle(backdate(record, line.wall))
             if metrics_log is not None:
-                metrics_log.write_train(line, values)
+                metrics_log.write_train(line, run.epoch_iters, values)
             bad = [k for k, v in means.items() if not math.isfinite(v)]
             if bad:
                 logger.warning(f'non-finite {", ".join(bad)} in the log interval up to step {line.step}')
@@ -217,7 +228,7 @@ class LogHook(Hook):
     @staticmethod
     def _format(line, values, run):
         text = (
-            f'epoch {line.epoch + 1}/{run.max_epochs} iter {line.iter}/{line.epoch_iters} step {line.step}'
+            f'epoch {line.epoch + 1}/{run.max_epochs} iter {line.iter}/{run.epoch_iters} step {line.step}'
             + ''.join([f' {k}: {v:.4g}' for k, v in values.items()])
             + f' time: {line.step_time * 1e3:.2f}ms data: {line.data_time * 1e3:.2f}ms'
         )
@@ -226,18 +237,10 @@ class LogHook(Hook):
             text += f' samples/s: {samples_per_s:.0f}'
             if run.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
                 text += f' FLOP/s: {3 * run.model_flops * samples_per_s:.3g}'
-        text += f' eta: {format_hms(line.left * line.step_time)}'
+        text += f' eta: {format_hms(run.steps_left(line) * line.step_time)}'
         if line.mem_mib is not None:
             text += f' mem: {line.mem_mib:.0f}MiB'
         return text
-
-    @staticmethod
-    def _remaining_steps(solver):
-        per_epoch = solver.epoch_max_iter
-        left = per_epoch - solver.iter + (solver.max_epochs - solver.epoch - 1) * per_epoch
-        if solver.max_steps > 0:
-            left = min(left, solver.max_steps - solver.total_iter)
-        return max(left, 0)
 
     def after_epoch(self, solver):
         if solver.mode == 'train':
