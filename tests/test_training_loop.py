@@ -11,7 +11,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 from scepter_like.errors import ConfigError
 from scepter_like.model import MODELS, BaseModel
 from scepter_like.solver.hooks import log as log_hook
-from scepter_like.utils.metrics_log import read_metrics
+from scepter_like.utils.metrics_log import MetricsLog, read_metrics
 
 
 def params(solver):
@@ -391,3 +391,41 @@ def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blob
     assert progress(lines) == ['1/4', '2/4', '3/4', '4/4']  # the epoch's end emits the rest
     for record, begin, end in zip(lines, [start, *ends[:-1]], ends):  # made at its step, not when emitted
         assert begin <= record.created <= end, (record.getMessage(), begin, record.created, end)
+
+
+def test_noted_lines_go_out_when_training_fails_and_an_emission_error_waits_for_the_next(blobs, tmp_path, monkeypatch):
+    monkeypatch.setattr(log_hook, 'EMIT_SECONDS', 3600.0)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
+
+    def fail_at_3(s):
+        if s.total_iter == 3:
+            raise RuntimeError('boom')
+
+    solver.register_callback_on_iter_end(fail_at_3)
+    with pytest.raises(RuntimeError, match='boom'):
+        solver.solve()
+    steps = [r['step'] for r in read_metrics(tmp_path / 'w' / 'metrics.jsonl') if r['kind'] == 'train']
+    assert steps == [1, 2, 3]  # the lines noted before the error, emitted by after_solve
+    assert not [f for f in solver.logger.filters if getattr(f, '__self__', None) in solver.hooks_dict['train']]
+
+    # an emission that fails inside another record's logging call does not fail that call
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w2', hooks=hooks, MAX_EPOCHS=1))
+
+    def full_disk(self):
+        if any(r['step'] >= 2 for r in self._pending):  # from step 2's line on: the emission the warning asks for
+            raise OSError('no space left on device')
+
+    monkeypatch.setattr(MetricsLog, 'flush', full_disk)
+    went_on = []
+
+    def log_at_2(s):
+        if s.total_iter == 2:
+            s.logger.warning('a hook warns')
+            went_on.append(s.total_iter)
+
+    solver.register_callback_on_iter_end(log_at_2)
+    with pytest.raises(OSError, match='no space left'):
+        solver.solve()
+    assert went_on == [2]  # the warning returned; the error came at the next emission (the epoch's end)
+    assert solver.iter == 4

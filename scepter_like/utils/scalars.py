@@ -34,28 +34,30 @@ class ScalarSums:
         waits for the device: only ``IntervalMeans.read`` copies to the host.
         """
         lists, self._values, self.count = self._values, collections.defaultdict(list), 0
+        counts = {key: len(values) * world_size for key, values in lists.items()}
         if not lists:
-            return IntervalMeans({}, None, world_size)
+            return IntervalMeans(counts, [])
         device = next(iter(lists.values()))[0].device
         if world_size == 1 and device.type == 'cpu':  # read each scalar when asked: a load each
-            return IntervalMeans(lists, None, world_size)
+            return IntervalMeans(counts, list(lists.values()))
         sums = torch.stack([torch.stack(values).double().sum() for values in lists.values()])
-        return IntervalMeans(lists, all_reduce_sum(sums), world_size)
+        return IntervalMeans(counts, all_reduce_sum(sums))
 
 
 class IntervalMeans:
-    """One interval's means, read on demand: a CPU scalar is a load, a device sum one copy to the host."""
+    """One interval's means, read on demand: a CPU scalar is a load, the device sums one copy to the host."""
 
-    __slots__ = ('_lists', '_sums', '_world_size')
+    __slots__ = ('_counts', '_values')
 
-    def __init__(self, lists, sums, world_size):
-        self._lists, self._sums, self._world_size = lists, sums, world_size
+    def __init__(self, counts, values):
+        self._counts = counts  # key -> its values over the interval and all ranks
+        self._values = values  # the CPU scalars (a list per key), or the per-key sums as one tensor
 
     def read(self):
         """``{name: mean over the interval's steps and all ranks}``."""
-        lists = self._lists
-        if self._sums is None:
-            sums = [math.fsum(map(torch.Tensor.item, values)) for values in lists.values()]
+        values = self._values
+        if isinstance(values, list):
+            sums = [math.fsum(map(torch.Tensor.item, scalars)) for scalars in values]
         else:
-            sums = self._sums.tolist()
-        return {k: total / (len(values) * self._world_size) for (k, values), total in zip(lists.items(), sums)}
+            sums = values.tolist()
+        return {key: total / count for (key, count), total in zip(self._counts.items(), sums)}

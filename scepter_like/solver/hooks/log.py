@@ -7,9 +7,11 @@ emitted, emits every noted line: reads the means, makes the log record (stamped 
 time of its step) and the ``metrics.jsonl`` line.  Made one after another, lines cost a
 fast loop a fraction of what they cost one at a time between steps, where each finds the
 caches full of the training step's data; and the device is never waited on for a line.
-A line is emitted at most about 2 * EMIT_SECONDS after its step, and always before the
+While training runs, a line is emitted at most EMIT_SECONDS plus one interval after its
+step (at its step when intervals take longer than EMIT_SECONDS), and always before the
 epoch ends, a checkpoint is written, ``solve`` ends (on an error too), or any other
 record of the solver's logger is made in the training thread, so the log stays in order.
+A loop that stalls between two log steps holds its last noted lines until it goes on.
 On a terminal (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those lines
 on the console; the log file still gets them.
 """
@@ -96,6 +98,7 @@ class LogHook(Hook):
         self._emitted_at = float('-inf')  # perf_counter
         self._run = None  # _Run, set per train epoch
         self._thread = None  # the training thread
+        self._failed = None  # an emission's error inside another record's logging call, raised by the next
         self._scalars = ScalarSums()  # since the last noted line
         self._data_time = 0.0
         self._since = self._epoch_start = time.perf_counter()
@@ -108,11 +111,13 @@ class LogHook(Hook):
         solver.logger.addFilter(self._emit_first)
 
     def after_solve(self, solver):
-        self._emit()
-        solver.logger.removeFilter(self._emit_first)
-        if self._bar is not None:
-            self._bar.detach()
-            self._bar = None
+        try:
+            self._emit()
+        finally:
+            solver.logger.removeFilter(self._emit_first)
+            if self._bar is not None:
+                self._bar.detach()
+                self._bar = None
 
     def before_epoch(self, solver):
         if solver.mode == 'train':
@@ -191,11 +196,17 @@ class LogHook(Hook):
     def _emit_first(self, record):
         """Logger filter: the noted lines go out before any other record made in the training thread."""
         if self._pending and not getattr(record, 'progress_line', False) and threading.get_ident() == self._thread:
-            self._emit()
+            try:
+                self._emit()
+            except Exception as e:  # not the logging caller's error: the next emission raises it
+                self._failed = e
         return True
 
     def _emit(self):
         """Log the noted lines and add them to metrics.jsonl, in order."""
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         lines, self._pending = self._pending, []  # a warning logged below finds none pending
         if not lines:
             return
