@@ -10,7 +10,6 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.errors import ConfigError
 from scepter_like.model import MODELS, BaseModel
-from scepter_like.solver.hooks import log as log_hook
 from scepter_like.utils.metrics_log import MetricsLog, read_metrics
 
 
@@ -353,10 +352,10 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blobs, tmp_path, monkeypatch, caplog):
+def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blobs, tmp_path, caplog):
     """LogHook emits its noted lines together: before any other record, at a checkpoint, at the epoch's end."""
-    monkeypatch.setattr(log_hook, 'EMIT_SECONDS', 3600.0)  # no emission by time after the first line
-    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
+    log = {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off', 'EMIT_SECONDS': 3600}  # by time: line 1 only
+    hooks = [{'NAME': 'BackwardHook'}, log]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
     sink = _Records()
     solver.logger.addHandler(sink)
@@ -392,10 +391,25 @@ def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blob
     for record, begin, end in zip(lines, [start, *ends[:-1]], ends):  # made at its step, not when emitted
         assert begin <= record.created <= end, (record.getMessage(), begin, record.created, end)
 
+    log['EMIT_SECONDS'] = 0  # each line at its own step
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w0', hooks=hooks, MAX_EPOCHS=1))
+    sink = _Records()
+    solver.logger.addHandler(sink)
+    counts = []
+    solver.register_callback_on_iter_end(lambda s: counts.append(len(progress(sink.records))))
+    try:
+        with caplog.at_level('INFO', logger=solver.logger.name):
+            solver.solve()
+    finally:
+        solver.logger.removeHandler(sink)
+    assert counts == [1, 2, 3, 4]
+    log['EMIT_SECONDS'] = -1
+    with pytest.raises(ConfigError, match=r'EMIT_SECONDS: must be 0 or more, got -1'):
+        build_solver(blob_solver_cfg(blobs, tmp_path / 'w1', hooks=hooks, MAX_EPOCHS=1))
+
 
 def test_noted_lines_go_out_when_training_fails_and_an_emission_error_waits_for_the_next(blobs, tmp_path, monkeypatch):
-    monkeypatch.setattr(log_hook, 'EMIT_SECONDS', 3600.0)
-    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off', 'EMIT_SECONDS': 3600}]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
 
     def fail_at_3(s):

@@ -32,9 +32,6 @@ from scepter_like.utils.logger import backdate
 from scepter_like.utils.progress import ProgressBar, format_hms
 from scepter_like.utils.scalars import IntervalMeans, ScalarSums
 
-# the longest a noted line waits for another line to be emitted with
-EMIT_SECONDS = 0.5
-
 
 class _Line(NamedTuple):
     """One LOG_INTERVAL, as noted at its last step."""
@@ -77,6 +74,10 @@ class LogHook(Hook):
         'PRIORITY': {'value': PRIORITY_LOG, 'description': 'after BackwardHook'},
         'LOG_INTERVAL': {'value': 10, 'description': 'train steps between log lines; <= 0: off'},
         'SHOW_GPU_MEM': {'value': False, 'description': 'add the peak CUDA memory to each line'},
+        'EMIT_SECONDS': {
+            'value': 0.5,
+            'description': 'noted lines are written together at most this often (seconds); 0: each at its step',
+        },
         'PROGRESS': {
             'value': 'auto',
             'description': "live progress bar: 'auto' (when stdout is a terminal), on, off",
@@ -88,6 +89,9 @@ class LogHook(Hook):
         super().__init__(cfg, logger)
         self.interval = cfg.LOG_INTERVAL
         self.show_gpu_mem = cfg.SHOW_GPU_MEM
+        self.emit_seconds = cfg.EMIT_SECONDS
+        if self.emit_seconds < 0:
+            raise ConfigError(f'{cfg.path_of("EMIT_SECONDS")}: must be 0 or more, got {self.emit_seconds}')
         progress = {True: 'on', False: 'off'}.get(cfg.PROGRESS, cfg.PROGRESS)
         if progress not in ('auto', 'on', 'off'):
             raise ConfigError(f'{cfg.path_of("PROGRESS")}: expected auto, on or off, got {cfg.PROGRESS!r}')
@@ -190,7 +194,7 @@ class LogHook(Hook):
             )
         )
         self._data_time, self._since = 0.0, now
-        if now - self._emitted_at >= EMIT_SECONDS:
+        if now - self._emitted_at >= self.emit_seconds:
             self._emit()
 
     def _emit_first(self, record):
