@@ -1,5 +1,6 @@
 """BackwardHook, LrHook, EarlyStoppingHook, callbacks and multi-loss, in process."""
 
+import contextlib
 import logging
 import math
 import time
@@ -352,13 +353,23 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
+@contextlib.contextmanager
+def _recorded(logger, caplog):
+    """Every INFO-and-up record ``logger`` handles inside the block, in ``sink.records``."""
+    sink = _Records()
+    logger.addHandler(sink)
+    try:
+        with caplog.at_level('INFO', logger=logger.name):
+            yield sink
+    finally:
+        logger.removeHandler(sink)
+
+
 def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blobs, tmp_path, caplog):
     """LogHook emits its noted lines together: before any other record, at a checkpoint, at the epoch's end."""
     log = {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off', 'EMIT_SECONDS': 3600}  # by time: line 1 only
     hooks = [{'NAME': 'BackwardHook'}, log]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
-    sink = _Records()
-    solver.logger.addHandler(sink)
 
     def progress(records):
         return [r.getMessage().split(' ')[3] for r in records if getattr(r, 'progress_line', False)]
@@ -375,13 +386,10 @@ def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blob
             s.save_checkpoint(str(tmp_path / 'mid.pth'))
             seen['metrics'] = [r['step'] for r in read_metrics(metrics) if r['kind'] == 'train']
 
-    solver.register_callback_on_iter_end(on_iter_end)
     start = time.time()
-    try:
-        with caplog.at_level('INFO', logger=solver.logger.name):
-            solver.solve()
-    finally:
-        solver.logger.removeHandler(sink)
+    with _recorded(solver.logger, caplog) as sink:
+        solver.register_callback_on_iter_end(on_iter_end)
+        solver.solve()
     assert seen[1] == ['1/4'] and seen[2] == ['1/4']  # step 2's line waits ...
     assert seen[3] == ['1/4', '2/4'] and seen['metrics'] == [1, 2, 3]  # ... until another record, a checkpoint
     user = [r.getMessage() for r in sink.records].index('a line of the user')
@@ -393,15 +401,10 @@ def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blob
 
     log['EMIT_SECONDS'] = 0  # each line at its own step
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w0', hooks=hooks, MAX_EPOCHS=1))
-    sink = _Records()
-    solver.logger.addHandler(sink)
     counts = []
-    solver.register_callback_on_iter_end(lambda s: counts.append(len(progress(sink.records))))
-    try:
-        with caplog.at_level('INFO', logger=solver.logger.name):
-            solver.solve()
-    finally:
-        solver.logger.removeHandler(sink)
+    with _recorded(solver.logger, caplog) as sink:
+        solver.register_callback_on_iter_end(lambda s: counts.append(len(progress(sink.records))))
+        solver.solve()
     assert counts == [1, 2, 3, 4]
     log['EMIT_SECONDS'] = -1
     with pytest.raises(ConfigError, match=r'EMIT_SECONDS: must be 0 or more, got -1'):

@@ -58,10 +58,10 @@ class TensorboardLogHook(Hook):
             self._write_train(solver)
 
     def _write_train(self, solver):
-        means = self._scalars.take(solver.world_size)
+        interval = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         if self.writer is None:
             return
-        means = means.read()
+        means = interval.read()
         step = solver.total_iter
         for name, value in means.items():
             self.writer.add_scalar(f'train/{name}', value, step)
