@@ -1,6 +1,7 @@
 """Test support for torchrun runs, loaded with ``--import tests/dist_probe.py``.
 
-- ``DistProbeHook`` records, per rank, the first optimizer step's gradients (full tensors),
+- ``DistProbeHook`` records, per rank, the first optimizer step's gradients (full tensors), the
+  global gradient norm it sees in ``after_backward``,
   the final weights, the local metric sums and the counters (DDP's gradient all-reduces too), into ``OUT/rank{r}.pt`` at
   after_solve (also after a failure); it can make one rank's loss NaN at given steps and
   SIGKILL torchrun and all its workers at a given step.
@@ -74,6 +75,7 @@ class DistProbeHook(Hook):
         self.first_grads = None
         self.worker_pids = []
         self.allreduces = 0
+        self.backward_norms = []  # (total_iter, global gradient norm) at each after_backward
 
     def before_solve(self, solver):
         names = {id(p): n for n, p in solver.unwrapped_model.named_parameters()}
@@ -107,6 +109,12 @@ class DistProbeHook(Hook):
                 os.kill(pid, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def after_backward(self, solver):
+        grads = [_full(p.grad) for p in solver.unwrapped_model.parameters() if p.grad is not None]
+        self.backward_norms.append(
+            (solver.total_iter, torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])))
+        )
+
     def after_iter(self, solver):
         step = solver.total_iter
         if step == self.kill_at and solver.rank == 0:
@@ -128,6 +136,7 @@ class DistProbeHook(Hook):
             'total_iter': solver.total_iter,
             'optimizer_steps': solver.optimizer_steps,
             'allreduces': self.allreduces,
+            'backward_norms': self.backward_norms,
             'epoch_outputs': solver.epoch_outputs,
             'failed': repr(solver.failed) if solver.failed is not None else None,
         }

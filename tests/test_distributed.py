@@ -441,6 +441,12 @@ def test_ddp_accumulation_all_reduces_once_per_optimizer_step(noise_data, tmp_pa
     assert [(r['total_iter'], r['optimizer_steps']) for r in ranks] == [(4, 2), (4, 2)]
     assert [r['allreduces'] for r in ranks] == [2, 2]  # the tiny model's gradients fit one bucket
     assert_grads_close(ranks[0]['first_grads'], single['first_grads'])
+    # after_backward (the probe runs before BackwardHook) sees the all-reduced gradients, on optimizer steps only
+    norms = [r['backward_norms'] for r in ranks]
+    assert [[step for step, _ in n] for n in norms] == [[2, 4], [2, 4]]
+    assert [float(v) for _, v in norms[0]] == [float(v) for _, v in norms[1]]
+    single_norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in single['first_grads'].values()]))
+    torch.testing.assert_close(norms[0][0][1], single_norm, rtol=1e-4, atol=1e-6)
     assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
 
 

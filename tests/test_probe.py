@@ -64,7 +64,7 @@ def test_probe_files(tmp_path):
     # eval: the first batch's probes, at the train step count
     eval_meta = json.loads((work / 'eval_probe' / 'probe-6' / 'meta.json').read_text())
     assert eval_meta['entries']['logits']['shape'] == [16, 3]
-    assert solver._probes == {} and not solver.probe_wanted
+    assert solver._probes == {} and not solver.step.probe_wanted
 
 
 def test_register_probe_keeps_nothing_without_the_hook(tmp_path):

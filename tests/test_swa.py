@@ -95,7 +95,7 @@ def test_swa_averages_epochs_recomputes_bn_and_eval_uses_it(tmp_path):
         torch.testing.assert_close(exported[k], v)
 
     # the average and SWALR state live in the checkpoint (weights_only-loadable)
-    from scepter_like.solver.state import load_checkpoint_file
+    from scepter_like.solver.checkpoint_state import load_checkpoint_file
 
     solver.save_checkpoint(str(tmp_path / 'ck.pth'))
     state = load_checkpoint_file(str(tmp_path / 'ck.pth'))['hooks']['train.1.SWAHook']

@@ -3,7 +3,6 @@
 import contextlib
 import logging
 import math
-import time
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.errors import ConfigError
 from scepter_like.model import MODELS, BaseModel
-from scepter_like.utils.metrics_log import MetricsLog, read_metrics
+from scepter_like.utils.metrics_log import read_metrics
 
 
 def params(solver):
@@ -365,54 +364,37 @@ def _recorded(logger, caplog):
         logger.removeHandler(sink)
 
 
-def test_log_lines_go_out_in_batches_in_order_stamped_with_their_steps_time(blobs, tmp_path, caplog):
-    """LogHook emits its noted lines together: before any other record, at a checkpoint, at the epoch's end."""
-    log = {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off', 'EMIT_SECONDS': 3600}  # by time: line 1 only
-    hooks = [{'NAME': 'BackwardHook'}, log]
+def test_log_lines_are_written_at_their_step_in_order_with_other_records(blobs, tmp_path, caplog):
+    """Each LogHook line is written in its own step; metrics.jsonl holds every line up to a checkpoint."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
 
     def progress(records):
         return [r.getMessage().split(' ')[3] for r in records if getattr(r, 'progress_line', False)]
 
     metrics = tmp_path / 'w' / 'metrics.jsonl'
-    seen, ends = {}, []
+    seen = {}
 
     def on_iter_end(s):
-        ends.append(time.time())
         seen[s.total_iter] = progress(sink.records)
         if s.total_iter == 2:
-            s.logger.info('a line of the user')  # the lines noted before it go out first
+            s.logger.info('a line of the user')
         if s.total_iter == 3:
             s.save_checkpoint(str(tmp_path / 'mid.pth'))
             seen['metrics'] = [r['step'] for r in read_metrics(metrics) if r['kind'] == 'train']
 
-    start = time.time()
     with _recorded(solver.logger, caplog) as sink:
         solver.register_callback_on_iter_end(on_iter_end)
         solver.solve()
-    assert seen[1] == ['1/4'] and seen[2] == ['1/4']  # step 2's line waits ...
-    assert seen[3] == ['1/4', '2/4'] and seen['metrics'] == [1, 2, 3]  # ... until another record, a checkpoint
+    assert [seen[i] for i in (1, 2, 3)] == [['1/4'], ['1/4', '2/4'], ['1/4', '2/4', '3/4']]
+    assert seen['metrics'] == [1, 2, 3]
     user = [r.getMessage() for r in sink.records].index('a line of the user')
     assert progress(sink.records[:user]) == ['1/4', '2/4']
-    lines = [r for r in sink.records if getattr(r, 'progress_line', False)]
-    assert progress(lines) == ['1/4', '2/4', '3/4', '4/4']  # the epoch's end emits the rest
-    for record, begin, end in zip(lines, [start, *ends[:-1]], ends):  # made at its step, not when emitted
-        assert begin <= record.created <= end, (record.getMessage(), begin, record.created, end)
-
-    log['EMIT_SECONDS'] = 0  # each line at its own step
-    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w0', hooks=hooks, MAX_EPOCHS=1))
-    counts = []
-    with _recorded(solver.logger, caplog) as sink:
-        solver.register_callback_on_iter_end(lambda s: counts.append(len(progress(sink.records))))
-        solver.solve()
-    assert counts == [1, 2, 3, 4]
-    log['EMIT_SECONDS'] = -1
-    with pytest.raises(ConfigError, match=r'EMIT_SECONDS: must be 0 or more, got -1'):
-        build_solver(blob_solver_cfg(blobs, tmp_path / 'w1', hooks=hooks, MAX_EPOCHS=1))
+    assert progress(sink.records) == ['1/4', '2/4', '3/4', '4/4']
 
 
-def test_noted_lines_go_out_when_training_fails_and_an_emission_error_waits_for_the_next(blobs, tmp_path, monkeypatch):
-    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off', 'EMIT_SECONDS': 3600}]
+def test_log_lines_up_to_a_failure_reach_metrics_jsonl(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1, 'PROGRESS': 'off'}]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
 
     def fail_at_3(s):
@@ -423,26 +405,4 @@ def test_noted_lines_go_out_when_training_fails_and_an_emission_error_waits_for_
     with pytest.raises(RuntimeError, match='boom'):
         solver.solve()
     steps = [r['step'] for r in read_metrics(tmp_path / 'w' / 'metrics.jsonl') if r['kind'] == 'train']
-    assert steps == [1, 2, 3]  # the lines noted before the error, emitted by after_solve
-    assert not [f for f in solver.logger.filters if getattr(f, '__self__', None) in solver.hooks_dict['train']]
-
-    # an emission that fails inside another record's logging call does not fail that call
-    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w2', hooks=hooks, MAX_EPOCHS=1))
-
-    def full_disk(self):
-        if any(r['step'] >= 2 for r in self._pending):  # from step 2's line on: the emission the warning asks for
-            raise OSError('no space left on device')
-
-    monkeypatch.setattr(MetricsLog, 'flush', full_disk)
-    went_on = []
-
-    def log_at_2(s):
-        if s.total_iter == 2:
-            s.logger.warning('a hook warns')
-            went_on.append(s.total_iter)
-
-    solver.register_callback_on_iter_end(log_at_2)
-    with pytest.raises(OSError, match='no space left'):
-        solver.solve()
-    assert went_on == [2]  # the warning returned; the error came at the next emission (the epoch's end)
-    assert solver.iter == 4
+    assert steps == [1, 2, 3]  # written out by after_solve

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from scepter_like.cli import load_config, make_parser, run  # noqa: E402
 from scepter_like.errors import ConfigError  # noqa: E402
 
-METRICS_FILE = 'metrics.json'
+EVAL_RESULTS_FILE = 'metrics.json'
 
 
 def make_eval_parser():
@@ -57,7 +57,7 @@ def main(argv):
     finally:
         solver.close()
     if solver.is_main:
-        path = os.path.join(solver.work_dir, METRICS_FILE)
+        path = os.path.join(solver.work_dir, EVAL_RESULTS_FILE)
         record = {'checkpoint': os.path.abspath(weights), **results}
         atomic_write_text(path, json.dumps(record, indent=2) + '\n')
         print(format_table(results))

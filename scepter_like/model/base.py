@@ -4,7 +4,13 @@ import torch
 
 
 class BaseModel(torch.nn.Module):
-    """``nn.Module`` built from a config.
+    """``nn.Module`` built from a config: ``cls(cfg, logger=logger)``.
+
+    The contract with the solver: ``model(**batch)`` is called with a batch's dict (its
+    keys are the model's ``forward`` arguments) and returns a dict.  In train mode it
+    holds ``loss`` (a scalar tensor), or ``loss_<term>`` scalars that the solver sums with
+    SOLVER.LOSS_WEIGHTS; any other scalar in it is logged.  In eval and test mode it holds
+    the tensors that the METRICS name in their ``KEYS``.
 
     ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
     after building the model, so finetuning is one config key.

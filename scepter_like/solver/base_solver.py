@@ -7,8 +7,11 @@
     solver.set_up()       # construct_data / model / metrics, model_to_device, init_opti, resume
     solver.solve()        # before_solve; per epoch solve_train, solve_eval; solve_test; after_solve
 
-Counters a hook may read: ``epoch`` (0-based, current), ``iter`` (steps completed in
-this mode's epoch), ``total_iter`` (train steps completed), ``epoch_max_iter``.
+The loop's state lives in ``solver.progress`` (``TrainingProgress``: counters, the epoch's
+window, accumulation groups, when training ends) and ``solver.step`` (``StepState``: what
+the current train step decided and produced).  scepter's names (``epoch``, ``iter``,
+``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them.
+Hooks change that state only through the methods under "requests from hooks".
 """
 
 import contextlib
@@ -25,23 +28,40 @@ from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
-from scepter_like.solver import state as training_state
+from scepter_like.solver import checkpoint_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
-from scepter_like.solver.hooks.hook import STAGES, Hook
-from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.solver.parallel import eval_context, wrap_model
+from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
+from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.solver.run_records import write_run_records
+from scepter_like.solver.run_records import open_work_dir, write_run_records
+from scepter_like.solver.stages import StageTable, build_hooks, settle_loop_settings
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
-from scepter_like.utils.distributed import all_gather_object, broadcast_object
-from scepter_like.utils.logger import add_file_handler
-from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
 
-MODES = ('train', 'eval', 'test')
-_DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
-_HOOK_KEYS = {'train': 'TRAIN_HOOKS', 'eval': 'EVAL_HOOKS', 'test': 'TEST_HOOKS'}
+DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
 _NULL_CONTEXT = contextlib.nullcontext()
+
+
+def _view(holder, name, doc=None, settable=True):
+    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
+
+    def get(solver):
+        return getattr(getattr(solver, holder), name)
+
+    def set_(solver, value):
+        setattr(getattr(solver, holder), name, value)
+
+    return property(get, set_ if settable else None, doc=doc)
+
+
+def _stage(stage):
+    """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order."""
+
+    def call(solver, hooks=None):
+        solver._call(stage, hooks)
+
+    call.__name__ = call.__qualname__ = stage
+    return call
 
 
 @SOLVERS.register_class()
@@ -51,14 +71,11 @@ class BaseSolver:
         'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
         'LOG_FILE': {'value': 'std_log.txt', 'description': 'log file name inside WORK_DIR'},
         'RESUME_FROM': {'value': '', 'description': "checkpoint to resume from; 'auto': the newest in WORK_DIR"},
-        'MAX_EPOCHS': {'value': 10, 'description': 'training epochs'},
-        'MAX_STEPS': {'value': 0, 'description': 'stop after this many train steps (0: no limit)'},
-        'ACCU_STEP': {
-            'value': 1,
-            'description': 'gradient accumulation steps (same knob as BackwardHook.ACCUMULATE_STEP)',
-        },
-        'NUM_FOLDS': {'value': 1, 'description': 'split each pass over the train data into this many epochs'},
-        'EVAL_INTERVAL': {'value': 1, 'description': 'evaluate every this many epochs (and after the last)'},
+        'MAX_EPOCHS': {'value': 10, 'description': 'training epochs', 'min': 1},
+        'MAX_STEPS': {'value': 0, 'description': 'stop after this many train steps (0: no limit)', 'min': 0},
+        'ACCU_STEP': {'value': 1, 'description': 'gradient accumulation (= BackwardHook.ACCUMULATE_STEP)', 'min': 1},
+        'NUM_FOLDS': {'value': 1, 'description': 'epochs per pass over the train data', 'min': 1},
+        'EVAL_INTERVAL': {'value': 1, 'description': 'evaluate every this many epochs (and after the last)', 'min': 1},
         'EXTRA_KEYS': {'value': [], 'description': 'batch keys handed to metrics besides the model outputs'},
         'TRAIN_DATA': {'value': None, 'description': 'train data config (a DATASETS entry plus loader keys)'},
         'EVAL_DATA': {'value': None, 'description': 'evaluation data config'},
@@ -71,7 +88,7 @@ class BaseSolver:
         'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
         'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
         'LOSS_WEIGHTS': {'value': {}, 'description': 'weights of the loss_* terms summed into loss (default 1.0)'},
-        'PARALLEL': {'value': 'ddp', 'description': "data parallelism when WORLD_SIZE > 1: 'ddp' | 'fsdp' (FSDP2)"},
+        'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1', 'choices': PARALLEL_MODES},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
@@ -82,52 +99,29 @@ class BaseSolver:
         self.work_dir = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
         self.resume_from = cfg.RESUME_FROM
-        self.max_epochs = cfg.MAX_EPOCHS
-        self.max_steps = cfg.MAX_STEPS
-        self.accu_step = cfg.ACCU_STEP
-        self.num_folds = cfg.NUM_FOLDS
-        self.eval_interval = cfg.EVAL_INTERVAL
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
-        for key in ('MAX_EPOCHS', 'ACCU_STEP', 'NUM_FOLDS', 'EVAL_INTERVAL'):
-            if cfg[key] < 1:
-                raise ConfigError(f'{cfg.path_of(key)}: must be at least 1, got {cfg[key]}')
-        if self.max_steps < 0:
-            raise ConfigError(f'{cfg.path_of("MAX_STEPS")}: must be 0 (no limit) or positive, got {self.max_steps}')
+        self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
+        self.step = StepState()
+        self._mode = 'train'
 
         self.env_cfg = None
         self.dist_info = None
         self.seed = 0
-        self._mode = 'train'
-        self.epoch = 0
-        self.total_iter = 0
-        self._iter = dict.fromkeys(MODES, 0)
-        self._epoch_max_iter = dict.fromkeys(MODES, 0)
-        self._train_epoch_finished = False
-        self._eval_done_epoch = -1
-        self.optimizer_steps = 0
-        self.accumulate_steps = 1
-        self.in_accumulation = False
-        self.sync_grads = True
-        self.autocast_dtype = None
-        self.stop_requested = False
-        self.failed = None
+        self.autocast_dtype = None  # settled from the hooks' loop_settings
+        self.failed = None  # the exception that ended solve(), for after_solve hooks
         self.data_time = 0.0
-        self.probe_wanted = False  # set by ProbeDataHook for the steps whose probes it dumps
-        self._probes = {}
         self.model_flops = None  # forward FLOPs per sample, set by register_flops
+        self._probes = {}
 
         self.datas = {}
         self.hooks_dict = {mode: [] for mode in MODES}
         self._hook_keys = {}
-        self._stages = {}
-        self._callbacks = {mode: {stage: [] for stage in STAGES} for mode in MODES}
+        self.stages = None  # StageTable, once the hooks are built
         self.model = None
         self.optimizer = None
         self.lr_scheduler = None
         self.metrics = []
-        self.loss = None
-        self.iter_outputs = {}
         self.epoch_outputs = {}
         self._file_handler = None
         self.metrics_log = None  # rank 0: WORK_DIR/metrics.jsonl
@@ -140,15 +134,7 @@ class BaseSolver:
         self.dist_info = set_up_environment(self.env_cfg)
         self.seed = self.env_cfg.SEED
         if self.is_main:
-            try:
-                os.makedirs(self.work_dir, exist_ok=True)
-            except OSError as e:
-                raise ConfigError(
-                    f'{self.cfg.path_of("WORK_DIR")}: cannot create {self.work_dir} ({e.strerror})'
-                ) from None
-            if self.log_file:
-                self._file_handler = add_file_handler(self.logger, self.log_file)
-            self.metrics_log = MetricsLog(os.path.join(self.work_dir, METRICS_FILE))
+            self._file_handler, self.metrics_log = open_work_dir(self)
         self.construct_hook()
 
     def set_up(self):
@@ -163,67 +149,39 @@ class BaseSolver:
         self.resumed_from = self.resume()
 
     def construct_hook(self):
-        for mode in MODES:
-            entries = self.cfg[_HOOK_KEYS[mode]] or []
-            if not isinstance(entries, list):
-                raise ConfigError(f'{self.cfg.path_of(_HOOK_KEYS[mode])}: expected a list of hook configs')
-            hooks = [HOOKS.build(entry, logger=self.logger) for entry in entries]
-            for index, hook in enumerate(hooks):
-                self._hook_keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
-            # stable sort: equal priorities keep config order
-            self.hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
-        self._build_stage_table()
-
-    def _build_stage_table(self):
-        """Per mode and stage, the bound methods to call: only hooks that implement the stage."""
-        every = sorted((h for mode in MODES for h in self.hooks_dict[mode]), key=lambda h: h.priority)
-        self._stages = {}
-        for mode in MODES:
-            for stage in STAGES:
-                hooks = every if stage in ('before_solve', 'after_solve') else self.hooks_dict[mode]
-                fns = [getattr(h, stage) for h in hooks if h.implements(stage)]
-                self._stages[(mode, stage)] = fns + self._callbacks[mode][stage]
-
-    def get_hooks_info(self):
-        """The resolved hook order of every stage, one line per mode and stage."""
-        lines = []
-        for mode in MODES:
-            for stage in STAGES:
-                hooks = [
-                    f'{type(fn.__self__).__name__}({fn.__self__.priority})'
-                    for fn in self._stages[(mode, stage)]
-                    if isinstance(getattr(fn, '__self__', None), Hook)
-                ]
-                if hooks and not (mode != 'train' and stage in ('before_solve', 'after_solve')):
-                    lines.append(f'  {mode:5s} {stage:22s} ' + ' -> '.join(hooks))
-        return '\n'.join(lines) or '  (no hooks)'
+        self.hooks_dict, self._hook_keys = build_hooks(self.cfg, self.logger)
+        self.stages = StageTable(self.hooks_dict)
+        self.progress.accumulate_steps, self.autocast_dtype = settle_loop_settings(self.cfg, self.hooks_dict['train'])
 
     def hooks_by_key(self):
         """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
         return self._hook_keys
 
+    def get_hooks_info(self):
+        """The resolved hook order of every stage, one line per mode and stage."""
+        return self.stages.describe()
+
     def stage_functions(self, stage, mode=None):
-        """The hook methods that run at ``stage`` (every mode's hooks for checkpoint stages)."""
-        if mode is None:
-            seen, out = set(), []
-            for m in MODES:
-                for fn in self._stages[(m, stage)]:
-                    if id(fn) not in seen:
-                        seen.add(id(fn))
-                        out.append(fn)
-            return out
-        return self._stages[(mode, stage)]
+        """The functions that run at ``stage`` of ``mode`` (of every mode when None: the checkpoint stages)."""
+        return self.stages.every_mode(stage) if mode is None else self.stages.functions(mode, stage)
 
     def construct_data(self):
+        """Build each mode's data; every mode's ``epoch_max_iter`` is known from here on."""
+        progress = self.progress
         for mode in MODES:
-            data_cfg = self.cfg[_DATA_KEYS[mode]]
+            data_cfg = self.cfg[DATA_KEYS[mode]]
             if data_cfg is not None:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
-        if 'train' in self.datas and self.datas['train'].num_batches() < self.num_folds:
-            raise ConfigError(
-                f'{self.cfg.path_of("NUM_FOLDS")}: {self.num_folds} folds of a pass of'
-                f' {self.datas["train"].num_batches()} batches would leave epochs without a batch; use fewer folds'
-            )
+                progress.epoch_iters[mode] = self.datas[mode].num_batches()
+        if 'train' in self.datas:
+            pass_batches = self.datas['train'].num_batches()
+            if pass_batches < progress.num_folds:
+                raise ConfigError(
+                    f'{self.cfg.path_of("NUM_FOLDS")}: {progress.num_folds} folds of a pass of {pass_batches}'
+                    ' batches would leave epochs without a batch; use fewer folds'
+                )
+            start, stop = progress.fold_window(pass_batches)
+            progress.epoch_iters['train'] = stop - start
 
     def construct_model(self):
         if self.cfg.MODEL is None:
@@ -263,7 +221,24 @@ class BaseSolver:
                 raise ConfigError(f'{self.cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
             self.lr_scheduler = LR_SCHEDULERS.build(self.cfg.LR_SCHEDULER, logger=self.logger, optimizer=self.optimizer)
 
-    # -- properties hooks read ------------------------------------------------------------------
+    # -- views of the loop's state (scepter's names) ------------------------------------------------
+    epoch = _view('progress', 'epoch', 'The current epoch, 0-based.')
+    total_iter = _view('progress', 'total_iter', 'Train steps done (this step counted from its after_iter on).')
+    max_epochs = _view('progress', 'max_epochs')
+    max_steps = _view('progress', 'max_steps', settable=False)
+    num_folds = _view('progress', 'num_folds', settable=False)
+    optimizer_steps = _view('progress', 'optimizer_steps', settable=False)
+    accumulate_steps = _view('progress', 'accumulate_steps', settable=False)
+    last_eval_epoch = _view(
+        'progress', 'last_eval_epoch', 'The epoch whose evaluation epoch_outputs["eval"] holds.', False
+    )
+    loss = _view(
+        'step', 'loss', "This step's training loss until BackwardHook uses it (scepter's hooks set it to None)."
+    )
+    iter_outputs = _view('step', 'outputs', "This step's outputs, detached.")
+    sync_grads = _view('step', 'sync_grads', settable=False)
+    in_accumulation = _view('step', 'in_accumulation', settable=False)
+
     @property
     def mode(self):
         return self._mode
@@ -276,15 +251,20 @@ class BaseSolver:
 
     @property
     def iter(self):
-        return self._iter[self._mode]
+        """Steps done in the current mode's epoch."""
+        return self.progress.iters[self._mode]
 
     @iter.setter
     def iter(self, value):
-        self._iter[self._mode] = value
+        self.progress.iters[self._mode] = value
 
     @property
     def epoch_max_iter(self):
-        return self._epoch_max_iter[self._mode]
+        return self.progress.epoch_iters[self._mode]
+
+    @property
+    def stop_requested(self):
+        return self.progress.stop_reason is not None
 
     @property
     def rank(self):
@@ -318,11 +298,21 @@ class BaseSolver:
         return bundle.batch_size if bundle else 0
 
     def train_finished(self):
-        return (
-            self.stop_requested
-            or self.epoch >= self.max_epochs
-            or (self.max_steps > 0 and self.total_iter >= self.max_steps)
-        )
+        return self.progress.train_finished()
+
+    # -- requests from hooks ------------------------------------------------------------------------
+    def request_stop(self, reason):
+        """End training at the next step boundary (the current step, evaluation and checkpoints complete)."""
+        if self.progress.stop_reason is None:
+            self.progress.stop_reason = reason
+
+    def request_probes(self):
+        """Keep what ``register_probe`` is given during the current step (ProbeDataHook dumps it)."""
+        self.step.probe_wanted = True
+
+    def log_scalar(self, name, value):
+        """Add a scalar (a 0-dim tensor or a number) to this step's outputs: LogHook and TensorBoard show it."""
+        self.step.outputs[name] = value.detach() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
     # -- the loop -------------------------------------------------------------------------------
     def solve(self, epoch=None, every_epoch=False):
@@ -336,22 +326,23 @@ class BaseSolver:
         if self.is_main:  # a training run starts: config.yaml, env.json, code_snapshot/ (run_records.py)
             write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
             self.metrics_log.write_start(self, self.resumed_from)
+        progress = self.progress
         self.before_solve()
-        self._build_stage_table()  # hooks settled their configuration in before_solve
+        self.stages.rebuild()  # hooks settled their configuration in before_solve
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
-            if self._train_epoch_finished:  # resumed between an epoch and its evaluation
+            if progress.epoch_finished:  # resumed between an epoch and its evaluation
                 if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
                     self.solve_eval()
-                self._next_epoch()
-            while 'train' in self.datas and not self.train_finished():
+                progress.next_epoch()
+            while 'train' in self.datas and not progress.train_finished():
                 self.solve_train()
                 if self._eval_due():
                     self.solve_eval()
                 if every_epoch and 'test' in self.datas:
                     self.solve_test()
-                if self._train_epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
-                    self._next_epoch()
+                if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
+                    progress.next_epoch()
             if 'test' in self.datas and not every_epoch:
                 self.solve_test()
         except BaseException as e:
@@ -361,29 +352,19 @@ class BaseSolver:
             self.after_solve()
 
     def _eval_due(self):
-        if 'eval' not in self.datas or self._eval_done_epoch == self.epoch:
-            return False
-        return (self.epoch + 1) % self.eval_interval == 0 or self.epoch + 1 >= self.max_epochs or self.train_finished()
-
-    @property
-    def last_eval_epoch(self):
-        """The epoch (0-based) whose evaluation produced ``epoch_outputs['eval']`` (-1: none yet)."""
-        return self._eval_done_epoch
-
-    def _next_epoch(self):
-        self.epoch += 1
-        self._iter['train'] = 0
-        self._train_epoch_finished = False
+        return 'eval' in self.datas and self.progress.eval_due()
 
     def solve_train(self):
         self.mode = 'train'
+        # each pass over the data shuffles anew, whatever the hooks (DistSamplerHook makes the same call)
+        self.datas['train'].sampler.set_epoch(self.progress.pass_index)
         self.before_epoch()
         self.run_train()
         self.after_epoch()
 
     def solve_eval(self):
         self._solve_no_grad('eval')
-        self._eval_done_epoch = self.epoch
+        self.progress.last_eval_epoch = self.epoch
 
     def solve_test(self):
         self._solve_no_grad('test')
@@ -393,7 +374,7 @@ class BaseSolver:
             return
         previous = self._mode
         self.mode = mode
-        self._iter[mode] = 0
+        self.progress.iters[mode] = 0
         try:
             with torch.no_grad(), eval_context(self.model):
                 self.before_epoch()
@@ -402,47 +383,46 @@ class BaseSolver:
         finally:
             self.mode = previous
 
-    def _fold_window(self, bundle):
-        """Batches [start, stop) of the current pass that this epoch (fold) covers."""
-        n = bundle.num_batches()
-        fold = self.epoch % self.num_folds
-        return fold * n // self.num_folds, (fold + 1) * n // self.num_folds
-
     def run_train(self):
+        progress, step = self.progress, self.step
         bundle = self.datas['train']
-        start, stop = self._fold_window(bundle)
-        self._epoch_max_iter['train'] = stop - start
-        first = start + self._iter['train']
-        if self.max_steps > 0:
-            stop = min(stop, first + self.max_steps - self.total_iter)
+        first, stop = progress.start_train_epoch(bundle.num_batches())
         self.before_all_iter()
         batches = bundle.iterate(first, stop) if first < stop else iter(())
         run_step, before_iter, after_iter = self.run_step_train, self.before_iter, self.after_iter
         rank, to_device = self.rank, self.device.type != 'cpu'
+        accumulating, counts_optimizer_steps = progress.accumulate_steps > 1, self.optimizer is not None
         t0 = time.perf_counter()
-        for batch_idx, batch in enumerate(batches, first - start):
+        for batch_idx, batch in enumerate(batches, progress.iters['train']):
             self.data_time = time.perf_counter() - t0
             if to_device:
                 batch = self.transfer_data_to_device(batch)
+            if accumulating:
+                step.begin(*progress.accumulation_group())
+            else:
+                step.begin()
             before_iter()
-            run_step(batch, batch_idx, self.total_iter, rank)
-            self._iter['train'] += 1
-            self.total_iter += 1
+            run_step(batch, batch_idx, progress.total_iter, rank)
+            progress.iters['train'] += 1
+            progress.total_iter += 1
+            if step.steps_optimizer and counts_optimizer_steps:
+                progress.optimizer_steps += 1
             after_iter()
-            if self.stop_requested:
+            if progress.stop_reason is not None:
                 break
             t0 = time.perf_counter()
-        self._train_epoch_finished = self._iter['train'] >= self._epoch_max_iter['train']
+        progress.finish_train_epoch()
         self.after_all_iter()
 
     def _run_no_grad_loop(self, step_fn):
         bundle = self.datas[self._mode]
-        self._epoch_max_iter[self._mode] = bundle.num_batches()
+        self.progress.epoch_iters[self._mode] = bundle.num_batches()
         self.before_all_iter()
         to_device = self.device.type != 'cpu'
         for batch_idx, batch in enumerate(bundle.iterate()):
             if to_device:
                 batch = self.transfer_data_to_device(batch)
+            self.step.begin()
             self.before_iter()
             step_fn(batch, batch_idx, self.total_iter, self.rank)
             self.iter += 1
@@ -468,7 +448,7 @@ class BaseSolver:
         ``no_sync`` only needs the forward: it decides whether the backward that follows
         all-reduces the gradients.  Without either, one shared null context.
         """
-        no_sync = not self.sync_grads and hasattr(self.model, 'no_sync')
+        no_sync = not self.step.sync_grads and hasattr(self.model, 'no_sync')
         if not no_sync and self.autocast_dtype is None:
             return _NULL_CONTEXT
         stack = contextlib.ExitStack()
@@ -483,11 +463,11 @@ class BaseSolver:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
-        """Forward one batch; leaves the loss in ``self.loss`` for BackwardHook."""
+        """Forward one batch; leaves the loss in ``self.step.loss`` for BackwardHook."""
         with self.forward_context():
             results = forward_checked(self.model, batch_data)
-        self.loss = self.total_loss(results)
-        self.iter_outputs = self._detached(results)
+        self.step.loss = self.total_loss(results)
+        self.step.outputs = detached_outputs(results)
         return results
 
     def total_loss(self, results):
@@ -509,31 +489,11 @@ class BaseSolver:
         loss = results['loss'] = sum(v * self.loss_weights.get(k, 1.0) for k, v in terms.items())
         return loss
 
-    @staticmethod
-    def _detached(results):
-        """The tensors of ``results`` outside autograd, their scalars fixed at this step's values.
-
-        A scalar this step's graph computed (not a view) is only detached: nothing changes it
-        later.  Any other scalar (a parameter, a buffer, a view of one, a value made outside
-        autograd) may change in place later, so it is copied.  Hooks can then keep a step's
-        scalars without copying them (LogHook's running means).
-        """
-        out = {}
-        for k, v in results.items():
-            if isinstance(v, torch.Tensor):
-                if v.requires_grad and not v.is_leaf and v._base is None:
-                    out[k] = v.detach()
-                elif v.dim() == 0:
-                    out[k] = v.detach().clone()
-                else:  # a tensor outside autograd (every eval / test output) is already detached
-                    out[k] = v.detach() if v.requires_grad else v
-        return out
-
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
         with self.autocast():
             results = forward_checked(model, batch_data)
-        self.iter_outputs = self._detached(results)
+        self.step.outputs = detached_outputs(results)
         return results
 
     def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
@@ -560,21 +520,20 @@ class BaseSolver:
         """Names ``epoch_outputs[mode]`` will hold (none in BaseSolver, which computes no metrics)."""
         return []
 
-    # -- stages ---------------------------------------------------------------------------------
-    def _call(self, stage):
-        for fn in self._stages[(self._mode, stage)]:
+    # -- stages: each calls the current mode's hooks, or ``hooks`` in their order (scepter's form) --
+    def _call(self, stage, hooks=None):
+        fns = self.stages.functions(self._mode, stage) if hooks is None else [getattr(h, stage) for h in hooks]
+        for fn in fns:
             fn(self)
 
-    def before_solve(self):
-        self._call('before_solve')
-
-    def after_solve(self):
+    def after_solve(self, hooks=None):
         """Every hook's after_solve runs (they finish writes) even when one fails; the first error is raised.
 
         After a training error (which ``solve`` re-raises) their errors only go to the log.
         """
         errors = []
-        for fn in self._stages[(self._mode, 'after_solve')]:
+        fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
+        for fn in fns:
             try:
                 fn(self)
             except Exception as e:
@@ -590,25 +549,14 @@ class BaseSolver:
         if first is not None:
             raise first
 
-    def before_epoch(self):
-        self._call('before_epoch')
-
-    def after_epoch(self):
-        self._call('after_epoch')
-
-    def before_all_iter(self):
-        self._call('before_all_iter')
-
-    def after_all_iter(self):
-        self._call('after_all_iter')
-
-    def before_iter(self):
-        for fn in self._stages[(self._mode, 'before_iter')]:
-            fn(self)
-
-    def after_iter(self):
-        for fn in self._stages[(self._mode, 'after_iter')]:
-            fn(self)
+    before_solve = _stage('before_solve')
+    before_epoch = _stage('before_epoch')
+    after_epoch = _stage('after_epoch')
+    before_all_iter = _stage('before_all_iter')
+    after_all_iter = _stage('after_all_iter')
+    before_iter = _stage('before_iter')
+    after_iter = _stage('after_iter')
+    after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
 
     def collect_log_vars(self):
         """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
@@ -620,7 +568,7 @@ class BaseSolver:
     # -- probes: data a step hands to ProbeDataHook ----------------------------------------------
     def register_probe(self, probe_data):
         """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
-        if self.probe_wanted:
+        if self.step.probe_wanted:
             self._probes.update(probe_data)
 
     def pop_probes(self):
@@ -643,12 +591,10 @@ class BaseSolver:
         self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self.model_flops)}')
         return self.model_flops
 
-    # -- callbacks (guide §2.7): plain functions called with the solver after the stage's hooks --
+    # -- callbacks: plain functions called with the solver after the stage's hooks ----------------
     def register_stage_callback(self, stage, fn, mode='train'):
         """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
-        self._callbacks[mode][stage].append(fn)
-        if self._stages:
-            self._build_stage_table()
+        self.stages.add_callback(mode, stage, fn)
 
     def register_callback_on_epoch_begin(self, fn):
         self.register_stage_callback('before_epoch', fn)
@@ -663,75 +609,28 @@ class BaseSolver:
         self.register_stage_callback('after_iter', fn)
 
     # -- checkpoint state ------------------------------------------------------------------------
-    def progress_state(self):
-        """Where training stands: the position of the next train batch and the last results."""
-        finished = self._train_epoch_finished
-        return {
-            'epoch': self.epoch + 1 if finished else self.epoch,
-            'iter': 0 if finished else self._iter['train'],
-            'total_iter': self.total_iter,
-            'optimizer_steps': self.optimizer_steps,
-            'eval_pending': finished and self._eval_due(),
-            'last_eval_epoch': self._eval_done_epoch,
-            'epoch_outputs': {m: dict(v) for m, v in self.epoch_outputs.items()},
-        }
-
-    def load_progress_state(self, state):
-        self.epoch = state['epoch']
-        self._iter['train'] = state['iter']
-        self.total_iter = state['total_iter']
-        self.optimizer_steps = state['optimizer_steps']
-        self.epoch_outputs = {m: dict(v) for m, v in state['epoch_outputs'].items()}
-        self._eval_done_epoch = state.get('last_eval_epoch', -1)
-        if state['eval_pending']:
-            # the evaluation after the last finished epoch was cut off: solve() runs it first
-            self.epoch -= 1
-            self._train_epoch_finished = True
-
     def save_checkpoint(self, path):
         """Collect the full state (all ranks) and write it atomically (rank 0)."""
         from scepter_like.utils.checkpoint import atomic_torch_save
 
-        ckpt = training_state.collect_training_state(self)
+        ckpt = checkpoint_state.collect_training_state(self)
         if self.is_main:
             atomic_torch_save(ckpt, path)
         return ckpt
 
     def load_checkpoint(self, path):
-        ckpt = training_state.load_checkpoint_file(path)
-        training_state.restore_training_state(self, ckpt, path)
+        ckpt = checkpoint_state.load_checkpoint_file(path)
+        checkpoint_state.restore_training_state(self, ckpt, path)
         return ckpt
 
     def resume(self):
         """Resume from RESUME_FROM: a path, or 'auto' for the newest complete checkpoint in WORK_DIR."""
-        if not self.resume_from:
+        path = checkpoint_state.resume_path(self)
+        if path is None:
             return None
-        from scepter_like.utils.checkpoint import latest_checkpoint
-
-        # rank 0 decides, so every rank resumes from the same file or none starts fresh alone
-        if self.resume_from == 'auto':
-            path = broadcast_object(
-                latest_checkpoint(os.path.join(self.work_dir, 'checkpoints')) if self.is_main else None
-            )
-            if path is None:
-                self.logger.info(f'RESUME_FROM auto: no checkpoint in {self.work_dir}/checkpoints; starting fresh')
-                return None
-        else:
-            path = self.resume_from
-        missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
-        if missing:
-            raise ConfigError(
-                f'{self.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist'
-                + (
-                    f' on rank(s) {missing}; put WORK_DIR on a filesystem every node sees'
-                    if len(missing) < self.world_size
-                    else ''
-                )
-                + '; fix the path'
-            )
         self.load_checkpoint(path)
         self.logger.info(
-            f'resumed from {path} at epoch {self.epoch}, iter {self._iter["train"]}, step {self.total_iter}'
+            f'resumed from {path} at epoch {self.epoch}, iter {self.progress.iters["train"]}, step {self.total_iter}'
         )
         return path
 

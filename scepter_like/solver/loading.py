@@ -14,9 +14,15 @@ import os
 import numpy as np
 
 from scepter_like.errors import CheckpointError, DataError
-from scepter_like.solver.base_solver import _DATA_KEYS
+from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.utils.checkpoint import atomic_write, latest_checkpoint, load_state_dict_checked, load_weights_file
+from scepter_like.utils.checkpoint import (
+    CHECKPOINT_DIR,
+    atomic_write,
+    latest_checkpoint,
+    load_state_dict_checked,
+    load_weights_file,
+)
 
 EVAL_MODES = ('eval', 'test')
 _TRAINING_ONLY = {
@@ -33,7 +39,7 @@ def resolve_weights_path(path):
     """``path`` itself, or for a folder (a WORK_DIR or its checkpoints/) the checkpoint its ``latest`` names."""
     if not os.path.isdir(path):
         return path
-    for folder in (path, os.path.join(path, 'checkpoints')):
+    for folder in (path, os.path.join(path, CHECKPOINT_DIR)):
         found = latest_checkpoint(folder)
         if found:
             return found
@@ -49,7 +55,7 @@ def inference_config(cfg, data_modes=EVAL_MODES):
     solver_cfg = cfg.SOLVER
     for key, value in _TRAINING_ONLY.items():
         solver_cfg[key] = value
-    for mode, key in _DATA_KEYS.items():
+    for mode, key in DATA_KEYS.items():
         if mode not in data_modes:
             solver_cfg[key] = None
     model_cfg = solver_cfg.get('MODEL')

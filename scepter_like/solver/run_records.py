@@ -21,7 +21,10 @@ import socket
 import subprocess
 import sys
 
+from scepter_like.errors import ConfigError
 from scepter_like.utils.checkpoint import atomic_write_text
+from scepter_like.utils.logger import add_file_handler
+from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
 
 CONFIG_FILE = 'config.yaml'
 ENV_FILE = 'env.json'
@@ -32,6 +35,16 @@ GIT_TIMEOUT_S = 10
 
 class GitError(Exception):
     """A git command failed or timed out (the snapshot is skipped)."""
+
+
+def open_work_dir(solver):
+    """Create WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog."""
+    try:
+        os.makedirs(solver.work_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f'{solver.cfg.path_of("WORK_DIR")}: cannot create {solver.work_dir} ({e.strerror})') from None
+    handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
+    return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
 
 
 def _git(args, cwd):

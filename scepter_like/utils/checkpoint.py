@@ -194,6 +194,7 @@ def load_state_dict_checked(model, state, source, strict=True):
     return missing, unexpected
 
 
+CHECKPOINT_DIR = 'checkpoints'  # inside WORK_DIR
 LATEST_POINTER = 'latest'
 
 

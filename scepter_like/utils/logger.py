@@ -61,18 +61,6 @@ def get_logger(name='scepter_like', rank=0, stream=None):
     return logger
 
 
-def backdate(record, wall):
-    """Stamp ``record`` with the unix time ``wall`` it reports on, as if made then.
-
-    LogHook makes the records of its lines in batches, up to a fraction of a second
-    after the steps they describe.
-    """
-    record.relativeCreated += (wall - record.created) * 1000
-    record.created = wall
-    record.msecs = int((wall - int(wall)) * 1000) + 0.0
-    return record
-
-
 def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -20,6 +20,7 @@ import os
 import time
 
 METRICS_FILE = 'metrics.jsonl'
+FLUSH_SECONDS = 1.0  # train lines wait at most this long in memory
 
 
 def _json_value(v):
@@ -29,15 +30,16 @@ def _json_value(v):
 class MetricsLog:
     """Appends records to ``path``; the first write seals a line a crash left torn.
 
-    Train lines wait in memory until ``flush()``: LogHook calls it after each batch of
-    lines it emits (see ``LogHook``), the solver at a checkpoint and at the end of
-    ``solve``.  Every other line writes out what is pending, then itself, at once.
+    Train lines are appended in batches (one file append per batch, not per line): with
+    the first train line FLUSH_SECONDS after the last append, before every other line, at
+    a checkpoint and at the end of ``solve``.
     """
 
     def __init__(self, path):
         self.path = path
         self._pending = []
         self._checked_tail = False
+        self._flushed_at = time.monotonic()
 
     def _seal_torn_tail(self, f):
         if f.tell() == 0:
@@ -55,7 +57,7 @@ class MetricsLog:
                 value = {k: _json_value(float(v)) for k, v in value.items()}
             record[key] = value
         self._pending.append(record)
-        if kind != 'train':
+        if kind != 'train' or time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
             self.flush()
 
     def flush(self):
@@ -68,27 +70,27 @@ class MetricsLog:
                 self._checked_tail = True
             f.write(''.join(json.dumps(record) + '\n' for record in self._pending))
         self._pending = []
+        self._flushed_at = time.monotonic()
 
     def write_start(self, solver, resumed_from=None):
         self.write('start', solver.total_iter, solver.epoch + 1, resumed_from=resumed_from)
 
-    def write_train(self, line, epoch_iters, values):
-        """A LogHook interval (its noted line): mean scalars and lr in ``values``."""
+    def write_train(self, solver, step_time, data_time, values):
+        """A LogHook line: the interval's mean scalars and lr in ``values``."""
         self.write(
             'train',
-            line.step,
-            line.epoch + 1,
-            line.wall,
-            iter=line.iter,
-            epoch_iters=epoch_iters,
-            step_time=round(line.step_time, 6),
-            data_time=round(line.data_time, 6),
+            solver.total_iter,
+            solver.epoch + 1,
+            iter=solver.iter,
+            epoch_iters=solver.epoch_max_iter,
+            step_time=round(step_time, 6),
+            data_time=round(data_time, 6),
             values=values,
         )
 
     def write_epoch_outputs(self, solver, mode):
         """An eval / test line; ``epoch`` counts the train epochs completed by then."""
-        epoch = solver.progress_state()['epoch']
+        epoch = solver.progress.epochs_completed()
         self.write(mode, solver.total_iter, epoch, values=solver.epoch_outputs.get(mode, {}))
 
 

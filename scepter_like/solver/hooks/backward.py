@@ -17,8 +17,11 @@ class BackwardHook(Hook):
 
     Accumulation: each group of ACCUMULATE_STEP micro-batches is averaged into one
     optimizer step; the last group of an epoch may be shorter and is averaged over its
-    own length, so k equal micro-batches of b give the update of one batch of k*b.
-    Under DDP the non-final micro-steps skip the gradient all-reduce (``no_sync``).
+    own length, so k equal micro-batches of b give the update of one batch of k*b.  The
+    loop plans the groups (``solver.step``: ``group_size``, ``steps_optimizer``) and, under
+    DDP, runs the non-final micro-steps' forward under ``no_sync``.
+
+    On an optimizer step: unscale (fp16), the ``after_backward`` stage, clip, step.
 
     Non-finite losses: NONFINITE_POLICY 'skip' drops the optimizer step of a group whose
     loss is NaN or inf on any rank (decided together, so no rank waits on another) and
@@ -30,12 +33,20 @@ class BackwardHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_BACKWARD, 'description': 'runs first in after_iter'},
         'GRADIENT_CLIP': {'value': -1.0, 'description': 'max global L2 norm of all gradients; <= 0: off'},
-        'ACCUMULATE_STEP': {'value': 1, 'description': 'micro-batches per optimizer step'},
+        'ACCUMULATE_STEP': {'value': 1, 'description': 'micro-batches per optimizer step', 'min': 1},
         'EMPTY_CACHE_STEP': {'value': -1, 'description': 'torch.cuda.empty_cache() every N steps on CUDA; <= 0: off'},
         'USE_AMP': {'value': False, 'description': 'autocast the forward pass'},
-        'AMP_DTYPE': {'value': 'bf16', 'description': 'bf16 (CPU and CUDA) | fp16 (CUDA, with a GradScaler)'},
-        'NONFINITE_POLICY': {'value': 'off', 'description': "'off' | 'skip': skip steps whose loss is NaN/inf"},
-        'MAX_NONFINITE_STEPS': {'value': 10, 'description': "with 'skip': stop after this many in a row"},
+        'AMP_DTYPE': {
+            'value': 'bf16',
+            'description': 'bf16 (CPU and CUDA) | fp16 (CUDA, with a GradScaler)',
+            'choices': list(_AMP_DTYPES),
+        },
+        'NONFINITE_POLICY': {
+            'value': 'off',
+            'description': "'off' | 'skip': skip steps whose loss is NaN/inf",
+            'choices': ['off', 'skip'],
+        },
+        'MAX_NONFINITE_STEPS': {'value': 10, 'description': "with 'skip': stop after this many in a row", 'min': 1},
     }
 
     def __init__(self, cfg, logger=None):
@@ -43,97 +54,66 @@ class BackwardHook(Hook):
         self.gradient_clip = cfg.GRADIENT_CLIP
         self.accumulate = cfg.ACCUMULATE_STEP
         self.empty_cache_step = cfg.EMPTY_CACHE_STEP
-        self.use_amp = cfg.USE_AMP
-        if cfg.AMP_DTYPE not in _AMP_DTYPES:
-            raise ConfigError(f'{cfg.path_of("AMP_DTYPE")}: {cfg.AMP_DTYPE!r} is not bf16 or fp16')
-        self.amp_dtype = _AMP_DTYPES[cfg.AMP_DTYPE]
-        if cfg.NONFINITE_POLICY not in ('off', 'skip'):
-            raise ConfigError(f"{cfg.path_of('NONFINITE_POLICY')}: {cfg.NONFINITE_POLICY!r} is not 'off' or 'skip'")
+        self.amp_dtype = _AMP_DTYPES[cfg.AMP_DTYPE] if cfg.USE_AMP else None
         self.skip_nonfinite = cfg.NONFINITE_POLICY == 'skip'
         self.max_nonfinite = cfg.MAX_NONFINITE_STEPS
-        if self.accumulate < 1:
-            raise ConfigError(f'{cfg.path_of("ACCUMULATE_STEP")}: must be at least 1, got {self.accumulate}')
         self.scaler = None
         self._scaler_state = None
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
-        self._group_size = 1
-        self._last_in_group = True
         self._bad = None
         self._params = []
         self._empty_cache_every = 0  # EMPTY_CACHE_STEP, on CUDA only (before_solve)
 
+    def loop_settings(self):
+        return {'accumulate_steps': self.accumulate, 'autocast_dtype': self.amp_dtype}
+
     def before_solve(self, solver):
-        if solver.accu_step > 1 and self.accumulate > 1 and solver.accu_step != self.accumulate:
-            raise ConfigError(
-                f'SOLVER.ACCU_STEP ({solver.accu_step}) and BackwardHook ACCUMULATE_STEP ({self.accumulate}) disagree;'
-                ' set one of them'
-            )
-        self.accumulate = max(self.accumulate, solver.accu_step)
-        solver.accumulate_steps = self.accumulate
         self._params = [p for p in solver.unwrapped_model.parameters() if p.requires_grad]
         self._empty_cache_every = max(self.empty_cache_step, 0) if solver.device.type == 'cuda' else 0
         if solver.optimizer is None:
             raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
-        if self.use_amp:
+        if self.amp_dtype is not None:
             if self.amp_dtype is torch.float16 and solver.device.type != 'cuda':
                 raise ConfigError(
                     f'{self.cfg.path_of("AMP_DTYPE")}: fp16 needs CUDA (this run is on {solver.device.type}); use bf16'
                 )
-            solver.autocast_dtype = self.amp_dtype
             if self.amp_dtype is torch.float16:
                 self.scaler = torch.amp.GradScaler('cuda')
                 if self._scaler_state is not None:
                     self.scaler.load_state_dict(self._scaler_state)
             solver.logger.info(f'mixed precision: autocast to {self.amp_dtype} on {solver.device.type}')
 
-    def implements(self, stage):
-        if stage == 'before_iter':  # only accumulation has work there
-            return self.accumulate > 1
-        return super().implements(stage)
-
-    def before_iter(self, solver):
-        it = solver.iter
-        end = solver.epoch_max_iter
-        if solver.max_steps > 0:
-            end = min(end, it + solver.max_steps - solver.total_iter)
-        group_start = it - it % self.accumulate
-        self._group_size = min(self.accumulate, end - group_start)
-        self._last_in_group = it + 1 >= group_start + self._group_size
-        solver.sync_grads = self._last_in_group
-
     def after_iter(self, solver):
-        loss = solver.loss
+        step = solver.step
+        loss = step.take_loss()
         if loss is None:
             return
-        solver.loss = None
-        if self._group_size > 1:
-            loss = loss / self._group_size
+        if step.group_size > 1:
+            loss = loss / step.group_size
         if self.skip_nonfinite:
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
         # no_sync, where due, was applied to the forward (solver.forward_context)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        if not self._last_in_group:
-            solver.in_accumulation = True
+        if not step.steps_optimizer:
             return
         self._optimizer_step(solver)
-        solver.in_accumulation = False
-        solver.optimizer_steps += 1
         if self._empty_cache_every and solver.total_iter % self._empty_cache_every == 0:
             torch.cuda.empty_cache()
 
     def _optimizer_step(self, solver):
         optimizer = solver.optimizer
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)  # after_backward hooks and clipping see the true gradients
+        solver.after_backward()
         if self.gradient_clip > 0:
-            if self.scaler is not None:
-                self.scaler.unscale_(optimizer)
             norm = torch.nn.utils.clip_grad_norm_(self._params, self.gradient_clip)
-            solver.iter_outputs['grad_norm'] = full_tensor(norm.detach())  # a DTensor under FSDP
+            solver.log_scalar('grad_norm', full_tensor(norm))  # a DTensor under FSDP
         if self.skip_nonfinite and self._skip_this_step(solver):
             optimizer.zero_grad(set_to_none=True)
-            if self.scaler is not None and self.gradient_clip > 0:
-                self.scaler.update()  # unscale_ ran for clipping; update() closes that step for the scaler
+            if self.scaler is not None:
+                self.scaler.update()  # unscale_ ran; update() closes that step for the scaler
             return
         if self.scaler is not None:
             self.scaler.step(optimizer)

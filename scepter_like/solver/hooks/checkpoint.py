@@ -26,10 +26,11 @@ import math
 import os
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver import state as training_state
+from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
+    CHECKPOINT_DIR,
     BackgroundWriter,
     commit_temp,
     cpu_snapshot,
@@ -37,8 +38,6 @@ from scepter_like.utils.checkpoint import (
     torch_save_temp,
     write_latest_pointer,
 )
-
-CHECKPOINT_DIR = 'checkpoints'
 
 
 def parse_best_by(text):
@@ -115,7 +114,7 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        ckpt = training_state.collect_training_state(solver)  # a collective: every rank takes part
+        ckpt = checkpoint_state.collect_training_state(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path
         if self.async_save:
@@ -156,8 +155,7 @@ class CheckpointHook(Hook):
             self._save(solver, f'{self.prefix}-epoch-{solver.epoch + 1}.pth')
 
     def before_epoch(self, solver):
-        if solver.mode == 'train':
-            self._check_best(solver)
+        self._check_best(solver)
 
     def _check_best(self, solver):
         """Consider the newest eval results once; save the best checkpoint when they improve."""

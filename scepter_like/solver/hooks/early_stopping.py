@@ -59,15 +59,16 @@ class EarlyStoppingHook(Hook):
         stop = broadcast_object(self.bad_evals >= self.patience)
         if stop:
             self.stopped_epoch = solver.epoch
-            solver.stop_requested = True
-            solver.logger.info(
+            reason = (
                 f'early stopping after epoch {solver.epoch + 1}: {self.monitor} has not improved on {self.best:.6g}'
                 f' for {self.bad_evals} evaluation(s)'
             )
+            solver.request_stop(reason)
+            solver.logger.info(reason)
 
     def after_load_checkpoint(self, solver, checkpoint):
         if self.stopped_epoch is not None:  # the run this checkpoint came from had stopped early
-            solver.stop_requested = True
+            solver.request_stop(f'the run stopped early at epoch {self.stopped_epoch + 1}')
 
     def state_dict(self):
         return {'best': self.best, 'bad_evals': self.bad_evals, 'stopped_epoch': self.stopped_epoch}

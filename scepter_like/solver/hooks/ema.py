@@ -99,7 +99,7 @@ class EMAHook(Hook):
             self._swap = swap_in_for_eval(solver, lambda: self.ema)
 
     def after_iter(self, solver):
-        if solver.mode != 'train' or solver.optimizer_steps == self._seen_steps:
+        if solver.optimizer_steps == self._seen_steps:
             return
         self._seen_steps = steps = solver.optimizer_steps
         if steps <= self.start_step:

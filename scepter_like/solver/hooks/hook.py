@@ -4,7 +4,7 @@ The solver's loop, with the stage each hook may implement::
 
     before_solve
     for epoch:      before_epoch, before_all_iter
-        for batch:  before_iter, run_step_*, after_iter
+        for batch:  before_iter, run_step_*, after_iter  (after_backward: inside BackwardHook's after_iter)
                     after_all_iter, after_epoch
     after_solve
 
@@ -13,7 +13,13 @@ stages it needs: the solver calls a stage only on hooks that override it (and th
 through ``implements`` after ``before_solve``, have work there), so an unused stage costs
 nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint``
 let a hook add to and read back the checkpoint; ``state_dict`` / ``load_state_dict``
-carry its own state across a resume.
+carry its own state across a resume.  ``after_backward`` runs between the backward pass and
+the optimizer step, on optimizer steps only: gradients are present (all-reduced under DDP,
+unscaled under fp16) and not yet clipped.
+
+Hooks read the solver's state and change it only through its named methods
+(``request_stop``, ``request_probes``, ``log_scalar``); a hook that needs the loop to run
+its steps differently (accumulation, autocast) says so in ``loop_settings``.
 """
 
 PRIORITY_BACKWARD = 0
@@ -34,6 +40,7 @@ STAGES = (
     'after_all_iter',
     'before_iter',
     'after_iter',
+    'after_backward',
     'before_save_checkpoint',
     'after_load_checkpoint',
 )
@@ -71,11 +78,21 @@ class Hook:
     def after_iter(self, solver):
         pass
 
+    def after_backward(self, solver):
+        pass
+
     def before_save_checkpoint(self, solver, checkpoint):
         pass
 
     def after_load_checkpoint(self, solver, checkpoint):
         pass
+
+    def loop_settings(self):
+        """How the loop must run train steps for this hook, asked once when the hooks are built.
+
+        Keys: ``accumulate_steps`` (micro-batches per optimizer step), ``autocast_dtype``.
+        """
+        return {}
 
     def state_dict(self):
         """State to carry across a resume (plain values and tensors only)."""

@@ -23,8 +23,8 @@ from scepter_like.solver.hooks.registry import HOOKS
 class LrHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_LR, 'description': 'after BackwardHook and LogHook'},
-        'WARMUP_FUNC': {'value': 'linear', 'description': 'warmup shape: linear'},
-        'WARMUP_EPOCHS': {'value': 1, 'description': 'warmup length in epochs (0: no warmup)'},
+        'WARMUP_FUNC': {'value': 'linear', 'description': 'warmup shape: linear', 'choices': ['linear']},
+        'WARMUP_EPOCHS': {'value': 1, 'description': 'warmup length in epochs (0: no warmup)', 'min': 0},
         'WARMUP_START_LR': {'value': 0.0001, 'description': 'learning rate at the start of warmup'},
         'SET_BY_EPOCH': {'value': True, 'description': 'set the LR once per epoch (false: every optimizer step)'},
         'PLATEAU_METRIC': {'value': '', 'description': 'eval metric fed to ReduceLROnPlateau'},
@@ -32,10 +32,6 @@ class LrHook(Hook):
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        if cfg.WARMUP_FUNC != 'linear':
-            raise ConfigError(f"{cfg.path_of('WARMUP_FUNC')}: only 'linear' is supported, got {cfg.WARMUP_FUNC!r}")
-        if cfg.WARMUP_EPOCHS < 0:
-            raise ConfigError(f'{cfg.path_of("WARMUP_EPOCHS")}: must be 0 or more')
         self.warmup_epochs = cfg.WARMUP_EPOCHS
         self.warmup_start_lr = cfg.WARMUP_START_LR
         self.by_epoch = cfg.SET_BY_EPOCH
@@ -94,7 +90,7 @@ class LrHook(Hook):
             self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
 
     def before_epoch(self, solver):
-        if solver.mode != 'train' or not self.by_epoch:
+        if not self.by_epoch:
             return
         if solver.epoch > self.last_epoch:
             self._step_scheduler(solver)
@@ -107,7 +103,7 @@ class LrHook(Hook):
         return super().implements(stage)
 
     def after_iter(self, solver):
-        if solver.mode != 'train' or solver.optimizer_steps == self.seen_steps:
+        if solver.optimizer_steps == self.seen_steps:
             return
         self.seen_steps = solver.optimizer_steps
         self._step_scheduler(solver)

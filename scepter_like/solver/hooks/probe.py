@@ -93,15 +93,13 @@ class ProbeDataHook(Hook):
     def before_iter(self, solver):
         if not solver.is_main or self.interval <= 0:
             return
-        if solver.mode == 'train':
-            solver.probe_wanted = (solver.total_iter + 1) % self.interval == 0
-        else:
-            solver.probe_wanted = solver.iter == 0
+        due = (solver.total_iter + 1) % self.interval == 0 if solver.mode == 'train' else solver.iter == 0
+        if due:
+            solver.request_probes()
 
     def after_iter(self, solver):
-        if not solver.probe_wanted:
+        if not solver.step.probe_wanted:
             return
-        solver.probe_wanted = False
         probes = solver.pop_probes()
         if probes:
             folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{solver.total_iter}')

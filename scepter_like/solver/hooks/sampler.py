@@ -1,4 +1,4 @@
-"""DistSamplerHook: tell the sampler which pass (epoch) begins, so each pass shuffles anew."""
+"""DistSamplerHook: kept for scepter configs; the solver itself reshuffles each pass (``sampler.set_epoch``)."""
 
 from scepter_like.solver.hooks.hook import PRIORITY_SAMPLER, Hook
 from scepter_like.solver.hooks.registry import HOOKS
@@ -6,11 +6,11 @@ from scepter_like.solver.hooks.registry import HOOKS
 
 @HOOKS.register_class()
 class DistSamplerHook(Hook):
-    """Calls ``sampler.set_epoch(pass)`` before each epoch (pass = epoch // NUM_FOLDS)."""
+    """Calls ``sampler.set_epoch(pass)`` before each epoch, as the solver already did: harmless, idempotent."""
 
     para_dict = {'PRIORITY': {'value': PRIORITY_SAMPLER, 'description': 'runs last in before_epoch'}}
 
     def before_epoch(self, solver):
         bundle = solver.datas.get(solver.mode)
         if bundle is not None:
-            bundle.sampler.set_epoch(solver.epoch // solver.num_folds)
+            bundle.sampler.set_epoch(solver.progress.pass_index)

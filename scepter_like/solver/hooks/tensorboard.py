@@ -47,21 +47,18 @@ class TensorboardLogHook(Hook):
             self._attached = True
 
     def after_iter(self, solver):
-        if solver.mode != 'train':
-            return
         self._scalars.add(solver.iter_outputs)
         if self.interval > 0 and solver.total_iter % self.interval == 0:
             self._write_train(solver)
 
     def after_all_iter(self, solver):
-        if solver.mode == 'train' and self._scalars.count:
+        if self._scalars.count:
             self._write_train(solver)
 
     def _write_train(self, solver):
-        interval = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
+        means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         if self.writer is None:
             return
-        means = interval.read()
         step = solver.total_iter
         for name, value in means.items():
             self.writer.add_scalar(f'train/{name}', value, step)

@@ -5,15 +5,16 @@ model (unwrapped), optimizer, LR scheduler, solver progress, every hook's state 
 grad scaler lives in BackwardHook's), and the RNG states of every rank; plus meta.
 """
 
+import os
 import time
 
 import torch
 
 import scepter_like
-from scepter_like.errors import CheckpointError
+from scepter_like.errors import CheckpointError, ConfigError
 from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
-from scepter_like.utils.checkpoint import load_torch_file
-from scepter_like.utils.distributed import all_gather_object
+from scepter_like.utils.checkpoint import CHECKPOINT_DIR, latest_checkpoint, load_torch_file
+from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 FORMAT_VERSION = 1
@@ -39,7 +40,7 @@ def collect_training_state(solver):
         'model': model_state_dict(solver.model),
         'optimizer': optimizer_state_dict(solver.optimizer) if solver.optimizer is not None else None,
         'lr_scheduler': solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None,
-        'solver': solver.progress_state(),
+        'solver': progress_state(solver),
         'hooks': {key: hook.state_dict() for key, hook in solver.hooks_by_key().items()},
         'rng': rng,
     }
@@ -68,7 +69,8 @@ def restore_training_state(solver, ckpt, source):
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:
         progress['iter'] = _map_position(solver, ckpt, source)
-    solver.load_progress_state(progress)
+    solver.progress.load_state_dict(progress)
+    solver.epoch_outputs = {m: dict(v) for m, v in progress['epoch_outputs'].items()}
     saved_hooks = ckpt.get('hooks', {})
     for key, hook in solver.hooks_by_key().items():
         if key in saved_hooks:
@@ -77,6 +79,13 @@ def restore_training_state(solver, ckpt, source):
         set_rng_state(ckpt['rng'][solver.rank])
     for fn in solver.stage_functions('after_load_checkpoint'):
         fn(solver, ckpt)
+
+
+def progress_state(solver):
+    """Where training stands: the position of the next train batch and the last results."""
+    state = solver.progress.state_dict(eval_pending='eval' in solver.datas and solver.progress.eval_due())
+    state['epoch_outputs'] = {m: dict(v) for m, v in solver.epoch_outputs.items()}
+    return state
 
 
 def _global_batch(solver):
@@ -107,3 +116,34 @@ def load_checkpoint_file(path):
             ' set MODEL.PRETRAINED_MODEL instead of RESUME_FROM'
         )
     return load_torch_file(path, map_location='cpu')
+
+
+def resume_path(solver):
+    """The checkpoint RESUME_FROM names (``auto``: the newest complete one in WORK_DIR), or None.
+
+    Rank 0 decides, so every rank resumes from the same file or none starts fresh alone;
+    a file some rank cannot see is a ConfigError.
+    """
+    resume_from = solver.resume_from
+    if not resume_from:
+        return None
+    if resume_from == 'auto':
+        folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+        path = broadcast_object(latest_checkpoint(folder) if solver.is_main else None)
+        if path is None:
+            solver.logger.info(f'RESUME_FROM auto: no checkpoint in {folder}; starting fresh')
+            return None
+    else:
+        path = resume_from
+    missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
+    if missing:
+        raise ConfigError(
+            f'{solver.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist'
+            + (
+                f' on rank(s) {missing}; put WORK_DIR on a filesystem every node sees'
+                if len(missing) < solver.world_size
+                else ''
+            )
+            + '; fix the path'
+        )
+    return path

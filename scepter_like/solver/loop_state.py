@@ -1,0 +1,185 @@
+"""The loop's state: where training stands (``TrainingProgress``) and what one step decides (``StepState``).
+
+One home per fact.  The solver owns both objects and exposes scepter's names
+(``solver.epoch``, ``solver.iter``, ``solver.total_iter``, ``solver.loss``, ...) as views
+of them; hooks read them and change them only through named solver methods, so a hook's
+PRIORITY orders its work, never what it sees.
+"""
+
+import torch
+
+MODES = ('train', 'eval', 'test')
+
+
+class TrainingProgress:
+    """Counters of the run and the questions asked of them, answered once here.
+
+    ``epoch`` is 0-based and current; ``iters[mode]`` counts the steps done in this
+    mode's epoch; ``total_iter`` and ``optimizer_steps`` count train steps and optimizer
+    steps done (a step's own count is in by the time its ``after_iter`` hooks run).
+    """
+
+    def __init__(self, max_epochs, max_steps=0, num_folds=1, eval_interval=1, accumulate_steps=1):
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps  # 0: no limit
+        self.num_folds = num_folds
+        self.eval_interval = eval_interval
+        self.accumulate_steps = accumulate_steps
+        self.epoch = 0
+        self.iters = dict.fromkeys(MODES, 0)
+        self.epoch_iters = dict.fromkeys(MODES, 0)  # batches in this mode's epoch (a fold of a train pass)
+        self.train_stop = 0  # the train iteration this epoch stops at: its end, or earlier by MAX_STEPS
+        self.total_iter = 0
+        self.optimizer_steps = 0
+        self.epoch_finished = False  # the current train epoch ran to its end
+        self.last_eval_epoch = -1  # the epoch whose evaluation epoch_outputs['eval'] holds
+        self.stop_reason = None  # set by request_stop: training ends at the next step boundary
+
+    # -- the data of an epoch ---------------------------------------------------------------
+    @property
+    def pass_index(self):
+        """Which pass over the train data the current epoch belongs to (NUM_FOLDS epochs a pass)."""
+        return self.epoch // self.num_folds
+
+    def fold_window(self, pass_batches):
+        """Batches ``[start, stop)`` of a pass of ``pass_batches`` that the current epoch covers."""
+        fold = self.epoch % self.num_folds
+        return fold * pass_batches // self.num_folds, (fold + 1) * pass_batches // self.num_folds
+
+    def start_train_epoch(self, pass_batches):
+        """Plan this train epoch; returns the pass's batch range ``[first, stop)`` still to run."""
+        start, stop = self.fold_window(pass_batches)
+        self.epoch_iters['train'] = stop - start
+        self.train_stop = self.epoch_iters['train']
+        if self.max_steps > 0:
+            self.train_stop = min(self.train_stop, self.iters['train'] + self.max_steps - self.total_iter)
+        self.train_stop = max(self.train_stop, self.iters['train'])
+        return start + self.iters['train'], start + self.train_stop
+
+    def steps_left(self):
+        """Train steps left in the run, from the current step on (for ETAs)."""
+        left = self.epoch_iters['train'] - self.iters['train']
+        left += (self.max_epochs - self.epoch - 1) * self.epoch_iters['train']
+        if self.max_steps > 0:
+            left = min(left, self.max_steps - self.total_iter)
+        return max(left, 0)
+
+    # -- gradient accumulation --------------------------------------------------------------
+    def accumulation_group(self):
+        """``(size, closes)`` of the group the next train step belongs to.
+
+        Groups of ACCU_STEP micro-batches count from the epoch's start; the last group of an
+        epoch (or before MAX_STEPS) may be shorter and is averaged over its own length.
+        """
+        it, n = self.iters['train'], self.accumulate_steps
+        group_start = it - it % n
+        size = min(n, self.train_stop - group_start)
+        return size, it + 1 >= group_start + size
+
+    # -- the end of things ------------------------------------------------------------------
+    def train_finished(self):
+        return (
+            self.stop_reason is not None
+            or self.epoch >= self.max_epochs
+            or (self.max_steps > 0 and self.total_iter >= self.max_steps)
+        )
+
+    def eval_due(self):
+        """Whether the evaluation after the current epoch is still to run (given eval data)."""
+        if self.last_eval_epoch == self.epoch:
+            return False
+        return (self.epoch + 1) % self.eval_interval == 0 or self.epoch + 1 >= self.max_epochs or self.train_finished()
+
+    def finish_train_epoch(self):
+        self.epoch_finished = self.iters['train'] >= self.epoch_iters['train']
+
+    def next_epoch(self):
+        self.epoch += 1
+        self.iters['train'] = 0
+        self.epoch_finished = False
+
+    def epochs_completed(self):
+        """Train epochs completed (the current one counts once it ran to its end)."""
+        return self.epoch + 1 if self.epoch_finished else self.epoch
+
+    # -- checkpoint -------------------------------------------------------------------------
+    def state_dict(self, eval_pending):
+        """The position of the next train batch; ``eval_pending``: the finished epoch's evaluation is due."""
+        finished = self.epoch_finished
+        return {
+            'epoch': self.epochs_completed(),
+            'iter': 0 if finished else self.iters['train'],
+            'total_iter': self.total_iter,
+            'optimizer_steps': self.optimizer_steps,
+            'eval_pending': finished and eval_pending,
+            'last_eval_epoch': self.last_eval_epoch,
+        }
+
+    def load_state_dict(self, state):
+        self.epoch = state['epoch']
+        self.iters['train'] = state['iter']
+        self.total_iter = state['total_iter']
+        self.optimizer_steps = state['optimizer_steps']
+        self.last_eval_epoch = state.get('last_eval_epoch', -1)
+        self.epoch_finished = False
+        if state['eval_pending']:
+            # the evaluation after the last finished epoch was cut off: solve() runs it first
+            self.epoch -= 1
+            self.epoch_finished = True
+
+
+class StepState:
+    """What one train step produces and decides; ``begin`` resets it before each step.
+
+    ``sync_grads``: this step's backward all-reduces the gradients (the last micro-batch of
+    an accumulation group); ``group_size``: micro-batches averaged into the optimizer step;
+    ``steps_optimizer``: the optimizer steps after this step's backward; ``loss``: the
+    training loss the step left for BackwardHook; ``outputs``: the step's outputs, detached.
+    """
+
+    __slots__ = ('loss', 'outputs', 'sync_grads', 'group_size', 'steps_optimizer', 'probe_wanted')
+
+    def __init__(self):
+        self.loss = None
+        self.outputs = {}
+        self.sync_grads = True
+        self.group_size = 1
+        self.steps_optimizer = True
+        self.probe_wanted = False
+
+    def begin(self, group_size=1, steps_optimizer=True):
+        self.loss = None
+        self.sync_grads = steps_optimizer
+        self.group_size = group_size
+        self.steps_optimizer = steps_optimizer
+        self.probe_wanted = False
+
+    def take_loss(self):
+        """The loss, handed over once (BackwardHook's backward consumes it)."""
+        loss, self.loss = self.loss, None
+        return loss
+
+    @property
+    def in_accumulation(self):
+        """An accumulation group is open: gradients of earlier micro-batches wait for the optimizer step."""
+        return not self.steps_optimizer
+
+
+def detached_outputs(results):
+    """The tensors of a step's ``results`` outside autograd, their scalars fixed at this step's values.
+
+    A scalar this step's graph computed (not a view) is only detached: nothing changes it
+    later.  Any other scalar (a parameter, a buffer, a view of one, a value made outside
+    autograd) may change in place later, so it is copied.  Hooks can then keep a step's
+    scalars without copying them (LogHook's running means).
+    """
+    out = {}
+    for k, v in results.items():
+        if isinstance(v, torch.Tensor):
+            if v.requires_grad and not v.is_leaf and v._base is None:
+                out[k] = v.detach()
+            elif v.dim() == 0:
+                out[k] = v.detach().clone()
+            else:  # a tensor outside autograd (every eval / test output) is already detached
+                out[k] = v.detach() if v.requires_grad else v
+    return out

@@ -1,0 +1,102 @@
+"""Which functions the solver calls at each stage of each mode: the hooks, in PRIORITY order, then callbacks.
+
+A stage lists only the hooks that implement it (``Hook.implements``), so a feature that is
+off costs nothing per step.  ``before_solve`` / ``after_solve`` and the checkpoint stages
+reach the hooks of every mode.
+"""
+
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks.hook import STAGES, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.loop_state import MODES
+
+HOOK_KEYS = {'train': 'TRAIN_HOOKS', 'eval': 'EVAL_HOOKS', 'test': 'TEST_HOOKS'}
+EVERY_MODE_STAGES = ('before_solve', 'after_solve')
+
+
+def build_hooks(cfg, logger):
+    """``({mode: hooks sorted by PRIORITY}, {'mode.index.ClassName': hook})`` from a SOLVER config.
+
+    The sort is stable: equal priorities keep config order.  The keys name each hook's state
+    in a checkpoint.
+    """
+    hooks_dict, keys = {}, {}
+    for mode in MODES:
+        entries = cfg[HOOK_KEYS[mode]] or []
+        if not isinstance(entries, list):
+            raise ConfigError(f'{cfg.path_of(HOOK_KEYS[mode])}: expected a list of hook configs')
+        hooks = [HOOKS.build(entry, logger=logger) for entry in entries]
+        for index, hook in enumerate(hooks):
+            keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
+        hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
+    return hooks_dict, keys
+
+
+def settle_loop_settings(cfg, train_hooks):
+    """``(accumulate_steps, autocast_dtype)`` from SOLVER.ACCU_STEP and the train hooks' ``loop_settings()``.
+
+    A setting left at its neutral value (1, None) defers to the others; two different
+    values are a ConfigError naming both places.
+    """
+    settings = {'accumulate_steps': (cfg.ACCU_STEP, cfg.path_of('ACCU_STEP')), 'autocast_dtype': (None, None)}
+    for hook in train_hooks:
+        for name, value in hook.loop_settings().items():
+            if value in (1, None):
+                continue
+            current, where = settings[name]
+            if current not in (1, None) and current != value:
+                raise ConfigError(
+                    f'{where} ({current}) and {hook.cfg.path} ({value}) disagree on {name}; set one of them'
+                )
+            settings[name] = (value, hook.cfg.path)
+    return settings['accumulate_steps'][0], settings['autocast_dtype'][0]
+
+
+class StageTable:
+    def __init__(self, hooks_dict):
+        self.hooks_dict = hooks_dict  # mode -> hooks sorted by PRIORITY (ties keep config order)
+        self._callbacks = {mode: {stage: [] for stage in STAGES} for mode in MODES}
+        self._table = {}
+        self.rebuild()
+
+    def rebuild(self):
+        """Ask every hook again which stages it implements (hooks settle that in ``before_solve``)."""
+        every = sorted((h for mode in MODES for h in self.hooks_dict[mode]), key=lambda h: h.priority)
+        for mode in MODES:
+            for stage in STAGES:
+                hooks = every if stage in EVERY_MODE_STAGES else self.hooks_dict[mode]
+                fns = [getattr(h, stage) for h in hooks if h.implements(stage)]
+                self._table[(mode, stage)] = fns + self._callbacks[mode][stage]
+
+    def add_callback(self, mode, stage, fn):
+        self._callbacks[mode][stage].append(fn)
+        self.rebuild()
+
+    def functions(self, mode, stage):
+        return self._table[(mode, stage)]
+
+    def every_mode(self, stage):
+        """The functions of ``stage`` over all modes, each once (the checkpoint stages)."""
+        seen, out = set(), []
+        for mode in MODES:
+            for fn in self._table[(mode, stage)]:
+                if id(fn) not in seen:
+                    seen.add(id(fn))
+                    out.append(fn)
+        return out
+
+    def describe(self):
+        """The resolved hook order of every stage, one line per mode and stage."""
+        lines = []
+        for mode in MODES:
+            for stage in STAGES:
+                if mode != 'train' and stage in EVERY_MODE_STAGES:
+                    continue
+                hooks = [
+                    f'{type(fn.__self__).__name__}({fn.__self__.priority})'
+                    for fn in self._table[(mode, stage)]
+                    if isinstance(getattr(fn, '__self__', None), Hook)
+                ]
+                if hooks:
+                    lines.append(f'  {mode:5s} {stage:22s} ' + ' -> '.join(hooks))
+        return '\n'.join(lines) or '  (no hooks)'

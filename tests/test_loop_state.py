@@ -1,0 +1,110 @@
+"""The loop's state: after_backward and GradNormHook, reshuffling by the loop, hooks that never assign solver state."""
+
+import pathlib
+import re
+
+import pytest
+import torch
+from helpers import blob_solver_cfg, build_solver, write_blobs
+
+import scepter_like.solver.hooks
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.registry import HOOKS
+
+HOOKS_DIR = pathlib.Path(scepter_like.solver.hooks.__file__).parent
+
+
+@HOOKS.register_class()
+class GradSeenHook(Hook):
+    """Records, at after_backward, the global gradient norm it computes and the grad_norm already logged."""
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.seen = []
+
+    def after_backward(self, solver):
+        grads = [p.grad.flatten() for p in solver.unwrapped_model.parameters() if p.grad is not None]
+        logged = solver.iter_outputs.get('grad_norm')
+        self.seen.append((solver.total_iter, torch.linalg.vector_norm(torch.cat(grads)).item(), logged))
+
+
+@pytest.fixture
+def blobs(tmp_path):
+    return write_blobs(tmp_path / 'blobs.npz', n=64)  # 4 batches of 16
+
+
+def test_no_hook_assigns_solver_state():
+    """Hooks change the solver's state only through its named methods (request_stop, log_scalar, ...)."""
+    assigns = re.compile(r'\bsolver(\.\w+)+\s*([-+*/|&]?=)(?!=)|setattr\(\s*solver\b')
+    found = [
+        f'{path.name}:{number}: {line.strip()}'
+        for path in sorted(HOOKS_DIR.glob('*.py'))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if assigns.search(line)
+    ]
+    assert found == []
+
+
+def _grad_norm_run(blobs, work, scaler=None):
+    hooks = [
+        {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2, 'GRADIENT_CLIP': 1e-3},
+        {'NAME': 'GradSeenHook', 'PRIORITY': -5},  # before BackwardHook, which calls the stage
+        {'NAME': 'GradNormHook'},
+        {'NAME': 'GradSeenHook', 'PRIORITY': 900},
+    ]
+    solver = build_solver(blob_solver_cfg(blobs, work, hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None))
+    if scaler is not None:  # fp16's GradScaler, without the CUDA autocast: after_backward must see unscaled grads
+        next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'BackwardHook').scaler = scaler
+    solver.solve()
+    early, late = (h for h in solver.hooks_dict['train'] if isinstance(h, GradSeenHook))
+    return solver, early.seen, late.seen
+
+
+def test_after_backward_sees_the_global_gradient_norm_on_optimizer_steps_only(blobs, tmp_path):
+    solver, early, late = _grad_norm_run(blobs, tmp_path / 'w')
+    assert [s for s, _, _ in early] == [s for s, _, _ in late] == [2, 4]  # groups of 2 micro-batches
+    assert [n for _, n, _ in early] == [n for _, n, _ in late]  # whatever the PRIORITY
+    assert all(logged is None for _, _, logged in early)  # GradNormHook (500) runs after the early hook ...
+    for _, norm, logged in late:  # ... and before the late one, which sees its value
+        assert logged is not None and logged.item() == pytest.approx(norm, rel=1e-6)
+    assert min(n for _, n, _ in late) > 1e-3  # measured before clipping to 1e-3
+    assert solver.iter_outputs['grad_norm'].item() == pytest.approx(late[-1][1], rel=1e-6)
+
+    _, _, scaled = _grad_norm_run(blobs, tmp_path / 's', scaler=torch.amp.GradScaler('cpu', init_scale=2.0**12))
+    assert [n for _, n, _ in scaled] == pytest.approx([n for _, n, _ in late], rel=1e-5)
+
+
+def _train_orders(blobs, work, hooks):
+    solver = build_solver(blob_solver_cfg(blobs, work, hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
+    seen = []
+
+    def record(module, args, kwargs):
+        if module.training:
+            seen.append(kwargs['img'][:, 0].clone())
+
+    solver.unwrapped_model.register_forward_pre_hook(record, with_kwargs=True)
+    solver.solve()
+    return torch.cat(seen[:4]), torch.cat(seen[4:])
+
+
+def test_each_epoch_reshuffles_without_dist_sampler_hook(blobs, tmp_path):
+    first, second = _train_orders(blobs, tmp_path / 'plain', [{'NAME': 'BackwardHook'}])
+    assert not torch.equal(first, second)  # a new order ...
+    assert torch.equal(first.sort().values, second.sort().values)  # ... of the same samples
+    with_hook = _train_orders(blobs, tmp_path / 'hook', [{'NAME': 'BackwardHook'}, {'NAME': 'DistSamplerHook'}])
+    assert torch.equal(with_hook[0], first) and torch.equal(with_hook[1], second)
+
+
+def test_request_stop_ends_training_at_the_step_boundary(blobs, tmp_path):
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=3))
+
+    def stop_at_6(s):
+        if s.total_iter == 6:
+            s.request_stop('enough')
+            s.request_stop('a later reason does not replace the first')
+
+    solver.register_callback_on_iter_end(stop_at_6)
+    solver.solve()
+    assert solver.total_iter == 6 and solver.stop_requested
+    assert solver.progress.stop_reason == 'enough'
+    assert solver.last_eval_epoch == 1  # the cut epoch is still evaluated
