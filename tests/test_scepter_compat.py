@@ -96,7 +96,7 @@ from scepter_like.solver.hooks.registry import HOOKS
 @HOOKS.register_class()
 class LogHook(Hook):
     para_dict = [{'PRIORITY': {'value': 100, 'description': 'p'},
-                  'EVERY': {'value': 3, 'description': 'my own key'}}]
+                  'EVERY': {'value': 3, 'description': 'my own key', 'min': 1}}]
 """
 
 
@@ -277,6 +277,7 @@ def test_user_module_replaces_a_builtin_with_one_warning_line(tmp_path):
     res = run_tool('config_template.py', '--import', user, 'LogHook', cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert yaml.safe_load(res.stdout) == {'NAME': 'LogHook', 'PRIORITY': 100, 'EVERY': 3}  # the user's LogHook
+    assert 'EVERY: 3  # my own key [at least 1]' in res.stdout  # its declared range shown
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "HOOKS: 'LogHook' now names _scepter_user_my_log.LogHook, replacing" in lines[0]
 
