@@ -119,11 +119,13 @@ def coerce_value(value, spec, path):
     default = spec.get('value')
     types = _declared_types(spec)
     if value is None:
-        if not types or type(None) in types:
+        if default is None or type(None) in types:
             return None
         if default == '' and str in types:
             return ''
-        raise ConfigError(f'{path}: expected {_expected(types, default)}, got null; give a value or leave the key out')
+        raise ConfigError(
+            f'{path}: expected {_expected(types, default)}, got None (an empty value); give a value or leave it out'
+        )
     if not types or any(_accepts(value, kind) for kind in types):
         return value
     if float in types and _accepts(value, int):
