@@ -207,6 +207,22 @@ def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
     return cfg
 
 
+def _check_call(obj, cfg, logger, kwargs, owner):
+    """A RegistryError (one line) when ``obj`` cannot take ``(cfg, logger=..., **kwargs)``."""
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # no signature to read (a builtin): let the call tell
+        return
+    try:
+        signature.bind(cfg, logger=logger, **kwargs)
+    except TypeError as e:
+        given = ''.join(f', {key}=...' for key in kwargs)
+        where = f'{cfg.path}: ' if cfg.path else ''
+        raise RegistryError(
+            f'{where}{owner} cannot be built as (cfg, logger=...{given}): {e}; its signature is {signature}'
+        ) from None
+
+
 class Registry:
     """A named table of buildable classes and functions."""
 
@@ -295,6 +311,7 @@ class Registry:
     def build(self, cfg, logger=None, **kwargs):
         """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled."""
         obj, cfg = self.resolve(cfg)
+        _check_call(obj, cfg, logger, kwargs, f'{self.name}.{cfg[NAME_KEY]}')
         return obj(cfg, logger=logger, **kwargs)
 
     def get_config_template(self, name):

@@ -521,6 +521,12 @@ def test_scepter_shaped_components_build():
         assert isinstance(torch_one, torch.optim.lr_scheduler.StepLR)
         with pytest.raises(ConfigError, match='WARMUP_STEPS: must be at least 1, got 0'):
             build_lr_scheduler(Config({'NAME': 'CompatWarmup', 'WARMUP_STEPS': 0}), optimizer)
+        with pytest.raises(RegistryError) as e:  # built the torch way: one line naming the signature
+            LR_SCHEDULERS.build(Config({'X': {'NAME': 'CompatWarmup'}}).X, optimizer=optimizer)
+        assert str(e.value) == (
+            'X: LR_SCHEDULERS.CompatWarmup cannot be built as (cfg, logger=..., optimizer=...):'
+            " got an unexpected keyword argument 'optimizer'; its signature is (cfg, logger=None)"
+        )
     finally:  # leave the process-wide registries as they were
         for registry, name in [
             (MODELS, 'CompatTinyMLP'),
