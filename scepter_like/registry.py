@@ -329,6 +329,7 @@ def render_config_template(name, para):
     lines = [f'NAME: {name}']
     for key, spec in para.items():
         value = spec.get('value')
+        value = list(value) if isinstance(value, tuple) else value  # scepter writes some defaults as tuples
         text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
         if text.endswith('\n...'):
             text = text[:-4].strip()
