@@ -52,9 +52,15 @@ def normalize_para(para, owner='a class'):
     return {key: spec if isinstance(spec, dict) and 'value' in spec else _keyless(spec) for key, spec in para.items()}
 
 
+_SPEC_FIELDS = ('description', 'required', 'type', 'min', 'max', 'above', 'below', 'choices')
+
+
 def _keyless(spec):
-    description = spec.get('description', '') if isinstance(spec, dict) else ''
-    return {'value': None, 'description': description if isinstance(description, str) else ''}
+    """The entry of a key declared without a ``value``: a null default, its other spec fields kept."""
+    fields = {k: spec[k] for k in _SPEC_FIELDS if k in spec} if isinstance(spec, dict) else {}
+    if not isinstance(fields.get('description', ''), str):
+        fields.pop('description')
+    return {'value': None, **fields}
 
 
 def declared_params(obj):
@@ -155,6 +161,14 @@ def _expected(types, default):
     return names + (f' (like {default!r})' if default is not None else '')
 
 
+_BOUNDS = (
+    ('min', 'at least', lambda v, limit: v < limit),
+    ('above', 'above', lambda v, limit: v <= limit),
+    ('max', 'at most', lambda v, limit: v > limit),
+    ('below', 'below', lambda v, limit: v >= limit),
+)
+
+
 def check_range(value, spec, path):
     """Raise ConfigError when ``value`` (or an item of a list) breaks the entry's bounds or choices."""
     if value is None:
@@ -172,14 +186,6 @@ def check_range(value, spec, path):
                 raise ConfigError(f'{path}: expected a number {word} {limit}, got {item!r}')
             if breaks(item, limit):
                 raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
-
-
-_BOUNDS = (
-    ('min', 'at least', lambda v, limit: v < limit),
-    ('above', 'above', lambda v, limit: v <= limit),
-    ('max', 'at most', lambda v, limit: v > limit),
-    ('below', 'below', lambda v, limit: v >= limit),
-)
 
 
 def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
@@ -348,7 +354,7 @@ def value_rule(spec):
     """The declared type, bounds and choices of an entry in words (``''`` when it declares none)."""
     parts = []
     if spec.get('type') is not None:
-        parts.append(' or '.join(kind.__name__ for kind in _declared_types(spec)))
+        parts.append(' or '.join('null' if kind is type(None) else kind.__name__ for kind in _declared_types(spec)))
     parts += [f'{word} {spec[bound]}' for bound, word, _ in _BOUNDS if spec.get(bound) is not None]
     if spec.get('choices') is not None:
         parts.append('one of: ' + ', '.join(str(c) for c in spec['choices']))
