@@ -27,10 +27,15 @@ class Config:
 
     __slots__ = ('_d', '_path', '_root')
 
-    def __init__(self, cfg_dict=None, cfg_file=None, path='', root=None):
+    def __init__(self, cfg_dict=None, cfg_file=None, path='', root=None, *, load=None, logger=None):
+        """``load`` and ``logger`` are scepter's: ``load=False`` reads no file; the logger is not used."""
         object.__setattr__(self, '_path', path)
         object.__setattr__(self, '_root', root)
-        if cfg_file is not None:
+        if load and cfg_file is None:
+            raise ConfigError(
+                'Config(load=True) needs cfg_file=...; the command line is parsed by tools/run_train.py, not by Config'
+            )
+        if cfg_file is not None and load is not False:
             if cfg_dict is not None:
                 raise ValueError('Config takes cfg_dict or cfg_file, not both')
             cfg_dict = load_yaml_with_base(cfg_file)
@@ -119,6 +124,18 @@ class Config:
 
     def get(self, key, default=None):
         return self._d.get(key, default)
+
+    def have(self, key):
+        """scepter's name for ``key in cfg``."""
+        return key in self._d
+
+    def set(self, key, value):
+        """scepter's name for ``cfg[key] = value``."""
+        self[key] = value
+
+    def get_dict(self):
+        """scepter's name for :meth:`to_dict` (a plain copy: changing it leaves the Config as it is)."""
+        return self.to_dict()
 
     def keys(self):
         return self._d.keys()

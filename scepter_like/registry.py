@@ -1,14 +1,19 @@
 """Registry: names -> classes or functions, built from config dicts.
 
 Each registered class declares its config keys once, in ``para_dict``
-(``{KEY: {'value': default, 'description': '...'}}``).  That declaration fills defaults,
-rejects unknown keys, type-checks values and renders the YAML template.  A class's keys
-are its own ``para_dict`` merged over its parents'.  A class that declares no
-``para_dict`` of its own accepts extra keys (scepter-style classes read them with
-``cfg.get``).
+(``{KEY: {'value': default, 'description': '...'}}``, or scepter's ``[{...}]``).  That
+declaration fills defaults, rejects unknown keys, checks values and renders the YAML
+template.  An entry may add ``type`` (a type or a tuple of types; else the default's type
+is meant), ``min`` / ``max`` (inclusive), ``above`` / ``below`` (exclusive) and
+``choices``.  A class's keys are its own ``para_dict`` merged over its parents'.  A class
+that declares no ``para_dict`` of its own accepts extra keys (scepter-style classes read
+them with ``cfg.get``).  Registering a taken name replaces the entry with a warning, as
+scepter does, so a user's ``LogHook`` overrides the built-in one.
 """
 
 import inspect
+import logging
+import re
 
 import yaml
 
@@ -16,51 +21,175 @@ from scepter_like.config import Config
 from scepter_like.errors import ConfigError, RegistryError, suggest
 
 NAME_KEY = 'NAME'
+_log = logging.getLogger(__name__)
+
+
+def _qualname(obj):
+    return f'{getattr(obj, "__module__", "?")}.{getattr(obj, "__qualname__", repr(obj))}'
+
+
+def normalize_para(para, owner='a class'):
+    """A ``para_dict`` as ``{KEY: spec}``: the dict form as is, scepter's ``[{...}]`` merged.
+
+    An entry that is not a mapping with ``value`` (scepter writes ``'MODEL': {}`` or
+    ``'TRAIN_HOOKS': []`` for keys without a default) declares the key with a null default.
+    """
+    if para is None:
+        return {}
+    if isinstance(para, (list, tuple)):
+        merged = {}
+        for part in para:
+            if not isinstance(part, dict):
+                raise RegistryError(
+                    f'{owner}.para_dict: a list form holds mappings of KEY: {{value, description}}, got {part!r}'
+                )
+            merged.update(part)
+        para = merged
+    if not isinstance(para, dict):
+        raise RegistryError(
+            f'{owner}.para_dict: expected a mapping of KEY: {{value, description}}, got {type(para).__name__}'
+        )
+    return {key: spec if isinstance(spec, dict) and 'value' in spec else _keyless(spec) for key, spec in para.items()}
+
+
+_SPEC_FIELDS = ('description', 'required', 'type', 'min', 'max', 'above', 'below', 'choices')
+
+
+def _keyless(spec):
+    """The entry of a key declared without a ``value``: a null default, its other spec fields kept."""
+    fields = {k: spec[k] for k in _SPEC_FIELDS if k in spec} if isinstance(spec, dict) else {}
+    if not isinstance(fields.get('description', ''), str):
+        fields.pop('description')
+    return {'value': None, **fields}
 
 
 def declared_params(obj):
     """(merged para_dict, strict) for a registered class or function.
 
-    ``strict`` is True when the object itself declares ``para_dict``: then only those
-    keys are accepted.
+    ``strict`` is True when the object itself declares ``para_dict`` (either form): then
+    only the declared keys are accepted.
     """
     if inspect.isclass(obj):
         merged = {}
         for klass in reversed(obj.__mro__):
-            merged.update(klass.__dict__.get('para_dict', {}) or {})
+            if 'para_dict' in klass.__dict__:
+                merged.update(normalize_para(klass.__dict__['para_dict'], klass.__qualname__))
         return merged, 'para_dict' in obj.__dict__
     para = getattr(obj, 'para_dict', None)
-    return dict(para or {}), para is not None
+    return normalize_para(para, getattr(obj, '__name__', repr(obj))), para is not None
 
 
-_TYPE_NAMES = {bool: 'a bool', int: 'an int', float: 'a number', str: 'a string', list: 'a list', dict: 'a mapping'}
+_TYPE_NAMES = {
+    bool: 'a bool',
+    int: 'an int',
+    float: 'a number',
+    str: 'a string',
+    list: 'a list',
+    dict: 'a mapping',
+    type(None): 'null',
+}
+_NUMBER_WORD = re.compile(r'^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$')
 
 
-def _type_ok(value, default, types=None):
-    """Whether ``value`` may replace ``default`` (a None default accepts anything but ``types``)."""
-    if value is None:  # an empty override (KEY=) or null: only where the default is None too
-        return default is None
-    if types:
-        return isinstance(value, types) and (bool in types or not isinstance(value, bool))
-    if default is None:
-        return True
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, str):
-        return isinstance(value, str)
+def _declared_types(spec):
+    """The accepted types of an entry: its ``type`` (a type or a tuple), else its default's."""
+    types = spec.get('type')
+    if types is not None:
+        return tuple(types) if isinstance(types, (tuple, list)) else (types,)
+    default = spec.get('value')
+    for kind in (bool, int, float, str):
+        if isinstance(default, kind):
+            return (kind,)
     if isinstance(default, (list, tuple)):
-        return isinstance(value, list)
+        return (list,)
     if isinstance(default, (dict, Config)):
+        return (dict,)
+    return ()  # a null (or unusual) default accepts anything
+
+
+def _accepts(value, kind):
+    if kind is dict:
         return isinstance(value, Config)
-    return True
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def coerce_value(value, spec, path):
+    """``value`` as the entry declares it, or a one-line ConfigError naming ``path``.
+
+    Unambiguous values become the declared type: an int where a float is declared, a
+    whole float where an int is, a scalar where the default is a one-element list, null
+    where the default is an empty string.
+    """
+    default = spec.get('value')
+    types = _declared_types(spec)
+    if value is None:
+        if default is None or type(None) in types:
+            return None
+        if default == '' and str in types:
+            return ''
+        raise ConfigError(
+            f'{path}: expected {_expected(types, default)}, got None (an empty value); give a value or leave it out'
+        )
+    if not types or any(_accepts(value, kind) for kind in types):
+        return value
+    if float in types and _accepts(value, int):
+        return float(value)
+    if int in types and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if list in types and isinstance(default, (list, tuple)) and len(default) == 1 and not isinstance(value, Config):
+        return [coerce_value(value, {'value': default[0]}, path)]
+    hint = ''
+    if isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
+        hint = f' (YAML 1.1 reads {value} as a string); write {yaml11_float(value.strip())}'
+    raise ConfigError(f'{path}: expected {_expected(types, default)}, got {value!r}' + (hint or '; fix the value'))
+
+
+def yaml11_float(word):
+    """``word`` (e.g. ``1e-3``) written so that YAML 1.1 reads a float: ``1.0e-3``."""
+    mantissa, exponent = re.split('[eE]', word)
+    if '.' not in mantissa:
+        mantissa += '.0'
+    if exponent[0] not in '+-':
+        exponent = '+' + exponent
+    return f'{mantissa}e{exponent}'
+
+
+def _expected(types, default):
+    names = ' or '.join(_TYPE_NAMES.get(kind, kind.__name__) for kind in types if kind is not type(None))
+    return names + (f' (like {default!r})' if default is not None else '')
+
+
+_BOUNDS = (
+    ('min', 'at least', lambda v, limit: v < limit),
+    ('above', 'above', lambda v, limit: v <= limit),
+    ('max', 'at most', lambda v, limit: v > limit),
+    ('below', 'below', lambda v, limit: v >= limit),
+)
+
+
+def check_range(value, spec, path):
+    """Raise ConfigError when ``value`` (or an item of a list) breaks the entry's bounds or choices."""
+    if value is None:
+        return
+    for item in value if isinstance(value, list) else (value,):
+        choices = spec.get('choices')
+        if choices is not None and item not in choices:
+            listed = ', '.join(repr(c) for c in choices)
+            raise ConfigError(f'{path}: must be one of {listed}, got {item!r}{suggest(item, choices)}')
+        for bound, word, breaks in _BOUNDS:
+            limit = spec.get(bound)
+            if limit is None:
+                continue
+            if not isinstance(item, (int, float)) or isinstance(item, bool):
+                raise ConfigError(f'{path}: expected a number {word} {limit}, got {item!r}')
+            if breaks(item, limit):
+                raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
 
 
 def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
-    """Fill defaults from ``para`` into ``cfg`` in place, reject unknown keys, check types."""
+    """Fill defaults from ``para`` into ``cfg`` in place, reject unknown keys, check values."""
     if strict:
         for key in cfg.keys():
             if key not in para and key not in skip:
@@ -69,26 +198,35 @@ def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
                     f' (its keys: {", ".join(sorted(para)) or "none"})'
                 )
     for key, spec in para.items():
-        default = spec.get('value')
         if key not in cfg or (cfg[key] is None and spec.get('required')):  # a null is no value for it
             if spec.get('required'):
                 raise ConfigError(
                     f'{cfg.path_of(key)}: {owner} needs this key; {spec.get("description", "")}'.rstrip('; ')
                 )
-            cfg[key] = default
+            cfg[key] = spec.get('value')
             continue
-        value = cfg[key]
-        if not _type_ok(value, default, spec.get('type')):
-            kind = spec['type'][-1] if spec.get('type') else type(default)
-            expected = _TYPE_NAMES.get(kind, kind.__name__)
-            raise ConfigError(
-                f'{cfg.path_of(key)}: expected {expected}'
-                + (f' (like {default!r})' if default is not None else '')
-                + f', got {value!r}; fix the value'
-            )
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            cfg[key] = float(value)
+        path = cfg.path_of(key)
+        value = coerce_value(cfg[key], spec, path)
+        check_range(value, spec, path)
+        if value is not cfg[key]:
+            cfg[key] = value
     return cfg
+
+
+def _check_call(obj, cfg, logger, kwargs, owner):
+    """A RegistryError (one line) when ``obj`` cannot take ``(cfg, logger=..., **kwargs)``."""
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # no signature to read (a builtin): let the call tell
+        return
+    try:
+        signature.bind(cfg, logger=logger, **kwargs)
+    except TypeError as e:
+        given = ''.join(f', {key}=...' for key in kwargs)
+        where = f'{cfg.path}: ' if cfg.path else ''
+        raise RegistryError(
+            f'{where}{owner} cannot be built as (cfg, logger=...{given}): {e}; its signature is {signature}'
+        ) from None
 
 
 class Registry:
@@ -111,24 +249,33 @@ class Registry:
         return sorted(self._entries)
 
     def _add(self, name, obj):
+        """Register ``obj`` as ``name``; a taken name is replaced with a one-line warning (scepter's rule)."""
+        if not isinstance(name, str) or not name:
+            raise RegistryError(f'{self.name}: a registered name must be a non-empty string, got {name!r}')
         old = self._entries.get(name)
         if old is not None and old is not obj:
-            raise RegistryError(f'{self.name}: the name {name!r} is already registered to {old!r}; pick another name')
+            _log.warning('%s: %r now names %s, replacing %s', self.name, name, _qualname(obj), _qualname(old))
         self._entries[name] = obj
         return obj
 
     def register_class(self, name=None):
         """Decorator: ``@R.register_class()`` or ``@R.register_class('Alias')``."""
+        if inspect.isclass(name):
+            raise RegistryError(
+                f'{self.name}: write @{self.name}.register_class() with parentheses (for {name.__name__})'
+            )
 
         def deco(cls):
             if not inspect.isclass(cls):
-                raise TypeError(f'{self.name}.register_class expects a class, got {cls!r}')
+                raise RegistryError(f'{self.name}.register_class() decorates a class, got {cls!r}')
             return self._add(name or cls.__name__, cls)
 
         return deco
 
     def register_function(self, name=None, para_dict=None):
         """Decorator for a builder function ``fn(cfg, logger=None, **kwargs)``."""
+        if callable(name):
+            raise RegistryError(f'{self.name}: write @{self.name}.register_function() with parentheses')
 
         def deco(fn):
             if para_dict is not None:
@@ -138,6 +285,11 @@ class Registry:
         return deco
 
     def get(self, name, where=NAME_KEY):
+        if not isinstance(name, str):
+            raise RegistryError(
+                f'{where}: NAME must be a string naming an entry of {self.name}, got {name!r}'
+                f' (registered: {", ".join(sorted(self._entries))})'
+            )
         if name not in self._entries:
             raise RegistryError(
                 f'{where}: {name!r} is not in registry {self.name}{suggest(name, self._entries)}'
@@ -165,6 +317,7 @@ class Registry:
     def build(self, cfg, logger=None, **kwargs):
         """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled."""
         obj, cfg = self.resolve(cfg)
+        _check_call(obj, cfg, logger, kwargs, f'{self.name}.{cfg[NAME_KEY]}')
         return obj(cfg, logger=logger, **kwargs)
 
     def get_config_template(self, name):
@@ -174,13 +327,15 @@ class Registry:
 
 
 def render_config_template(name, para):
-    """YAML text ``NAME: name`` and ``KEY: default  # description`` per key of ``para``.
+    """YAML text ``NAME: name`` and ``KEY: default  # description [rule]`` per key of ``para``.
 
-    A required key shows its default (often null) and ``(required)`` before its description.
+    A required key shows its default (often null) and ``(required)`` before its description;
+    a declared type, range or choices follow it in brackets, e.g. ``[int, at least 1]``.
     """
     lines = [f'NAME: {name}']
     for key, spec in para.items():
         value = spec.get('value')
+        value = list(value) if isinstance(value, tuple) else value  # scepter writes some defaults as tuples
         text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
         if text.endswith('\n...'):
             text = text[:-4].strip()
@@ -188,5 +343,19 @@ def render_config_template(name, para):
         desc = ' '.join(str(spec.get('description', '')).split())
         if spec.get('required'):
             desc = f'(required) {desc}'.strip()
+        rule = value_rule(spec)
+        if rule:
+            desc = f'{desc} [{rule}]'.strip()
         lines.append(f'{key}: {text}' + (f'  # {desc}' if desc else ''))
     return '\n'.join(lines) + '\n'
+
+
+def value_rule(spec):
+    """The declared type, bounds and choices of an entry in words (``''`` when it declares none)."""
+    parts = []
+    if spec.get('type') is not None:
+        parts.append(' or '.join('null' if kind is type(None) else kind.__name__ for kind in _declared_types(spec)))
+    parts += [f'{word} {spec[bound]}' for bound, word, _ in _BOUNDS if spec.get(bound) is not None]
+    if spec.get('choices') is not None:
+        parts.append('one of: ' + ', '.join(str(c) for c in spec['choices']))
+    return ', '.join(parts)

@@ -88,14 +88,19 @@ def test_missing_name(reg):
         reg.build({'SIZE': 1})
 
 
-def test_double_registration_is_an_error_unless_same_object(reg):
+def test_registering_a_taken_name_replaces_it_with_one_warning(reg, caplog):
     widget = reg.get('Widget')
-    reg.register_class('Widget')(widget)  # same object again: fine
-    with pytest.raises(RegistryError, match='already registered'):
+    with caplog.at_level('WARNING', logger='scepter_like.registry'):
+        reg.register_class('Widget')(widget)  # same object again: no warning
+        assert not caplog.records
 
         @reg.register_class('Widget')
         class Other(Base):
             pass
+
+    assert reg.get('Widget') is Other
+    (record,) = caplog.records
+    assert "THINGS: 'Widget' now names" in record.getMessage() and 'Other' in record.getMessage()
 
 
 def test_config_template_lists_every_key_with_default_and_description(reg):

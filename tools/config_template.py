@@ -2,8 +2,10 @@
 """Config templates: ``python tools/config_template.py NAME [--registry R] [--import M]...`` or ``--list``.
 
 Prints the YAML template of a registered component: ``NAME`` and every key it declares
-with its default, and its description as a comment (``(required)`` marks keys without a
-usable default).  A DATASETS entry also shows the loader keys a data config takes.
+(in either ``para_dict`` form) with its default, and its description as a comment
+(``(required)`` marks keys without a usable default; a declared type, range or choices
+follow in brackets, e.g. ``[int, at least 1]``).  A DATASETS entry also shows the loader
+keys a data config takes.
 ``--list`` prints what each registry holds.  ``--import`` adds user modules first.
 """
 

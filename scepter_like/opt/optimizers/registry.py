@@ -1,0 +1,21 @@
+"""The one OPTIMIZERS registry, and the builder that takes both shapes of entry.
+
+This project's entries are built with the parameters (``entry(cfg, logger=..., params=...)``);
+scepter's are :class:`BaseOptimize` subclasses, built from the config and then called
+with the parameters.
+"""
+
+import inspect
+
+from scepter_like.opt.optimizers.base_optimizer import BaseOptimize
+from scepter_like.opt.registry import OPTIMIZERS
+
+__all__ = ['OPTIMIZERS', 'build_optimizer']
+
+
+def build_optimizer(cfg, parameters, logger=None):
+    """The optimizer ``cfg`` names over ``parameters``, whichever shape its entry has."""
+    entry, cfg = OPTIMIZERS.resolve(cfg)
+    if inspect.isclass(entry) and issubclass(entry, BaseOptimize):
+        return entry(cfg, logger=logger)(parameters)
+    return entry(cfg, logger=logger, params=parameters)
