@@ -17,7 +17,7 @@ from scepter_like.search.space import SearchSpace, check_path
 
 optuna = pytest.importorskip('optuna')
 
-SHORT = ['SOLVER.MAX_EPOCHS=2', 'SOLVER.EVAL_INTERVAL=1', 'SOLVER.LR_SCHEDULER.T_MAX=2']
+SHORT = ['SOLVER.MAX_EPOCHS=2', 'SOLVER.EVAL_INTERVAL=1', 'SOLVER.LR_SCHEDULER.T_MAX=2', 'SOLVER.CODE_SNAPSHOT=false']
 SPACE = {
     'METRIC': 'accuracy',
     'DIRECTION': 'maximize',
@@ -185,7 +185,7 @@ def test_best_config_reproduces_the_best_trial(two_worker_search):
 # -- killed mid-trial, the same command completes the study ---------------------------------------
 def test_killed_search_continues_with_the_same_command(tmp_path):
     base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none')
-    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3', '--heartbeat', '1']
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '2', '--heartbeat', '1']
     proc = subprocess.Popen(cmd, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     second = base / 'space' / 'trial_0001' / 'metrics.jsonl'
     deadline = time.time() + 240
@@ -198,7 +198,7 @@ def test_killed_search_continues_with_the_same_command(tmp_path):
     res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     trials = load_study(base).get_trials()
-    assert len([t for t in trials if t.state.name == 'COMPLETE']) == 3
+    assert len([t for t in trials if t.state.name == 'COMPLETE']) == 2
     killed = trials[1]
     assert killed.state.name == 'FAIL' and 'error' not in killed.user_attrs
     retry = [t for t in trials if t.system_attrs.get('failed_trial') == 1]
@@ -208,34 +208,24 @@ def test_killed_search_continues_with_the_same_command(tmp_path):
 
 # -- pruning ---------------------------------------------------------------------------------------
 def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
+    # grid seed 1 runs the good rate first; after it completes, the median pruner stops the bad one
     lr = {'type': 'categorical', 'choices': [0.003, 1.0e-6]}
+    width = {'type': 'categorical', 'choices': [[64, 64]]}
     space = write_space(
         tmp_path / 'space.yaml',
-        SAMPLER='random',
-        SEED=0,
+        SAMPLER='grid',
+        SEED=1,
         PRUNE_STARTUP_TRIALS=1,
-        **{
-            'SOLVER.OPTIMIZER.LEARNING_RATE': lr,
-            'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': {'type': 'categorical', 'choices': [[64, 64]]},
-        },
+        **{'SOLVER.OPTIMIZER.LEARNING_RATE': lr, 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': width},
     )
     base = tmp_path / 'w'
-    res = run_tool(
-        'run_search.py',
-        *search_cmd(base, space)[1:],
-        'SOLVER.MAX_EPOCHS=3',
-        'SOLVER.LR_SCHEDULER.T_MAX=3',
-        '--trials',
-        '4',
-    )
+    res = run_tool('run_search.py', *search_cmd(base, space)[1:], 'SOLVER.MAX_EPOCHS=3', 'SOLVER.LR_SCHEDULER.T_MAX=3')
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    trials = load_study(base).get_trials()
-    pruned = [t for t in trials if t.state.name == 'PRUNED']
-    assert pruned and len(counted(load_study(base))) == 4
-    for t in pruned:
-        assert t.params['SOLVER.OPTIMIZER.LEARNING_RATE'] == 1.0e-6
-        assert max(t.intermediate_values) < 3
-        evals = eval_lines(t.user_attrs['work_dir'])
-        assert len(evals) == max(t.intermediate_values) < 3  # it stopped after that evaluation
-        assert not eval_lines(t.user_attrs['work_dir'], 'test')
-    assert 'pruned after epoch' in (base / 'space' / 'search_summary.md').read_text()
+    assert 'the grid has 2 point(s): running 2 trial(s), not 20' in res.stdout
+    good, bad = load_study(base).get_trials()
+    assert good.state.name == 'COMPLETE' and max(good.intermediate_values) == 3
+    assert bad.state.name == 'PRUNED' and bad.params['SOLVER.OPTIMIZER.LEARNING_RATE'] == 1.0e-6
+    epochs = max(bad.intermediate_values)
+    assert epochs < 3 and len(eval_lines(bad.user_attrs['work_dir'])) == epochs  # it stopped after that evaluation
+    assert not eval_lines(bad.user_attrs['work_dir'], 'test')
+    assert f'pruned after epoch {epochs}' in (base / 'space' / 'search_summary.md').read_text()
