@@ -51,13 +51,13 @@ def main(argv):
         _positive(args, name)
     if int(os.environ.get('WORLD_SIZE', '1') or 1) > 1:
         raise ConfigError('run_search starts its own workers; start it without torchrun')
-    from scepter_like.search.runner import require_optuna
-
-    require_optuna()
     cfg = load_config(args)
     if args.print_config:
         print(cfg.dump(), end='')
         return 0
+    from scepter_like.search.runner import require_optuna
+
+    require_optuna()
     from scepter_like.search.runner import Search
     from scepter_like.search.space import SearchSpace
     from scepter_like.search.summary import SUMMARY_NAME, SummaryWriter, best_trial

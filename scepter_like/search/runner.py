@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import socket
 import time
 import warnings
@@ -62,21 +63,30 @@ class Search:
 
     def __init__(self, args, cfg, space, worker_index=0):
         import optuna
+        import sqlalchemy.exc
+
+        from scepter_like.solver.base_solver import BaseSolver
 
         self.args, self.cfg, self.space = args, cfg, space
         self.base_overrides = list(args.overrides)
-        self.work_dir = os.path.abspath(cfg.SOLVER.get('WORK_DIR') or './work_dir')
+        self.work_dir = os.path.abspath(cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value'])
         self.study_name = args.study or os.path.splitext(os.path.basename(args.space))[0]
+        if not re.fullmatch(r'[A-Za-z0-9._-]+', self.study_name) or self.study_name.startswith('.'):
+            raise ConfigError(f'--study {self.study_name!r}: use letters, digits and ._- only (it names a folder)')
         self.study_dir = os.path.join(self.work_dir, self.study_name)
-        os.makedirs(self.study_dir, exist_ok=True)
         url = args.storage or 'sqlite:///' + os.path.join(self.work_dir, 'search.db')
+        if not args.storage:
+            os.makedirs(self.work_dir, exist_ok=True)
         self.trials_wanted = args.trials
         settings = space.settings
         if settings['SAMPLER'] == 'grid':
             grid = space.grid()
             size = math.prod(len(v) for v in grid.values())
             if size < self.trials_wanted:
-                print(f'[search] the grid has {size} point(s): running {size} trial(s), not {args.trials}', flush=True)
+                if worker_index == 0:
+                    print(
+                        f'[search] the grid has {size} point(s): running {size} trial(s), not {args.trials}', flush=True
+                    )
                 self.trials_wanted = size
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         warnings.filterwarnings('ignore', category=optuna.exceptions.ExperimentalWarning)
@@ -95,12 +105,13 @@ class Search:
                 pruner=self._pruner(),
                 load_if_exists=True,
             )
-        except (ImportError, ValueError, optuna.exceptions.OptunaError) as e:
+        except (ImportError, ValueError, optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError) as e:
             raise ConfigError(
                 f'--storage {url}: optuna cannot open it ({e}); give a URL like sqlite:///path.db'
             ) from None
         self.storage_url = url
         self._check_same_search()
+        os.makedirs(self.study_dir, exist_ok=True)
 
     def _sampler(self, worker_index):
         import optuna
@@ -140,10 +151,10 @@ class Search:
     # -- the worker loop -------------------------------------------------------------------
     def run_worker(self, on_trial_end=None):
         """Run trials until N count; waits for trials of other workers (they may die and come back)."""
+        import optuna
+
         while True:
             with self._trial_lock() as lock:
-                import optuna
-
                 optuna.storages.fail_stale_trials(self.study)
                 done, running = counts(self.study.get_trials(deepcopy=False))
                 if done >= self.trials_wanted:
