@@ -157,7 +157,10 @@ def write_plots(search):
         fig = ax.figure
         fig.set_size_inches(7, 4.5)
         fig.tight_layout()
-        atomic_write(os.path.join(search.study_dir, name), lambda f, fig=fig: fig.savefig(f, format='png', dpi=100))
+        atomic_write(
+            os.path.join(search.study_dir, name),
+            lambda f, fig=fig: fig.savefig(f, format='png', dpi=100, bbox_inches='tight'),
+        )
         plt.close(fig)
         drawn.append(f'![{name}]({name})')
     return ' '.join(drawn)
