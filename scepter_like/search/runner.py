@@ -238,6 +238,7 @@ class Search:
             if not math.isfinite(value):
                 raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
         except RunPruned as e:
+            logger.info(f'search trial {trial.number} {e}; the run stops here')
             print(f'[search] trial {trial.number} {e} ({time.time() - start:.1f} s)', flush=True)
             raise optuna.TrialPruned(str(e)) from None
         except Exception as e:
