@@ -82,7 +82,7 @@ class Param:
         for key in ('low', 'high'):
             value = spec.get(key)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or (kind == 'int' and value != int(value)) or not math.isfinite(value):
+            if not ok or not math.isfinite(value) or (kind == 'int' and value != int(value)):
                 raise ConfigError(f'{where}.{key}: expected {"an int" if kind == "int" else "a number"}, got {value!r}')
         self.low, self.high = number(spec['low']), number(spec['high'])
         self.log = bool(spec.get('log', False))
@@ -91,8 +91,13 @@ class Param:
             raise ConfigError(f'{where}: low {self.low} must be below high {self.high}')
         if self.log and self.low <= 0:
             raise ConfigError(f'{where}: log: true needs low > 0, got {self.low}')
-        if self.step is not None and (self.log or not isinstance(self.step, (int, float)) or self.step <= 0):
-            raise ConfigError(f'{where}.step: a positive number, and not together with log: true')
+        if self.step is not None and (
+            self.log
+            or not isinstance(self.step, (int, float))
+            or self.step <= 0
+            or (kind == 'int' and self.step != int(self.step))
+        ):
+            raise ConfigError(f'{where}.step: a positive {kind}, and not together with log: true; got {self.step!r}')
         if self.step is not None:
             self.step = number(self.step)
 
