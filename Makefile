@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml constraints-ci.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints-ci.txt torch==2.13.0
-	$(PY) -m pip install -q -c constraints-ci.txt -e '.[dev,tasks,onnx,plot]'
+	$(PY) -m pip install -q -c constraints-ci.txt -e '.[dev,tasks,onnx,plot,search]'
 	touch $(STAMP)
 
 train: setup

@@ -5,7 +5,18 @@ import sys
 
 from conftest import REPO, tool_env
 
-HEAVY = ('tensorboard', 'fvcore', 'safetensors', 'sklearn', 'matplotlib', 'onnx', 'onnxruntime', 'onnxscript')
+HEAVY = (
+    'tensorboard',
+    'fvcore',
+    'safetensors',
+    'sklearn',
+    'matplotlib',
+    'onnx',
+    'onnxruntime',
+    'onnxscript',
+    'optuna',
+    'sqlalchemy',
+)
 
 
 def test_solver_import_is_lean():

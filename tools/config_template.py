@@ -16,20 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scepter_like.cli import make_bare_parser, run  # noqa: E402
 from scepter_like.errors import RegistryError, suggest  # noqa: E402
-
-
-def all_registries():
-    """Every registry of the toolkit by name, in the order a config nests them."""
-    import scepter_like.solver  # noqa: F401  (registers every built-in component)
-    from scepter_like.data.registry import DATASETS
-    from scepter_like.metric.registry import METRICS
-    from scepter_like.model.registry import LOSSES, MODELS
-    from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
-    from scepter_like.solver.hooks.registry import HOOKS
-    from scepter_like.solver.registry import SOLVERS
-
-    registries = (SOLVERS, HOOKS, MODELS, LOSSES, DATASETS, METRICS, OPTIMIZERS, LR_SCHEDULERS)
-    return {r.name: r for r in registries}
+from scepter_like.utils.registries import all_registries  # noqa: E402
 
 
 def template(registries, name, registry_name=None):

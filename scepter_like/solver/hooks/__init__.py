@@ -10,6 +10,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     lr,
     probe,
     profiler,
+    pruning,
     safetensors,
     sampler,
     swa,
@@ -25,6 +26,7 @@ from scepter_like.solver.hooks.log import LogHook
 from scepter_like.solver.hooks.lr import LrHook
 from scepter_like.solver.hooks.probe import ProbeDataHook
 from scepter_like.solver.hooks.profiler import ProfilerHook
+from scepter_like.solver.hooks.pruning import PruningHook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.hooks.safetensors import SafetensorsHook
 from scepter_like.solver.hooks.sampler import DistSamplerHook
@@ -44,6 +46,7 @@ __all__ = [
     'LrHook',
     'ProbeDataHook',
     'ProfilerHook',
+    'PruningHook',
     'SafetensorsHook',
     'SWAHook',
     'TensorboardLogHook',

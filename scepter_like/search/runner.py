@@ -1,0 +1,287 @@
+"""A search worker: open the study, then run trials until the study has its N trials.
+
+Each trial is an ordinary run built the way ``run_train.py`` builds one, in this process,
+with the sampled values as overrides and ``WORK_DIR=<study dir>/trial_NNNN``, plus a
+:class:`~scepter_like.solver.hooks.pruning.PruningHook` in EVAL_HOOKS that reports to the
+trial. Optuna does the rest: the sampler, the pruner, the heartbeat that lets another
+worker fail and retry a trial whose process died.
+
+What counts towards N: complete and pruned trials, and failed trials that recorded their
+own error. A trial whose worker died (heartbeat stale) or was interrupted is failed and
+queued again with the same values, and does not count. Local workers take trials under
+one file lock, so a study on this machine gets exactly N.
+"""
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+import re
+import socket
+import time
+import warnings
+
+from scepter_like.errors import ConfigError, TrainingError, UserError
+
+LOCK_NAME = '.trial.lock'
+POLL_SECONDS = 1.0
+
+
+def require_optuna():
+    """Import optuna, or tell the user how to install it."""
+    try:
+        import optuna  # noqa: F401
+        from optuna.storages import RetryHeartbeatStaleTrialCallback  # noqa: F401  (optuna >= 4.9)
+    except ImportError:
+        raise ConfigError(
+            "hyperparameter search needs optuna >= 5; install it with pip install 'scepter_like[search]'"
+        ) from None
+
+
+def trial_dir(study_dir, number):
+    return os.path.join(study_dir, f'trial_{number:04d}')
+
+
+def worker_name():
+    return f'{socket.gethostname()}:{os.getpid()}'
+
+
+def counts(trials):
+    """(trials that count towards N, trials running now)."""
+    from optuna.trial import TrialState
+
+    done = sum(
+        t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (t.state == TrialState.FAIL and 'error' in t.user_attrs)
+        for t in trials
+    )
+    return done, sum(t.state == TrialState.RUNNING for t in trials)
+
+
+class Search:
+    """One search command: the base config, the space, the study (created or continued)."""
+
+    def __init__(self, args, cfg, space, worker_index=0):
+        import optuna
+        import sqlalchemy.exc
+
+        from scepter_like.solver.base_solver import BaseSolver
+
+        self.args, self.cfg, self.space = args, cfg, space
+        self.base_overrides = list(args.overrides)
+        self.work_dir = os.path.abspath(cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value'])
+        self.study_name = args.study or os.path.splitext(os.path.basename(args.space))[0]
+        if not re.fullmatch(r'[A-Za-z0-9._-]+', self.study_name) or self.study_name.startswith('.'):
+            raise ConfigError(f'--study {self.study_name!r}: use letters, digits and ._- only (it names a folder)')
+        self.study_dir = os.path.join(self.work_dir, self.study_name)
+        url = args.storage or 'sqlite:///' + os.path.join(self.work_dir, 'search.db')
+        if not args.storage:
+            os.makedirs(self.work_dir, exist_ok=True)
+        self.trials_wanted = args.trials
+        settings = space.settings
+        if settings['SAMPLER'] == 'grid':
+            grid = space.grid()
+            size = math.prod(len(v) for v in grid.values())
+            if size < self.trials_wanted:
+                if worker_index == 0:
+                    print(
+                        f'[search] the grid has {size} point(s): running {size} trial(s), not {args.trials}', flush=True
+                    )
+                self.trials_wanted = size
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        warnings.filterwarnings('ignore', category=optuna.exceptions.ExperimentalWarning)
+        try:
+            storage = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs={'connect_args': {'timeout': 60}} if url.startswith('sqlite') else {},
+                heartbeat_interval=args.heartbeat,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
+            )
+            self.study = optuna.create_study(
+                storage=storage,
+                study_name=self.study_name,
+                direction=settings['DIRECTION'],
+                sampler=self._sampler(worker_index),
+                pruner=self._pruner(),
+                load_if_exists=True,
+            )
+        except (ImportError, ValueError, optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError) as e:
+            raise ConfigError(
+                f'--storage {url}: optuna cannot open it ({e}); give a URL like sqlite:///path.db'
+            ) from None
+        self.storage_url = url
+        self._check_same_search()
+        os.makedirs(self.study_dir, exist_ok=True)
+
+    def _sampler(self, worker_index):
+        import optuna
+
+        settings = self.space.settings
+        seed = settings['SEED'] + worker_index  # workers draw different startup points
+        if settings['SAMPLER'] == 'grid':
+            return optuna.samplers.GridSampler(self.space.grid(), seed=seed)
+        if settings['SAMPLER'] == 'random':
+            return optuna.samplers.RandomSampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings['TPE_STARTUP_TRIALS'])
+
+    def _pruner(self):
+        import optuna
+
+        settings = self.space.settings
+        if settings['PRUNER'] == 'none':
+            return optuna.pruners.NopPruner()
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=settings['PRUNE_STARTUP_TRIALS'], n_warmup_steps=settings['PRUNE_WARMUP_EPOCHS']
+        )
+
+    def _check_same_search(self):
+        """A study continues only with the space and overrides it began with."""
+        overrides = sorted(o for o in self.base_overrides if not o.upper().startswith('SOLVER.WORK_DIR='))
+        mine = {'space': self.space.fingerprint(), 'overrides': overrides}
+        for key, value in mine.items():
+            found = self.study.user_attrs.get(key)
+            if found is None:
+                self.study.set_user_attr(key, value)
+            elif found != value:
+                raise ConfigError(
+                    f'study {self.study_name!r} in {self.storage_url} was started with other {key}'
+                    f' ({found}); continue it with those, or start a new study with --study NAME'
+                )
+
+    # -- the worker loop -------------------------------------------------------------------
+    def run_worker(self, on_trial_end=None):
+        """Run trials until N count; waits for trials of other workers (they may die and come back)."""
+        import optuna
+
+        while True:
+            with self._trial_lock() as lock:
+                optuna.storages.fail_stale_trials(self.study)
+                done, running = counts(self.study.get_trials(deepcopy=False))
+                if done >= self.trials_wanted:
+                    return
+                if done + running >= self.trials_wanted:
+                    lock.release()
+                    time.sleep(POLL_SECONDS)
+                    continue
+                self._run_one(lock)
+            if on_trial_end is not None:
+                on_trial_end()
+
+    @contextlib.contextmanager
+    def _trial_lock(self):
+        """Held from counting until the trial exists; ``release()`` may come early and twice."""
+        import fcntl
+
+        f = open(os.path.join(self.study_dir, LOCK_NAME), 'a+')
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lock = _Lock(f)
+        try:
+            yield lock
+        finally:
+            lock.release()
+
+    def _run_one(self, lock):
+        import optuna
+
+        def objective(trial):
+            lock.release()  # the trial exists (RUNNING): the next worker may count it
+            return self.run_trial(trial)
+
+        try:
+            self.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+        except KeyboardInterrupt:  # the trial was failed; queue it again like a trial whose process died
+            last = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get('worker') == worker_name()]
+            if last and last[-1].state == optuna.trial.TrialState.FAIL and 'error' not in last[-1].user_attrs:
+                optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(self.study, last[-1])
+            raise
+
+    # -- one trial -------------------------------------------------------------------------
+    def trial_config(self, values, work_dir):
+        """The run's config: the base config and overrides, the sampled values, its WORK_DIR."""
+        from scepter_like.cli import load_config
+
+        words = [*self.base_overrides, *self.space.override_words(values), f'SOLVER.WORK_DIR={work_dir}']
+        return load_config(argparse.Namespace(cfg=self.args.cfg, imports=self.args.imports, overrides=words))
+
+    def run_trial(self, trial):
+        """Run one trial's training; returns its objective (raises optuna.TrialPruned when pruned)."""
+        import optuna
+
+        from scepter_like.solver import SOLVERS
+        from scepter_like.solver.hooks.pruning import PruningHook, RunPruned
+
+        start = time.time()
+        work_dir = trial_dir(self.study_dir, trial.number)
+        trial.set_user_attr('work_dir', work_dir)
+        trial.set_user_attr('worker', worker_name())
+        print(f'[search] trial {trial.number} started -> {work_dir}', flush=True)
+        logger = _trial_logger()
+        solver = None
+        try:
+            values = self.space.suggest(trial)
+            cfg = self.trial_config(values, work_dir)
+            solver_cfg = cfg.SOLVER
+            solver_cfg['EVAL_HOOKS'] = [
+                *(solver_cfg.get('EVAL_HOOKS') or []),
+                {'NAME': 'PruningHook', 'METRIC': self.space.settings['METRIC']},
+            ]
+            for hook in solver_cfg.get('TRAIN_HOOKS') or []:
+                if hook.get('NAME') == 'LogHook':  # one line per trial on the console, no progress bars
+                    hook['PROGRESS'] = 'off'
+            solver = SOLVERS.build(cfg.SOLVER, logger=logger)
+            solver.set_up_pre()
+            reporter = next(h for h in solver.hooks_dict['eval'] if isinstance(h, PruningHook))
+            reporter.attach(trial)
+            solver.set_up()
+            solver.solve()
+            value = self._objective(solver, reporter)
+            if not math.isfinite(value):
+                raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
+        except RunPruned as e:
+            logger.info(f'search trial {trial.number} {e}; the run stops here')
+            print(f'[search] trial {trial.number} {e} ({time.time() - start:.1f} s)', flush=True)
+            raise optuna.TrialPruned(str(e)) from None
+        except Exception as e:
+            message = ' '.join(str(e).split()) if isinstance(e, UserError) else f'{type(e).__name__}: {e}'
+            logger.error(f'trial {trial.number} failed', exc_info=not isinstance(e, UserError))
+            trial.set_user_attr('error', message[:500])
+            print(f'[search] trial {trial.number} failed: {message}', flush=True)
+            raise
+        finally:
+            if solver is not None:
+                solver.close()
+        metric = self.space.settings['METRIC']
+        print(f'[search] trial {trial.number} {metric} {value:.6g} ({time.time() - start:.1f} s)', flush=True)
+        return value
+
+    def _objective(self, solver, reporter):
+        settings = self.space.settings
+        metric, source = settings['METRIC'], settings['FROM']
+        if source == 'test':
+            value = solver.epoch_outputs.get('test', {}).get(metric)
+            if value is None:
+                raise ConfigError(f'FROM test: the run has no test metric {metric!r}; give it TEST_DATA or FROM last')
+            return float(value)
+        if not reporter.values:
+            raise ConfigError(f'the run made no evaluation, so no {metric!r}; give it EVAL_DATA')
+        if source == 'last':
+            return float(reporter.values[max(reporter.values)])
+        pick = max if settings['DIRECTION'] == 'maximize' else min
+        return float(pick(reporter.values.values()))
+
+
+class _Lock:
+    def __init__(self, f):
+        self.f = f
+
+    def release(self):
+        if not self.f.closed:
+            self.f.close()  # closing drops the flock
+
+
+def _trial_logger():
+    """The trials' logger: INFO goes to each run's log file only (the solver adds it), not the console."""
+    logger = logging.getLogger('scepter_like.search.trial')
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger

@@ -1,0 +1,231 @@
+"""``run_search.py``: space checks, a 2-worker study, kill and continue, pruning, the best config rerun."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
+
+from scepter_like.config import Config
+from scepter_like.errors import ConfigError
+from scepter_like.search.space import SearchSpace, check_path
+
+optuna = pytest.importorskip('optuna')
+
+SHORT = ['SOLVER.MAX_EPOCHS=2', 'SOLVER.EVAL_INTERVAL=1', 'SOLVER.LR_SCHEDULER.T_MAX=2', 'SOLVER.CODE_SNAPSHOT=false']
+SPACE = {
+    'METRIC': 'accuracy',
+    'DIRECTION': 'maximize',
+    'SEED': 3,
+    'SOLVER.OPTIMIZER.LEARNING_RATE': {'type': 'float', 'low': 1.0e-4, 'high': 1.0e-2, 'log': True},
+    'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': {'type': 'categorical', 'choices': [[32, 32], [128, 128]]},
+}
+
+
+def write_space(path, **changes):
+    import yaml
+
+    path.write_text(yaml.safe_dump({**SPACE, **changes}))
+    return path
+
+
+def search_cmd(base, space, *extra):
+    return [
+        os.path.join(TOOLS, 'run_search.py'),
+        '--cfg',
+        DIGITS_CFG,
+        '--space',
+        space,
+        f'SOLVER.WORK_DIR={base}',
+        *SHORT,
+        *extra,
+    ]
+
+
+def load_study(base, name='space'):
+    return optuna.load_study(study_name=name, storage=f'sqlite:///{base}/search.db')
+
+
+def counted(study):
+    return [t for t in study.get_trials() if t.state.name in ('COMPLETE', 'PRUNED')]
+
+
+def eval_lines(work_dir, kind='eval'):
+    with open(os.path.join(work_dir, 'metrics.jsonl')) as f:
+        return [r for r in map(json.loads, f) if r['kind'] == kind]
+
+
+# -- the space file ------------------------------------------------------------------------------
+def test_space_settings_params_and_errors():
+    cfg = Config(cfg_file=DIGITS_CFG)
+    space = SearchSpace(
+        dict(SPACE, SAMPLER='grid', **{'SOLVER.MAX_EPOCHS': {'type': 'int', 'low': 1, 'high': 5, 'step': 2}})
+    )
+    assert space.settings['METRIC'] == 'accuracy' and space.settings['FROM'] == 'last'
+    assert [p.path for p in space.params][-1] == 'SOLVER.MAX_EPOCHS'
+    assert space.params[-1].grid_values() == [1, 3, 5]
+    assert space.params[1].encoded == ['[32, 32]', '[128, 128]']  # list choices travel as YAML text
+    assert space.decode(
+        {
+            'SOLVER.OPTIMIZER.LEARNING_RATE': 0.5,
+            'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': '[128, 128]',
+            'SOLVER.MAX_EPOCHS': 3,
+        }
+    )['SOLVER.MODEL.BACKBONE.HIDDEN_DIMS'] == [128, 128]
+    assert space.override_words({'A.B': 1e-05}) == ['A.B=1.0e-05']  # reads back as a float, not a string
+    with pytest.raises(ConfigError, match='needs a finite set'):
+        space.params[0].grid_values()
+    # paths: in the file, declared by the component there (BETAS of AdamW, MAX_STEPS of the solver), ENV
+    for path in (
+        'SOLVER.OPTIMIZER.LEARNING_RATE',
+        'SOLVER.OPTIMIZER.BETAS',
+        'SOLVER.MAX_STEPS',
+        'ENV.SEED',
+        'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL',
+        'SOLVER.TRAIN_DATA.BATCH_SIZE',
+    ):
+        check_path(cfg, path, path)
+    bad = {
+        'SOLVER.OPTIMIZER.LEARNING_RTE': 'unknown key SOLVER.OPTIMIZER.LEARNING_RTE; did you mean LEARNING_RATE?',
+        'SOLVER.TRAIN_HOOKS.9.LOG_INTERVAL': 'is not an index of a list of 5',
+        'SOLVER.MAX_EPOCHS.X': 'SOLVER.MAX_EPOCHS is a value, not a mapping',
+    }
+    for path, message in bad.items():
+        with pytest.raises(ConfigError, match=message.replace('?', r'\?')):
+            check_path(cfg, path, path)
+    mistakes = {
+        'METRC': ({'METRC': 'accuracy'}, 'unknown setting METRC; did you mean METRIC'),
+        'sampler': ({'SAMPLER': 'cmaes'}, "SAMPLER: 'cmaes' is not one of tpe, random, grid"),
+        'type': (
+            {'A.B': {'type': 'flaot', 'low': 0, 'high': 1}},
+            "'flaot' is not one of float, int, categorical; did you mean float",
+        ),
+        'order': ({'A.B': {'type': 'float', 'low': 1, 'high': 0.5}}, 'low 1.0 must be below high 0.5'),
+        'log': ({'A.B': {'type': 'float', 'low': 0, 'high': 1, 'log': True}}, 'log: true needs low > 0'),
+        'option': (
+            {'A.B': {'type': 'int', 'low': 0, 'high': 3, 'lgo': True}},
+            "unknown option 'lgo' for type int; did you mean low or log",
+        ),
+        'choices': ({'A.B': {'type': 'categorical', 'choices': []}}, 'non-empty list'),
+    }
+    for data, message in mistakes.values():
+        with pytest.raises(ConfigError, match=message):
+            SearchSpace(
+                {**data, **({} if any('.' in k for k in data) else {'A.B': SPACE['SOLVER.OPTIMIZER.LEARNING_RATE']})}
+            )
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    space = write_space(
+        tmp_path / 'space.yaml', **{'SOLVER.OPTIMIZER.WEIGHT_DECAYY': {'type': 'float', 'low': 0, 'high': 1}}
+    )
+    res = run_tool('run_search.py', *search_cmd(tmp_path / 'w', space)[1:], '--trials', '2')
+    assert res.returncode == 2, res.stderr[-2000:]
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(
+        'error: space.yaml: SOLVER.OPTIMIZER.WEIGHT_DECAYY: unknown key SOLVER.OPTIMIZER.WEIGHT_DECAYY;'
+        ' did you mean WEIGHT_DECAY? (keys there: '
+    )
+    assert not (tmp_path / 'w').exists()
+    fake = tmp_path / 'no_optuna' / 'optuna'  # an optuna that cannot be imported
+    fake.mkdir(parents=True)
+    (fake / '__init__.py').write_text("raise ImportError('No module named optuna')\n")
+    env = tool_env(PYTHONPATH=f'{fake.parent}{os.pathsep}{tool_env()["PYTHONPATH"]}')
+    res = run_tool('run_search.py', *search_cmd(tmp_path / 'w', space)[1:], env=env)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: hyperparameter search needs optuna >= 5; install it with pip install 'scepter_like[search]'"
+    ]
+
+
+# -- a study of six trials on two workers ---------------------------------------------------------
+@pytest.fixture(scope='module')
+def two_worker_search(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('search')
+    base, space = tmp / 'w', write_space(tmp / 'space.yaml')
+    res = run_tool('run_search.py', *search_cmd(base, space)[1:], '--trials', '6', '--workers', '2')
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return base, res
+
+
+def test_two_workers_share_one_study_of_six_trials(two_worker_search):
+    base, res = two_worker_search
+    study = load_study(base)
+    trials = study.get_trials()
+    assert len(trials) == 6 and len(counted(study)) == 6
+    assert sorted(t.number for t in trials) == list(range(6))
+    assert len({t.user_attrs['worker'] for t in trials}) == 2  # both workers ran trials
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 6  # six distinct points
+    for t in trials:  # each an ordinary run in its own folder
+        work_dir = t.user_attrs['work_dir']
+        assert work_dir == str(base / 'space' / f'trial_{t.number:04d}')
+        assert os.path.isfile(os.path.join(work_dir, 'config.yaml')) and eval_lines(work_dir)
+    with open(base / 'space' / 'search_summary.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 and rows[0]['trial'] == str(study.best_trial.number)
+    assert float(rows[0]['accuracy']) == pytest.approx(study.best_value)
+    for name in ('search_summary.md', 'optimization_history.png', 'param_importances.png', 'best_config.yaml'):
+        assert (base / 'space' / name).stat().st_size > 0
+
+
+def test_best_config_reproduces_the_best_trial(two_worker_search):
+    base, _ = two_worker_search
+    best = load_study(base).best_trial
+    res = run_tool('run_train.py', '--cfg', base / 'space' / 'best_config.yaml')
+    assert res.returncode == 0, res.stderr[-3000:]
+    rerun = eval_lines(base / 'space' / 'best_run')[-1]['values']['accuracy']
+    assert rerun == best.value == eval_lines(best.user_attrs['work_dir'])[-1]['values']['accuracy']
+
+
+# -- killed mid-trial, the same command completes the study ---------------------------------------
+def test_killed_search_continues_with_the_same_command(tmp_path):
+    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none')
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '2', '--heartbeat', '1']
+    proc = subprocess.Popen(cmd, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = base / 'space' / 'trial_0001' / 'metrics.jsonl'
+    deadline = time.time() + 240
+    while not second.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # in the middle of trial 1
+    proc.wait()
+    study = load_study(base)
+    assert [t.state.name for t in study.get_trials()] == ['COMPLETE', 'RUNNING']
+    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    trials = load_study(base).get_trials()
+    assert len([t for t in trials if t.state.name == 'COMPLETE']) == 2
+    killed = trials[1]
+    assert killed.state.name == 'FAIL' and 'error' not in killed.user_attrs
+    retry = [t for t in trials if t.system_attrs.get('failed_trial') == 1]
+    assert len(retry) == 1 and retry[0].params == killed.params and retry[0].state.name == 'COMPLETE'
+    assert trials[0].datetime_complete < killed.datetime_start  # trial 0 was kept, not run again
+
+
+# -- pruning ---------------------------------------------------------------------------------------
+def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
+    # grid seed 1 runs the good rate first; after it completes, the median pruner stops the bad one
+    lr = {'type': 'categorical', 'choices': [0.003, 1.0e-6]}
+    width = {'type': 'categorical', 'choices': [[64, 64]]}
+    space = write_space(
+        tmp_path / 'space.yaml',
+        SAMPLER='grid',
+        SEED=1,
+        PRUNE_STARTUP_TRIALS=1,
+        **{'SOLVER.OPTIMIZER.LEARNING_RATE': lr, 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': width},
+    )
+    base = tmp_path / 'w'
+    res = run_tool('run_search.py', *search_cmd(base, space)[1:], 'SOLVER.MAX_EPOCHS=3', 'SOLVER.LR_SCHEDULER.T_MAX=3')
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert 'the grid has 2 point(s): running 2 trial(s), not 20' in res.stdout
+    good, bad = load_study(base).get_trials()
+    assert good.state.name == 'COMPLETE' and max(good.intermediate_values) == 3
+    assert bad.state.name == 'PRUNED' and bad.params['SOLVER.OPTIMIZER.LEARNING_RATE'] == 1.0e-6
+    epochs = max(bad.intermediate_values)
+    assert epochs < 3 and len(eval_lines(bad.user_attrs['work_dir'])) == epochs  # it stopped after that evaluation
+    assert not eval_lines(bad.user_attrs['work_dir'], 'test')
+    assert f'pruned after epoch {epochs}' in (base / 'space' / 'search_summary.md').read_text()
