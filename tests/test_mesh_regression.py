@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -129,9 +130,12 @@ def test_statistics_come_from_the_training_split_only(tiny_manifest):
 
 def test_statistics_are_identical_on_two_ranks(tiny_manifest, tmp_path):
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run'))
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', '--master_port=0']
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={port}']
     cmd += [os.path.join(REPO, 'tests', 'mesh_stats_probe.py'), cfg, str(tmp_path)]
-    res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=240)
+    res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
@@ -182,9 +186,11 @@ def assert_one_error_line(res, *words):
 
 def test_manifest_naming_a_missing_file_is_one_error_line(tiny_manifest, tmp_path):
     folder = copy_dataset(tiny_manifest, tmp_path)
-    (folder / 'subject000_phase01.npz').unlink()
+    rows = [line.split(',') for line in (folder / 'manifest.csv').read_text().splitlines()[1:]]
+    name = next(row[-1] for row in rows if row[3] == 'train')
+    (folder / name).unlink()
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
-    assert_one_error_line(run_tool('run_train.py', '--cfg', cfg), 'subject000_phase01.npz', 'missing file')
+    assert_one_error_line(run_tool('run_train.py', '--cfg', cfg), name, 'missing file')
 
 
 def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_path):
