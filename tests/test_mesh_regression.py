@@ -205,3 +205,30 @@ def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_p
             np.savez(folder / name, **arrays)
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
     assert_one_error_line(run_tool('run_train.py', '--cfg', cfg), 'normalisation statistics', '6 per vertex')
+
+
+def test_evaluation_from_a_checkpoint_reproduces_the_training_rmse(tiny_manifest, tmp_path):
+    """run_eval has no TRAIN_DATA: the model takes the run's stats.json, the checkpoint its weights."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
+    cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run', TRAIN_HOOKS=hooks))
+    res = run_tool('run_train.py', '--cfg', cfg)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [json.loads(line) for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
+    trained = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
+    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', tmp_path / 'run')
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / 'run' / 'metrics.json').read_text())['eval']['rmse'] == trained
+
+
+def test_make_mesh_dataset_writes_the_same_files_for_the_same_options(tmp_path):
+    args = ['--subjects', 3, '--phases', 2, '--pca-modes', 2, '--levels', 1, '--val-subjects', 1, '--test-subjects', 1]
+    for name in ('a', 'b'):
+        res = run_tool('make_mesh_dataset.py', '--out', tmp_path / name, *args)
+        assert res.returncode == 0, res.stderr
+    names = sorted(os.listdir(tmp_path / 'a'))
+    assert len(names) == 3 * 2 + 2 and names == sorted(os.listdir(tmp_path / 'b'))
+    for name in names:
+        assert (tmp_path / 'a' / name).read_bytes() == (tmp_path / 'b' / name).read_bytes(), name
+    splits = [line.split(',')[3] for line in (tmp_path / 'a' / 'manifest.csv').read_text().splitlines()[1:]]
+    assert sorted(set(splits)) == ['test', 'train', 'val'] and splits.count('train') == 2
+    assert_one_error_line(run_tool('make_mesh_dataset.py', '--out', tmp_path / 'a', *args), 'already there')

@@ -3,8 +3,9 @@
 Before the model is built, the statistics of TRAIN_DATA are computed on rank 0, sent to
 every rank (identical everywhere), written to ``WORK_DIR/stats.json`` and put into the
 model config as ``MODEL.STATS`` (so the run's config records them too).  The log shows,
-beside them, the eval / test RMSE of predicting the training mean: the figure to beat.  A model config
-that already gives STATS or STATS_FILE keeps its own.
+beside them, the eval / test RMSE of predicting the training mean: the figure to beat.
+A model config that already gives STATS or STATS_FILE keeps its own.  Without
+TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR/stats.json``.
 """
 
 import os
@@ -23,22 +24,30 @@ class MeshRegressionSolver(TrainValSolver):
         model_cfg = self.cfg.MODEL
         if model_cfg is not None and not model_cfg.get('STATS') and not model_cfg.get('STATS_FILE'):
             bundle = self.datas.get('train')
-            if bundle is None or not hasattr(bundle.dataset, 'normalisation_stats'):
+            saved = os.path.join(self.work_dir, STATS_FILE)
+            if bundle is not None and hasattr(bundle.dataset, 'normalisation_stats'):
+                model_cfg['STATS'] = self._training_stats(bundle.dataset, saved).to_dict()
+            elif bundle is None and os.path.isfile(saved):  # evaluation: the training run's statistics
+                model_cfg['STATS_FILE'] = saved
+            else:
                 raise ConfigError(
-                    f'{self.cfg.path_of("MODEL")}: normalisation statistics come from TRAIN_DATA (a MeshDataset);'
-                    ' without it set MODEL.STATS_FILE to the stats.json of the training run'
+                    f'{self.cfg.path_of("MODEL")}: normalisation statistics come from TRAIN_DATA (a MeshDataset)'
+                    f' or {saved}; set MODEL.STATS_FILE to the stats.json of the training run'
                 )
-            stats = shared_stats(bundle.dataset)
-            if self.is_main:
-                save_stats(stats, os.path.join(self.work_dir, STATS_FILE))
-            model_cfg['STATS'] = stats.to_dict()
-            self.logger.info(
-                f'normalisation statistics from {stats.samples} training samples ({stats.vertices} vertices)'
-                f' written to {os.path.join(self.work_dir, STATS_FILE)}'
-            )
-            for mode in ('eval', 'test'):
-                samples = getattr(self.datas[mode].dataset, 'samples', None) if mode in self.datas else None
-                if samples:
-                    baseline = mean_baseline_rmse(samples, stats)
-                    self.logger.info(f'{mode} rmse of predicting the training mean: {baseline:.4f}')
         super().construct_model()
+
+    def _training_stats(self, dataset, path):
+        stats = shared_stats(dataset)
+        if self.is_main:
+            save_stats(stats, path)
+        self.logger.info(
+            f'normalisation statistics from {stats.samples} training samples ({stats.vertices} vertices)'
+            f' written to {path}'
+        )
+        for mode in ('eval', 'test'):
+            samples = getattr(self.datas[mode].dataset, 'samples', None) if mode in self.datas else None
+            if samples:
+                self.logger.info(
+                    f'{mode} rmse of predicting the training mean: {mean_baseline_rmse(samples, stats):.4f}'
+                )
+        return stats
