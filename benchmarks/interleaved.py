@@ -132,14 +132,17 @@ def measure(workload, chunk_steps, folder, steps=None):
     hand = HandLoop(workload, data, chunk_steps, steps)
     solver = SolverLoop(workload, data, folder, hand, steps)
     solver.run()
-    chunks = {'hand': hand.clock.timed_chunks(), 'solver': solver.clock.timed_chunks()}
+    return {'workload': workload, 'steps_each': hand.done, **summarize(hand.clock, solver.clock)}
+
+
+def summarize(hand_clock, solver_clock):
+    """Step times of two StepClocks that took turns, and the solver / hand ratios (see the module docstring)."""
+    chunks = {'hand': hand_clock.timed_chunks(), 'solver': solver_clock.timed_chunks()}
     steps = {name: [d for chunk in c for d in chunk] for name, c in chunks.items()}
     medians = {name: statistics.median(d) * 1e6 for name, d in steps.items()}
     means = {name: statistics.mean(d) * 1e6 for name, d in steps.items()}
     pair_ratios = [statistics.mean(s) / statistics.mean(h) for h, s in zip(chunks['hand'], chunks['solver'])]
     return {
-        'workload': workload,
-        'steps_each': hand.done,
         'median_step_us': medians,
         'mean_step_us': means,
         'ratio_chunk_means': statistics.median(pair_ratios),

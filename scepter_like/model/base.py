@@ -20,6 +20,8 @@ class BaseModel(torch.nn.Module):
         'PRETRAINED_MODEL': {'value': '', 'description': '.safetensors or .pth weights to load before training'},
         'PRETRAINED_STRICT': {'value': True, 'description': 'require the weights to fit the model exactly'},
     }
+    # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)
+    COMPILE_INCOMPATIBLE = None
 
     def __init__(self, cfg, logger=None):
         super().__init__()

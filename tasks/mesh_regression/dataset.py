@@ -1,0 +1,165 @@
+"""MeshDataset: the samples of one split of a mesh manifest, as per-vertex features and targets.
+
+The manifest is a CSV with one row per sample (subject, phase, stage, split, file; file
+paths relative to the manifest).  Each sample file is an ``.npz`` with ``points`` [V, 3]
+(mean-shape coordinates), ``coefficients`` [N] (the subject's PCA coefficients),
+``stage``, ``edges`` [2, E] (undirected mesh edges) and ``target`` [V, D].  An item is
+``{'features': [V, 3 + N + 1], 'target': [V, D], 'edge_index': [2, 2E]}`` (both edge
+directions); the config's COLLATE names the function that batches items.
+
+Where the manifest is missing and GENERATE is set, the synthetic dataset of
+``generate.py`` is written there first (the same settings always give the same files).
+"""
+
+import csv
+import json
+import os
+
+import numpy as np
+import torch
+
+from scepter_like.data.collate import BatchDict
+from scepter_like.data.registry import COLLATES, DATASETS
+from scepter_like.errors import ConfigError, DataError
+from tasks.mesh_regression import generate
+from tasks.mesh_regression.stats import compute_stats
+
+SAMPLE_ARRAYS = ('points', 'coefficients', 'stage', 'edges', 'target')
+
+
+def read_manifest(path):
+    """The manifest's rows as dicts; DataError when it is missing or lacks a column."""
+    try:
+        with open(path, newline='') as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except FileNotFoundError:
+        raise DataError(
+            f'manifest not found: {path}; write it with tools/make_mesh_dataset.py or set GENERATE in the data config'
+        ) from None
+    missing = [c for c in generate.MANIFEST_COLUMNS if c not in columns]
+    if missing:
+        raise DataError(f'{path}: manifest lacks columns {missing}; it needs {list(generate.MANIFEST_COLUMNS)}')
+    return rows
+
+
+def load_sample(path, row_text=''):
+    """One sample file as ``{'features', 'target', 'edges'}`` numpy arrays (checked)."""
+    if not os.path.isfile(path):
+        raise DataError(f'{row_text}names a missing file: {path}; fix the manifest or regenerate the dataset')
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in SAMPLE_ARRAYS if k in data.files}
+    except (OSError, ValueError) as e:
+        raise DataError(f'{path}: not a readable .npz sample ({e})') from None
+    missing = [k for k in SAMPLE_ARRAYS if k not in arrays]
+    if missing:
+        raise DataError(f'{path}: the sample lacks arrays {missing}; it needs {list(SAMPLE_ARRAYS)}')
+    points, target, edges = arrays['points'], arrays['target'], arrays['edges']
+    n = len(points)
+    if points.ndim != 2 or points.shape[1] != 3 or target.ndim != 2 or len(target) != n:
+        raise DataError(f'{path}: points must be [V, 3] and target [V, D]; got {points.shape} and {target.shape}')
+    if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
+        raise DataError(f'{path}: edges must be [2, E] vertex indices below {n}')
+    coefficients = np.asarray(arrays['coefficients'], dtype=np.float32).reshape(-1)
+    stage = np.full((n, 1), float(arrays['stage']), dtype=np.float32)
+    features = np.concatenate(
+        [points.astype(np.float32), np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1
+    )
+    return {'features': features, 'target': target.astype(np.float32), 'edges': edges.astype(np.int64)}
+
+
+def generation_spec(cfg):
+    """The GenerationSpec of the data config's GENERATE mapping (its keys: the spec's fields, upper case)."""
+    fields = {f.upper(): f for f in generate.GenerationSpec.__dataclass_fields__}
+    unknown = [k for k in cfg.GENERATE if k not in fields]
+    if unknown:
+        raise ConfigError(f'{cfg.path_of("GENERATE")}: unknown keys {unknown}; its keys: {sorted(fields)}')
+    try:
+        return generate.GenerationSpec(**{fields[k]: v for k, v in cfg.GENERATE.items()})
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f'{cfg.path_of("GENERATE")}: {e}') from None
+
+
+def ensure_generated(cfg):
+    """Write the synthetic dataset at MANIFEST if it is missing and GENERATE is set; check its settings."""
+    if not cfg.GENERATE:
+        return
+    spec = generation_spec(cfg)
+    folder = os.path.dirname(os.path.abspath(cfg.MANIFEST))
+    if os.path.basename(cfg.MANIFEST) != 'manifest.csv':
+        raise ConfigError(f'{cfg.path_of("MANIFEST")}: a generated dataset is written as <folder>/manifest.csv')
+    if not os.path.isfile(cfg.MANIFEST):
+        generate.write_dataset(folder, spec)
+        return
+    spec_path = os.path.join(folder, generate.SPEC_FILE)
+    if os.path.isfile(spec_path):
+        with open(spec_path) as f:
+            written = json.load(f)
+        if written != spec.to_dict():
+            raise DataError(
+                f'{cfg.MANIFEST} was generated with {written}, not with {cfg.path_of("GENERATE")} = {spec.to_dict()};'
+                ' delete that folder or point MANIFEST elsewhere'
+            )
+
+
+@DATASETS.register_class()
+class MeshDataset(torch.utils.data.Dataset):
+    """Every sample of SPLIT, held in memory as tensors."""
+
+    para_dict = {
+        'MANIFEST': {'value': './cache/mesh_regression/manifest.csv', 'description': 'manifest CSV of the samples'},
+        'SPLIT': {'value': 'train', 'description': "the manifest's split to read (train | val | test | ...)"},
+        'GENERATE': {
+            'value': {},
+            'description': 'generate the synthetic dataset at MANIFEST when it is missing, with these settings '
+            '(SEED, SUBJECTS, PHASES, PCA_MODES, LEVELS, VAL_SUBJECTS, TEST_SUBJECTS); {}: never generate',
+        },
+        'WITH_EDGES': {'value': True, 'description': "items carry 'edge_index' (MeshGraphNet; the MLP needs none)"},
+        'COLLATE': {'value': 'GraphCollate', 'description': 'a COLLATES name: how items become one batch'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        self.collate_fn = COLLATES.get(cfg.COLLATE, cfg.path_of('COLLATE'))
+        ensure_generated(cfg)
+        rows = [r for r in read_manifest(cfg.MANIFEST) if r['split'] == cfg.SPLIT]
+        if not rows:
+            raise DataError(f'{cfg.MANIFEST}: no samples in split {cfg.SPLIT!r}; fix {cfg.path_of("SPLIT")}')
+        root = os.path.dirname(os.path.abspath(cfg.MANIFEST))
+        self.rows = rows
+        self.samples = []
+        for number, row in enumerate(rows):
+            where = f'{cfg.MANIFEST} row {number + 1} ({row["subject"]}, phase {row["phase"]}) '
+            self.samples.append(load_sample(os.path.join(root, row['file']), where))
+        first = self.samples[0]
+        for row, sample in zip(rows, self.samples):
+            for key in ('features', 'target'):
+                if sample[key].shape[1] != first[key].shape[1]:
+                    raise DataError(
+                        f'{row["file"]}: {key} width {sample[key].shape[1]} differs from {rows[0]["file"]}'
+                        f' ({first[key].shape[1]}); every sample needs the same PCA modes and target channels'
+                    )
+        self.items = [self._item(s, cfg.WITH_EDGES) for s in self.samples]
+
+    @staticmethod
+    def _item(sample, with_edges):
+        item = {'features': torch.from_numpy(sample['features']), 'target': torch.from_numpy(sample['target'])}
+        if with_edges:
+            edges = torch.from_numpy(sample['edges'])
+            item['edge_index'] = torch.cat([edges, edges.flip(0)], dim=1)
+        return item
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    def __getitems__(self, indices):
+        """A whole batch, already collated by COLLATE (the loader's collate passes a BatchDict through)."""
+        return BatchDict(self.collate_fn([self.items[i] for i in indices]))
+
+    def normalisation_stats(self):
+        """Statistics of this dataset's samples (float64; see ``stats.compute_stats``)."""
+        return compute_stats(self.samples)
