@@ -5,6 +5,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     checkpoint,
     early_stopping,
     ema,
+    field_plot,
     log,
     lr,
     probe,
@@ -18,6 +19,7 @@ from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.early_stopping import EarlyStoppingHook
 from scepter_like.solver.hooks.ema import EMAHook
+from scepter_like.solver.hooks.field_plot import FieldPlotHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.log import LogHook
 from scepter_like.solver.hooks.lr import LrHook
@@ -36,6 +38,7 @@ __all__ = [
     'DistSamplerHook',
     'EarlyStoppingHook',
     'EMAHook',
+    'FieldPlotHook',
     'Hook',
     'LogHook',
     'LrHook',
