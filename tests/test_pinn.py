@@ -14,9 +14,9 @@ from test_distributed import free_port
 
 from scepter_like.config import Config
 from scepter_like.data import DATASETS
-from scepter_like.errors import ConfigError, RegistryError
+from scepter_like.errors import ConfigError, DataError, RegistryError
 from scepter_like.model.derivatives import gradient, laplacian, partial
-from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS
+from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss
 from scepter_like.model.loss_aggregators.pcgrad import project_conflicting
 from scepter_like.solver.hooks.field_plot import render_field
 
@@ -162,6 +162,18 @@ def test_sum_uses_loss_weights_and_checks_them():
         aggregator('Sum', weights={'loss_ic': 1.0})({'loss_pde': torch.tensor(1.0)}, 0)
     with pytest.raises(RegistryError, match='Relobralo'):
         aggregator('Relobrallo')
+
+
+def test_aggregate_loss_from_model_outputs():
+    agg = aggregator('Relobralo', weights={'loss_bc': 2.0})
+    results = {'loss_pde': torch.tensor(3.0), 'loss_bc': torch.tensor(0.5), 'u': torch.zeros(4)}
+    loss = aggregate_loss(agg, results, 0)
+    assert loss.item() == 4.0 and results['loss'] is loss  # step 0: lambda = 1
+    assert results['weight_pde'].item() == 1.0 and results['weight_bc'].item() == 2.0
+    given = {'loss': torch.tensor(7.0), 'loss_aux': torch.tensor(1.0)}
+    assert aggregate_loss(agg, given, 1) is given['loss']  # a model's own loss wins
+    with pytest.raises(DataError, match="no 'loss'"):
+        aggregate_loss(agg, {'u': torch.zeros(1)}, 2)
 
 
 def test_pcgrad_projects_conflicting_gradients():

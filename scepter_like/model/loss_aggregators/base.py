@@ -3,8 +3,9 @@
 How a solver uses one (once per train forward, with the train step it belongs to)::
 
     agg = LOSS_AGGREGATORS.build(cfg, logger=logger, weights=LOSS_WEIGHTS, seed=ENV.SEED)
-    loss = agg(terms, step)          # terms: {'loss_pde': tensor, ...}; the loss to minimise
-    for name, w in agg.weights().items(): ...   # 0-dim tensors, for the log
+    loss = aggregate_loss(agg, results, step)   # results: the model's train outputs
+    # or by hand: loss = agg(terms, step) with terms = {'loss_pde': tensor, ...};
+    #             agg.weights() -> {'loss_pde': 0-dim tensor, ...} for the log
     if agg.performs_backward:        # gradient-based (PCGrad): it writes .grad itself
         agg.backward(terms, step, params)       # instead of loss.backward()
 
@@ -22,6 +23,33 @@ import torch
 
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.loss_aggregators.registry import LOSS_AGGREGATORS
+
+TERM_PREFIX = 'loss_'
+WEIGHT_PREFIX = 'weight_'
+
+
+def loss_terms(results):
+    """The ``loss_*`` entries of a model's train outputs, in their order."""
+    return {k: v for k, v in results.items() if k.startswith(TERM_PREFIX)}
+
+
+def aggregate_loss(aggregator, results, step):
+    """The loss to minimise from a model's train outputs ``results`` at train step ``step``.
+
+    ``results['loss']`` when the model gives one; otherwise ``aggregator`` over the
+    ``loss_*`` terms, put back as ``results['loss']`` beside ``weight_<term>`` (each term's
+    weight, e.g. ``weight_pde`` for ``loss_pde``) so the log shows both.
+    """
+    loss = results.get('loss')
+    if loss is not None:
+        return loss
+    terms = loss_terms(results)
+    if not terms:
+        raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
+    loss = results['loss'] = aggregator(terms, step)
+    for name, weight in aggregator.weights().items():
+        results[WEIGHT_PREFIX + name[len(TERM_PREFIX) :]] = weight
+    return loss
 
 
 class LossAggregator:
