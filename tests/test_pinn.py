@@ -105,6 +105,25 @@ def test_geometry_errors():
     assert grid.arrays['x'].shape == (12, 2) and grid.arrays['x'].max() == 1.0
 
 
+def test_poisson_model_losses_and_outputs():
+    import tasks.pinn  # noqa: F401  (registers PoissonPINN)
+    from scepter_like.model import MODELS
+
+    model = MODELS.build({'NAME': 'PoissonPINN', 'K': 2})
+    ds = points(NUM_INTERIOR=6, NUM_BOUNDARY=4)
+    x, flag = ds.arrays['x'], ds.arrays['on_boundary']
+    out = model(x=x, on_boundary=flag)
+    assert set(out) == {'loss_pde', 'loss_bc'} and torch.isfinite(out['loss_pde'])
+    only_interior = model(x=x[~flag], on_boundary=flag[~flag])  # a mini-batch without boundary points
+    assert only_interior['loss_bc'].item() == 0.0 and only_interior['loss_pde'] > 0
+    assert model(x=x[flag], on_boundary=flag[flag])['loss_pde'].item() == 0.0
+    model.eval()
+    out = model(x=x)
+    exact = torch.sin(2 * math.pi * x[:, 0]) * torch.sin(2 * math.pi * x[:, 1])
+    torch.testing.assert_close(out['u_exact'][:, 0], exact)
+    assert out['u'].shape == (10, 1) and out['x'] is x
+
+
 # -- loss aggregators ------------------------------------------------------------------------
 def aggregator(name, weights=None, seed=0, **keys):
     return LOSS_AGGREGATORS.build(Config({'NAME': name, **keys}), weights=weights, seed=seed)

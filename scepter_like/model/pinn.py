@@ -9,9 +9,10 @@ the network's output ``u`` there:
 - ``exact_solution(x)`` (optional): the reference solution, for evaluation metrics.
 
 In train mode ``forward(x=..., on_boundary=...)`` returns ``loss_pde`` and ``loss_bc``,
-the mean squared residuals (the solver sums ``loss_*`` terms with LOSS_WEIGHTS); in eval
-and test mode it returns ``x``, the prediction ``u`` and, when the subclass defines it,
-``u_exact`` (what RelativeL2Error, MaxAbsError and FieldPlotHook read).
+the mean squared residuals, 0 for a mini-batch without points of that kind (the solver
+sums ``loss_*`` terms with LOSS_WEIGHTS); in eval and test mode it returns ``x``, the
+prediction ``u`` and, when the subclass defines it, ``u_exact`` (what RelativeL2Error,
+MaxAbsError and FieldPlotHook read).
 """
 
 from scepter_like.data.collocation import BOUNDARY_KEY, COORD_KEY
@@ -55,4 +56,9 @@ class PhysicsInformedModel(BaseModel):
         boundary = x[on_boundary]
         pde = self.pde_residual(interior, self.network(interior))
         bc = self.boundary_residual(boundary, self.network(boundary))
-        return {'loss_pde': pde.pow(2).mean(), 'loss_bc': bc.pow(2).mean()}
+        return {'loss_pde': _mean_square(pde), 'loss_bc': _mean_square(bc)}
+
+
+def _mean_square(residual):
+    """The mean of ``residual ** 2``; 0 for a mini-batch without points of that kind (not NaN)."""
+    return residual.pow(2).sum() / max(residual.numel(), 1)
