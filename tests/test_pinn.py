@@ -239,8 +239,8 @@ def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
 
 
 # -- the Poisson task through run_train ------------------------------------------------------
-def test_poisson_run_writes_field_plot_and_metrics(tmp_path):
-    work = tmp_path / 'run'
+def poisson_run(work, *overrides):
+    """A 4-step run of the Poisson config on 80 points and an 11x11 grid, evaluated and checkpointed every 2."""
     res = run_tool(
         'run_train.py',
         '--cfg',
@@ -253,15 +253,26 @@ def test_poisson_run_writes_field_plot_and_metrics(tmp_path):
         'SOLVER.TRAIN_DATA.BATCH_SIZE=80',
         'SOLVER.EVAL_DATA.RESOLUTION=[11,11]',
         'SOLVER.EVAL_DATA.BATCH_SIZE=50',
+        'SOLVER.TRAIN_HOOKS.2.INTERVAL=2',
+        'SOLVER.TRAIN_HOOKS.2.KEEP_LAST=0',
+        *overrides,
     )
     assert res.returncode == 0, res.stderr[-3000:]
+    records = [json.loads(line) for line in open(work / 'metrics.jsonl')]
+    return [r for r in records if r['kind'] == 'eval']
+
+
+def test_poisson_run_writes_field_plot_and_metrics_and_resumes_exactly(tmp_path):
+    work = tmp_path / 'run'
+    evals = poisson_run(work)
     plots = sorted(os.listdir(work / 'plots'))
     assert plots == ['field-eval-step2.png', 'field-eval-step4.png']
     assert (work / 'plots' / plots[-1]).read_bytes().startswith(PNG_MAGIC)
-    records = [json.loads(line) for line in open(work / 'metrics.jsonl')]
-    evals = [r for r in records if r['kind'] == 'eval']
     assert [r['step'] for r in evals] == [2, 4]
     assert 0 < evals[-1]['values']['relative_l2'] < 10 and evals[-1]['values']['max_abs_error'] > 0
+    # a run resumed from the step-2 checkpoint ends with exactly the same field
+    resumed = poisson_run(tmp_path / 'resumed', f'SOLVER.RESUME_FROM={work}/checkpoints/ldm_step-epoch-2.pth')
+    assert resumed[-1]['step'] == 4 and resumed[-1]['values'] == evals[-1]['values']
 
 
 def test_render_field_one_dimensional():
