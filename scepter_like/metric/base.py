@@ -1,20 +1,22 @@
-"""Metric base: state is a vector of sums kept on the device, reduced once per evaluation."""
+"""Metric base: state is a vector of sums (or maxima) kept on the device, reduced once per evaluation."""
 
 import torch
 
 from scepter_like.errors import DataError
-from scepter_like.utils.distributed import all_reduce_sum
+from scepter_like.utils.distributed import all_reduce_max, all_reduce_sum
 
 
 class Metric:
     """Accumulate per-batch sums with ``update``; ``compute`` all-reduces them and divides.
 
     Subclasses name their sums in ``state_names`` and turn the reduced sums into
-    ``{metric name: float}`` in ``finish``.
+    ``{metric name: float}`` in ``finish``.  With ``reduction = 'max'`` the state is a
+    vector of running maxima of non-negative values instead (0 before any data).
     """
 
     para_dict = {'KEYS': {'value': [], 'description': 'output / batch keys the metric reads, in order'}}
     state_names = ()
+    reduction = 'sum'  # 'sum' | 'max': how batches and ranks combine
 
     def __init__(self, cfg, logger=None):
         self.cfg = cfg
@@ -34,9 +36,12 @@ class Metric:
         return [data[k] for k in self.keys]
 
     def accumulate(self, sums):
-        """Add a 1-d tensor of sums (in ``state_names`` order) to the running state."""
+        """Add a 1-d tensor of sums (in ``state_names`` order) to the running state (or take maxima)."""
         sums = sums.detach().to(torch.float64)
-        self._state = sums if self._state is None else self._state + sums
+        if self._state is None:
+            self._state = sums
+        else:
+            self._state = self._state + sums if self.reduction == 'sum' else torch.maximum(self._state, sums)
 
     def update(self, data):
         raise NotImplementedError
@@ -50,7 +55,7 @@ class Metric:
         state = self._state
         if state is None:
             state = torch.zeros(len(self.state_names), dtype=torch.float64, device=device)
-        state = all_reduce_sum(state.clone())
+        state = (all_reduce_sum if self.reduction == 'sum' else all_reduce_max)(state.clone())
         return self.finish(dict(zip(self.state_names, state.tolist())))
 
     def finish(self, sums):

@@ -1,6 +1,6 @@
-"""Generic networks, a classifier and losses."""
+"""Generic networks, a classifier, losses and loss aggregators."""
 
-from scepter_like.model import classifier, losses, networks  # noqa: F401  (registrations)
+from scepter_like.model import classifier, loss_aggregators, losses, networks  # noqa: F401  (registrations)
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import LOSSES, MODELS
 

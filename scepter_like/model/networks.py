@@ -39,6 +39,10 @@ class MLP(BaseModel, nn.Sequential):
         'OUT_DIM': {'value': 10, 'description': 'output features'},
         'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu'},
         'DROPOUT': {'value': 0.0, 'description': 'dropout after each hidden layer'},
+        'INIT': {
+            'value': 'default',
+            'description': "linear weights: 'default' (torch's) | 'glorot_normal' (Xavier normal, zero biases)",
+        },
     }
 
     def __init__(self, cfg, logger=None):
@@ -54,6 +58,15 @@ class MLP(BaseModel, nn.Sequential):
                 self.append(nn.Dropout(cfg.DROPOUT))
             dim = width
         self.append(nn.Linear(dim, cfg.OUT_DIM))
+        if cfg.INIT == 'glorot_normal':
+            for layer in self:
+                if isinstance(layer, nn.Linear):
+                    nn.init.xavier_normal_(layer.weight)
+                    nn.init.zeros_(layer.bias)
+        elif cfg.INIT != 'default':
+            from scepter_like.errors import ConfigError
+
+            raise ConfigError(f"{cfg.path_of('INIT')}: expected 'default' or 'glorot_normal', got {cfg.INIT!r}")
 
     def forward(self, x):
         if x.dim() > 2:

@@ -4,12 +4,24 @@
 def all_registries():
     """``{name: Registry}`` in the order a config nests them (imports register the built-ins)."""
     import scepter_like.solver  # noqa: F401  (registers every built-in component)
-    from scepter_like.data.registry import DATASETS
+    from scepter_like.data.registry import COLLATES, DATASETS
     from scepter_like.metric.registry import METRICS
+    from scepter_like.model.loss_aggregators.registry import LOSS_AGGREGATORS
     from scepter_like.model.registry import LOSSES, MODELS
     from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
     from scepter_like.solver.hooks.registry import HOOKS
     from scepter_like.solver.registry import SOLVERS
 
-    registries = (SOLVERS, HOOKS, MODELS, LOSSES, DATASETS, METRICS, OPTIMIZERS, LR_SCHEDULERS)
+    registries = (
+        SOLVERS,
+        HOOKS,
+        MODELS,
+        LOSSES,
+        LOSS_AGGREGATORS,
+        DATASETS,
+        COLLATES,
+        METRICS,
+        OPTIMIZERS,
+        LR_SCHEDULERS,
+    )
     return {r.name: r for r in registries}

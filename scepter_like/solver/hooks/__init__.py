@@ -5,6 +5,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     checkpoint,
     early_stopping,
     ema,
+    field_plot,
     grad_norm,
     log,
     lr,
@@ -20,6 +21,7 @@ from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.early_stopping import EarlyStoppingHook
 from scepter_like.solver.hooks.ema import EMAHook
+from scepter_like.solver.hooks.field_plot import FieldPlotHook
 from scepter_like.solver.hooks.grad_norm import GradNormHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.log import LogHook
@@ -40,6 +42,7 @@ __all__ = [
     'DistSamplerHook',
     'EarlyStoppingHook',
     'EMAHook',
+    'FieldPlotHook',
     'GradNormHook',
     'Hook',
     'LogHook',

@@ -1,0 +1,133 @@
+"""FieldPlotHook: a PNG of the predicted field at every evaluation (list it in EVAL_HOOKS / TEST_HOOKS).
+
+It collects KEYS — the coordinates, the prediction and (optionally) the reference — from
+each step's outputs, gathers them from every rank, and rank 0 writes
+``WORK_DIR/plots/{PREFIX}-{mode}-step{N}.png`` (N: train steps done), atomically:
+
+- 2-D coordinates: three panels, prediction / reference / |error| (one without a
+  reference); points on a full regular grid are drawn as an image, other points as a
+  scatter;
+- 1-D coordinates: prediction and reference as lines, and |error| beside them.
+
+matplotlib is imported only when a plot is drawn (through its object API: no pyplot,
+no global backend change).
+"""
+
+import io
+import os
+
+import numpy as np
+
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.checkpoint import atomic_write
+from scepter_like.utils.distributed import all_gather_object
+
+PLOTS_DIR = 'plots'
+
+
+@HOOKS.register_class()
+class FieldPlotHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first'},
+        'KEYS': {
+            'value': ['x', 'u', 'u_exact'],
+            'description': 'output keys: coordinates [N, 1 or 2], prediction, then optionally the reference',
+        },
+        'PREFIX': {'value': 'field', 'description': 'file name prefix'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        if len(cfg.KEYS) not in (2, 3):
+            raise ConfigError(
+                f'{cfg.path_of("KEYS")}: name the coordinates, the prediction and optionally the reference'
+            )
+        self.keys = list(cfg.KEYS)
+        self.prefix = cfg.PREFIX
+        self.parts = []
+        self.last_path = None
+
+    def before_all_iter(self, solver):
+        self.parts = []
+
+    def after_iter(self, solver):
+        outputs = solver.iter_outputs
+        missing = [k for k in self.keys if k not in outputs]
+        if missing:
+            raise DataError(f'FieldPlotHook needs {missing} in the model outputs; they hold {sorted(outputs)}')
+        self.parts.append([outputs[k].detach().cpu().numpy() for k in self.keys])
+
+    def after_all_iter(self, solver):
+        gathered = [p for rank_parts in all_gather_object(self.parts) for p in rank_parts]
+        self.parts = []
+        if not solver.is_main or not gathered:
+            return
+        coords, *fields = (np.concatenate([p[i] for p in gathered]) for i in range(len(self.keys)))
+        path = os.path.join(solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.total_iter}.png')
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        png = render_field(coords, *fields, title=f'{solver.mode}, step {solver.total_iter}')
+        atomic_write(path, lambda f: f.write(png))
+        self.last_path = path
+        solver.logger.info(f'field plot written to {path}')
+
+
+def _grid_image(coords, values):
+    """``(image [ny, nx], extent)`` when ``coords`` are a full regular grid, else None."""
+    xs, ix = np.unique(coords[:, 0], return_inverse=True)
+    ys, iy = np.unique(coords[:, 1], return_inverse=True)
+    if len(xs) * len(ys) != len(coords):
+        return None
+    image = np.full((len(ys), len(xs)), np.nan)
+    image[iy.reshape(-1), ix.reshape(-1)] = values
+    if np.isnan(image).any():
+        return None
+    return image, (xs[0], xs[-1], ys[0], ys[-1])
+
+
+def render_field(coords, pred, exact=None, title=''):
+    """PNG bytes of the field ``pred`` (and ``exact`` and ``|pred - exact|``) at ``coords``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    coords = coords.reshape(len(coords), -1).astype(np.float64)
+    panels = [('prediction', pred.reshape(-1))]
+    if exact is not None:
+        exact = exact.reshape(-1)
+        panels += [('exact', exact), ('|error|', np.abs(pred.reshape(-1) - exact))]
+    dim = coords.shape[1]
+    if dim not in (1, 2):
+        raise DataError(f'FieldPlotHook plots 1-D or 2-D coordinates, got {dim}-D')
+    fig = Figure(figsize=(4.2 * (len(panels) if dim == 2 else min(len(panels), 2)), 3.6))
+    FigureCanvasAgg(fig)
+    if dim == 1:
+        order = np.argsort(coords[:, 0])
+        x = coords[order, 0]
+        ax = fig.add_subplot(1, 2 if exact is not None else 1, 1)
+        for name, values in panels[:2]:
+            ax.plot(x, values[order], label=name, linestyle='-' if name == 'prediction' else '--')
+        ax.set_xlabel('x')
+        ax.legend()
+        if exact is not None:
+            err = fig.add_subplot(1, 2, 2)
+            err.plot(x, panels[2][1][order])
+            err.set_title('|error|')
+            err.set_xlabel('x')
+    else:
+        for i, (name, values) in enumerate(panels):
+            ax = fig.add_subplot(1, len(panels), i + 1)
+            grid = _grid_image(coords, values)
+            if grid is not None:
+                art = ax.imshow(grid[0], origin='lower', extent=grid[1], aspect='auto')
+            else:
+                art = ax.scatter(coords[:, 0], coords[:, 1], c=values, s=4)
+            fig.colorbar(art, ax=ax)
+            ax.set_title(name)
+            ax.set_xlabel('x')
+            ax.set_ylabel('y')
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    return buf.getvalue()

@@ -1,0 +1,297 @@
+"""Physics-informed parts: derivatives, collocation sampling, loss aggregators, field metrics and plots."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, run_tool, tool_env
+from test_distributed import free_port
+
+from scepter_like.config import Config
+from scepter_like.data import DATASETS
+from scepter_like.errors import ConfigError, DataError, RegistryError
+from scepter_like.model.derivatives import gradient, laplacian, partial
+from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss
+from scepter_like.model.loss_aggregators.pcgrad import project_conflicting
+from scepter_like.solver.hooks.field_plot import render_field
+
+POISSON_CFG = os.path.join(REPO, 'configs', 'pinn', 'poisson2d.yaml')
+PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+
+# -- derivatives -----------------------------------------------------------------------------
+def test_derivatives_match_analytic_function():
+    x = torch.rand(50, 2, dtype=torch.float64, requires_grad=True)
+    a = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    s, c, e = torch.sin(x[:, 0]), torch.cos(x[:, 0]), torch.exp(2 * x[:, 1])
+    u = (a * s * e + x[:, 0] ** 3 * x[:, 1]).unsqueeze(1)  # [N, 1]
+    x0, x1 = x[:, 0].detach(), x[:, 1].detach()
+    lap = laplacian(u, x)
+    torch.testing.assert_close(lap, 3 * a.detach() * s.detach() * e.detach() + 6 * x0 * x1)
+    torch.testing.assert_close(
+        gradient(u, x), torch.stack([a * c * e + 3 * x0**2 * x1, 2 * a * s * e + x0**3], 1).detach()
+    )
+    torch.testing.assert_close(partial(u, x, 0, 1), (2 * a * c * e + 3 * x0**2).detach())
+    # create_graph: the Laplacian trains the parameters (d lap / d a = 3 sin(x) e^{2y})
+    (da,) = torch.autograd.grad(lap.sum(), a)
+    torch.testing.assert_close(da, (3 * s * e).sum().detach())
+
+
+# -- collocation points ----------------------------------------------------------------------
+def points(**keys):
+    return DATASETS.build({'NAME': 'CollocationPoints', **keys})
+
+
+def test_collocation_counts_ranges_and_boundary_measure():
+    ds = points(LOW=[-1.0, 0.0], HIGH=[1.0, 1.0], NUM_INTERIOR=300, NUM_BOUNDARY=3000, SEED=3)
+    x, flag = ds.arrays['x'].double(), ds.arrays['on_boundary']
+    assert len(ds) == 3300 and ds.arrays['x'].dtype == torch.float32
+    assert flag.sum() == 3000 and not flag[:300].any()
+    inner, bound = x[~flag], x[flag]
+    assert (inner[:, 0] > -1).all() and (inner[:, 0] < 1).all() and (inner[:, 1] > 0).all() and (inner[:, 1] < 1).all()
+    on_x = (bound[:, 0] == -1) | (bound[:, 0] == 1)
+    on_y = (bound[:, 1] == 0) | (bound[:, 1] == 1)
+    assert (on_x | on_y).all()
+    # faces chosen by their length: the y = 0 and y = 1 faces (length 2) hold 2/3 of the points
+    assert abs(on_y.double().mean().item() - 2 / 3) < 0.03
+    item = ds[0]
+    assert set(item) == {'x', 'on_boundary'} and item['x'].shape == (2,)
+
+    interval = points(LOW=[2.0], HIGH=[3.0], NUM_INTERIOR=10, NUM_BOUNDARY=20)
+    ends = interval.arrays['x'][interval.arrays['on_boundary']].reshape(-1)
+    assert set(ends.tolist()) == {2.0, 3.0}
+    box = points(LOW=[0, 0, 0], HIGH=[1, 2, 3], NUM_INTERIOR=5, NUM_BOUNDARY=5)
+    assert box.arrays['x'].shape == (10, 3)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # a float64 run gets float64 points
+    try:
+        assert points(NUM_INTERIOR=3, NUM_BOUNDARY=3).arrays['x'].dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_collocation_draw_is_a_pure_function_of_seed_and_round():
+    keys = dict(NUM_INTERIOR=40, NUM_BOUNDARY=8, SEED=5, RESAMPLE_EVERY=2)
+    first = points(**keys)
+    torch.rand(100), np.random.rand(100)  # random state used elsewhere changes nothing
+    again = points(**keys)
+    assert torch.equal(first.arrays['x'], again.arrays['x'])
+    assert not torch.equal(first.arrays['x'], points(**{**keys, 'SEED': 6}).arrays['x'])
+    draw0 = first.arrays['x'].clone()
+    first.set_epoch(1)
+    assert torch.equal(first.arrays['x'], draw0)  # passes 0 and 1: round 0
+    first.set_epoch(2)
+    assert not torch.equal(first.arrays['x'], draw0)
+    again.set_epoch(3)  # a resumed run jumps straight to pass 3: the same round-1 points
+    assert torch.equal(first.arrays['x'], again.arrays['x'])
+    first.set_epoch(0)
+    assert torch.equal(first.arrays['x'], draw0)
+    fixed = points(NUM_INTERIOR=40, NUM_BOUNDARY=8, SEED=5)
+    fixed.set_epoch(7)
+    assert torch.equal(fixed.arrays['x'], draw0)  # RESAMPLE_EVERY 0: one draw
+
+
+def test_geometry_errors():
+    with pytest.raises(ConfigError, match='HIGH'):
+        points(LOW=[0.0, 1.0], HIGH=[1.0, 0.5])
+    with pytest.raises(ConfigError, match='same number'):
+        points(LOW=[0.0], HIGH=[1.0, 1.0])
+    grid = DATASETS.build({'NAME': 'GridPoints', 'RESOLUTION': [3, 4]})
+    assert grid.arrays['x'].shape == (12, 2) and grid.arrays['x'].max() == 1.0
+
+
+def test_poisson_model_losses_and_outputs():
+    import tasks.pinn  # noqa: F401  (registers PoissonPINN)
+    from scepter_like.model import MODELS
+
+    model = MODELS.build({'NAME': 'PoissonPINN', 'K': 2})
+    ds = points(NUM_INTERIOR=6, NUM_BOUNDARY=4)
+    x, flag = ds.arrays['x'], ds.arrays['on_boundary']
+    out = model(x=x, on_boundary=flag)
+    assert set(out) == {'loss_pde', 'loss_bc'} and torch.isfinite(out['loss_pde'])
+    only_interior = model(x=x[~flag], on_boundary=flag[~flag])  # a mini-batch without boundary points
+    assert only_interior['loss_bc'].item() == 0.0 and only_interior['loss_pde'] > 0
+    assert model(x=x[flag], on_boundary=flag[flag])['loss_pde'].item() == 0.0
+    model.eval()
+    out = model(x=x)
+    exact = torch.sin(2 * math.pi * x[:, 0]) * torch.sin(2 * math.pi * x[:, 1])
+    torch.testing.assert_close(out['u_exact'][:, 0], exact)
+    assert out['u'].shape == (10, 1) and out['x'] is x
+
+
+# -- loss aggregators ------------------------------------------------------------------------
+def aggregator(name, weights=None, seed=0, **keys):
+    return LOSS_AGGREGATORS.build(Config({'NAME': name, **keys}), weights=weights, seed=seed)
+
+
+def relobralo_reference(history, alpha, temperature, keeps):
+    """The published weights for a sequence of loss vectors; ``keeps[t]`` is the draw of rho at step t."""
+
+    def bal(now, ref):
+        z = np.exp(now / (temperature * ref))
+        return len(now) * z / z.sum()
+
+    lam = np.ones(len(history[0]))
+    out = [lam]
+    for t in range(1, len(history)):
+        rho = 1.0 if keeps[t] else 0.0
+        hist = rho * lam + (1 - rho) * bal(history[t], history[0])
+        lam = alpha * hist + (1 - alpha) * bal(history[t], history[t - 1])
+        out.append(lam)
+    return out
+
+
+def test_relobralo_follows_its_definition_and_resumes():
+    history = np.array([[1.0, 4.0], [0.8, 3.9], [0.3, 3.5], [0.35, 1.0], [0.2, 0.9], [0.1, 0.95]])
+    agg = aggregator('Relobralo', seed=11, ALPHA=0.9, RHO=0.5, TEMPERATURE=0.5)
+    keeps = [agg.keeps_history(t) for t in range(len(history))]
+    assert True in keeps[1:] and False in keeps[1:]  # both branches of the lookback are exercised
+    expected = relobralo_reference(history, 0.9, 0.5, keeps)
+    params = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    for t, values in enumerate(history):
+        terms = {'loss_pde': params[0] * values[0], 'loss_bc': params[1] * values[1]}
+        loss = agg(terms, t)
+        w = agg.weights()
+        np.testing.assert_allclose([w['loss_pde'].item(), w['loss_bc'].item()], expected[t], rtol=1e-12)
+        np.testing.assert_allclose(loss.item(), (expected[t] * values).sum(), rtol=1e-12)
+        if t == 2:
+            # the weights are constants: d loss / d params = lambda * L
+            (grad,) = torch.autograd.grad(loss, params)
+            np.testing.assert_allclose(grad.numpy(), expected[t] * values, rtol=1e-12)
+            # another call at the same step (an L-BFGS closure) keeps this step's weights
+            agg({'loss_pde': params[0] * 9.0, 'loss_bc': params[1] * 0.1}, t)
+            np.testing.assert_allclose(agg.weights()['loss_pde'].item(), expected[t][0], rtol=1e-12)
+            resumed = aggregator('Relobralo', seed=11, ALPHA=0.9, RHO=0.5, TEMPERATURE=0.5)
+            resumed.load_state_dict(agg.state_dict())
+    for t in range(3, len(history)):
+        resumed({'loss_pde': torch.tensor(history[t][0]), 'loss_bc': torch.tensor(history[t][1])}, t)
+    assert torch.equal(resumed.lambdas, agg.lambdas)
+
+
+def test_sum_uses_loss_weights_and_checks_them():
+    agg = aggregator('Sum', weights={'loss_bc': 10.0})
+    loss = agg({'loss_pde': torch.tensor(2.0), 'loss_bc': torch.tensor(0.5)}, 0)
+    assert loss.item() == 7.0 and agg.weights()['loss_bc'].item() == 10.0
+    with pytest.raises(ConfigError, match='loss_ic'):
+        aggregator('Sum', weights={'loss_ic': 1.0})({'loss_pde': torch.tensor(1.0)}, 0)
+    with pytest.raises(RegistryError, match='Relobralo'):
+        aggregator('Relobrallo')
+
+
+def test_aggregate_loss_from_model_outputs():
+    agg = aggregator('Relobralo', weights={'loss_bc': 2.0})
+    results = {'loss_pde': torch.tensor(3.0), 'loss_bc': torch.tensor(0.5), 'u': torch.zeros(4)}
+    loss = aggregate_loss(agg, results, 0)
+    assert loss.item() == 4.0 and results['loss'] is loss  # step 0: lambda = 1
+    assert results['weight_pde'].item() == 1.0 and results['weight_bc'].item() == 2.0
+    given = {'loss': torch.tensor(7.0), 'loss_aux': torch.tensor(1.0)}
+    assert aggregate_loss(agg, given, 1) is given['loss']  # a model's own loss wins
+    with pytest.raises(DataError, match="no 'loss'"):
+        aggregate_loss(agg, {'u': torch.zeros(1)}, 2)
+
+
+def test_pcgrad_projects_conflicting_gradients():
+    a, b = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    agg = aggregator('PCGrad', weights={'loss_bc': 2.0})
+    assert agg.performs_backward
+    terms = {'loss_pde': w @ a, 'loss_bc': w @ b}
+    loss = agg(terms, 0)
+    assert loss.item() == 0.0 and w.grad is None
+    agg.backward(terms, 0, [w])
+    g1, g2 = a, 2.0 * b  # the gradients of the weighted terms; g1 . g2 < 0
+    expected = (g1 - (g1 @ g2) / (g2 @ g2) * g2) + (g2 - (g2 @ g1) / (g1 @ g1) * g1)
+    torch.testing.assert_close(w.grad, expected)
+    assert torch.dot(w.grad, g1) >= 0 and torch.dot(w.grad, g2) >= 0  # conflicts removed
+    agg.backward(terms, 1, [w])  # adds to .grad as a backward does
+    torch.testing.assert_close(w.grad, 2 * expected)
+    # no conflict: the plain sum
+    same = torch.tensor([[1.0, 2.0], [3.0, 1.0]])
+    torch.testing.assert_close(project_conflicting(same, [[1], [0]]).sum(0), same.sum(0))
+    # three terms: each row is projected against the others in the drawn order
+    agg3 = aggregator('PCGrad', seed=4)
+    agg3.check_terms({'a': 0, 'b': 0, 'c': 0})
+    orders = agg3.orders(5)
+    assert sorted(map(sorted, orders)) == [[0, 1], [0, 2], [1, 2]] and orders == agg3.orders(5)
+
+
+# -- field metrics under torchrun ------------------------------------------------------------
+def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
+    out = tmp_path / 'metrics.json'
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'field_metric_worker.py')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
+    proc = subprocess.run(
+        [*cmd, worker, str(out)], env=tool_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sys.path.insert(0, os.path.dirname(worker))
+    from field_metric_worker import field
+
+    pred, ref = (t.double() for t in field())
+    got = json.loads(out.read_text())
+    assert got['relative_l2'] == pytest.approx(((pred - ref).norm() / ref.norm()).item(), rel=1e-12)
+    assert got['max_abs_error'] == pytest.approx((pred - ref).abs().max().item(), rel=1e-12)
+
+
+# -- the Poisson task through run_train ------------------------------------------------------
+def poisson_run(work, *overrides):
+    """A 4-step run of the Poisson config on 80 points and an 11x11 grid, evaluated and checkpointed every 2."""
+    res = run_tool(
+        'run_train.py',
+        '--cfg',
+        POISSON_CFG,
+        f'SOLVER.WORK_DIR={work}',
+        'SOLVER.MAX_EPOCHS=4',
+        'SOLVER.EVAL_INTERVAL=2',
+        'SOLVER.TRAIN_DATA.NUM_INTERIOR=64',
+        'SOLVER.TRAIN_DATA.NUM_BOUNDARY=16',
+        'SOLVER.TRAIN_DATA.BATCH_SIZE=80',
+        'SOLVER.EVAL_DATA.RESOLUTION=[11,11]',
+        'SOLVER.EVAL_DATA.BATCH_SIZE=50',
+        'SOLVER.TRAIN_HOOKS.2.INTERVAL=2',
+        'SOLVER.TRAIN_HOOKS.2.KEEP_LAST=0',
+        *overrides,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = [json.loads(line) for line in open(work / 'metrics.jsonl')]
+    return [r for r in records if r['kind'] == 'eval']
+
+
+def test_poisson_run_writes_field_plot_and_metrics_and_resumes_exactly(tmp_path):
+    work = tmp_path / 'run'
+    evals = poisson_run(work)
+    plots = sorted(os.listdir(work / 'plots'))
+    assert plots == ['field-eval-step2.png', 'field-eval-step4.png']
+    assert (work / 'plots' / plots[-1]).read_bytes().startswith(PNG_MAGIC)
+    assert [r['step'] for r in evals] == [2, 4]
+    assert 0 < evals[-1]['values']['relative_l2'] < 10 and evals[-1]['values']['max_abs_error'] > 0
+    # a run resumed from the step-2 checkpoint ends with exactly the same field
+    resumed = poisson_run(tmp_path / 'resumed', f'SOLVER.RESUME_FROM={work}/checkpoints/ldm_step-epoch-2.pth')
+    assert resumed[-1]['step'] == 4 and resumed[-1]['values'] == evals[-1]['values']
+
+
+def test_render_field_one_dimensional():
+    x = np.linspace(0, 1, 30)[::-1].reshape(-1, 1)  # unsorted points are drawn in order
+    png = render_field(x, np.sin(math.pi * x) + 0.01, np.sin(math.pi * x), title='1-D')
+    assert png.startswith(PNG_MAGIC)
+    scattered = np.random.default_rng(0).random((40, 2))  # not a grid: a scatter
+    assert render_field(scattered, scattered[:, 0]).startswith(PNG_MAGIC)
+
+
+# -- bad input: one error line, exit 2 -------------------------------------------------------
+def test_bad_geometry_and_unknown_aggregator_are_one_line_errors(tmp_path):
+    res = run_tool(
+        'run_train.py', '--cfg', POISSON_CFG, f'SOLVER.WORK_DIR={tmp_path}', 'SOLVER.TRAIN_DATA.HIGH=[1.0,-1.0]'
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: SOLVER.TRAIN_DATA') and 'HIGH' in lines[0]
+    res = run_tool('config_template.py', 'Relobrallo', '--registry', 'LOSS_AGGREGATORS')
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error:') and 'did you mean Relobralo' in lines[0]
