@@ -6,12 +6,13 @@ traceback only with ``--debug``); the process group is always torn down.
 """
 
 import argparse
+import logging
 import os
 import sys
 import traceback
 
-from scepter_like.config import ROOT_KEYS, Config, apply_overrides
-from scepter_like.errors import ConfigError, UserError, suggest
+from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
+from scepter_like.errors import ConfigError, Preempted, UserError, suggest
 from scepter_like.utils.distributed import destroy_distributed
 from scepter_like.utils.imports import import_user_modules
 
@@ -61,6 +62,7 @@ def load_config(args):
                 f'{args.cfg}: unknown top-level key {key}{suggest(key, ROOT_KEYS)} (keys: {", ".join(ROOT_KEYS)})'
             )
     apply_overrides(cfg, args.overrides)
+    resolve_references(cfg)
     declared = cfg.get('IMPORTS') or []
     if not isinstance(declared, list):
         raise ConfigError(f'IMPORTS: expected a list of modules or .py files, got {declared!r}')
@@ -76,11 +78,18 @@ def load_config(args):
 
 
 def run(main, argv=None):
-    """Run ``main(argv)`` under the error contract; returns the exit status."""
+    """Run ``main(argv)`` under the error contract; returns the exit status.
+
+    A process that joined a process group does not return: once every file is flushed it
+    ends with ``os._exit(status)``.  Interpreter shutdown would otherwise race gloo's and
+    nccl's threads, which DDP keeps alive and which may still release tensors, a way to
+    end in ``std::terminate`` (SIGABRT) after a run that succeeded.
+    """
     argv = sys.argv[1:] if argv is None else argv
     debug = '--debug' in argv
+    status = 1
     try:
-        return main(argv) or 0
+        status = main(argv) or 0
     except UserError as e:
         if debug:
             traceback.print_exc()
@@ -88,9 +97,17 @@ def run(main, argv=None):
         rank = os.environ.get('RANK')
         prefix = f'[rank {rank}] ' if rank not in (None, '', '0') else ''
         print(f'{prefix}error: {message}', file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
+        status = EXIT_USER_ERROR
+    except Preempted as e:  # the solver logged it (with how to resume)
+        status = e.exit_status
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
-        return 130
+        status = 130
     finally:
-        destroy_distributed()
+        joined = destroy_distributed()
+    if joined:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status

@@ -2,17 +2,22 @@
 
 A ``Config`` remembers where it sits in the whole tree (``SOLVER.TRAIN_HOOKS[2]``) so
 that every error can name the exact place a user must fix.  YAML is read with the safe
-loader only; ``_BASE_`` files are merged in (dicts deeply, lists replaced).
+loader only; ``_BASE_`` files are merged in (dicts deeply, lists replaced; a mapping that
+holds ``_delete_: true`` replaces the inherited one, as in mmengine).  After the
+command-line overrides, ``${A.B.0.C}`` references are resolved (``resolve_references``).
 """
 
 import copy
 import os
+import re
 
 import yaml
 
 from scepter_like.errors import ConfigError, suggest
 
 BASE_KEY = '_BASE_'
+DELETE_KEY = '_delete_'  # in a mapping of a file with _BASE_: replace the inherited mapping instead of merging
+REFERENCE = re.compile(r'\$\{([^${}]+)\}')
 ROOT_KEYS = ('ENV', 'SOLVER', 'IMPORTS')
 
 
@@ -192,14 +197,25 @@ def _read_yaml(path):
 
 
 def merge_dicts(base, override):
-    """Deep merge: dicts merge key by key, everything else (lists too) is replaced."""
+    """Deep merge: dicts merge key by key, everything else (lists too) is replaced.
+
+    A mapping of ``override`` holding ``_delete_: true`` replaces the one in ``base``.
+    """
     out = dict(base)
     for k, v in override.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and not v.get(DELETE_KEY):
             out[k] = merge_dicts(out[k], v)
         else:
             out[k] = v
     return out
+
+
+def _drop_delete_keys(value):
+    if isinstance(value, dict):
+        return {k: _drop_delete_keys(v) for k, v in value.items() if k != DELETE_KEY}
+    if isinstance(value, list):
+        return [_drop_delete_keys(v) for v in value]
+    return value
 
 
 def load_yaml_with_base(path, _seen=()):
@@ -210,22 +226,27 @@ def load_yaml_with_base(path, _seen=()):
     data = _read_yaml(path)
     bases = data.pop(BASE_KEY, None)
     if bases is None:
-        return data
+        return data if _seen else _drop_delete_keys(data)
     if isinstance(bases, str):
         bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f'{path}: {BASE_KEY} must be a file path or a list of them, got {bases!r}')
     merged = {}
     for base in bases:
         base_path = os.path.join(os.path.dirname(path), base)
         merged = merge_dicts(merged, load_yaml_with_base(base_path, _seen + (path,)))
-    return merge_dicts(merged, data)
+    merged = merge_dicts(merged, data)
+    return merged if _seen else _drop_delete_keys(merged)
 
 
 # -- command-line overrides -----------------------------------------------------------------
 def parse_override(text):
-    """``'A.B.0.C=value'`` -> (['A', 'B', 0, 'C'], parsed YAML scalar or list)."""
+    """``'A.B.0.C=value'`` -> (['A', 'B', 0, 'C'], parsed YAML value, append); ``A.B+=value`` appends."""
     if '=' not in text:
         raise ConfigError(f"override '{text}' has no '='; write KEY.PATH=VALUE")
     key, raw = text.split('=', 1)
+    append = key.endswith('+')
+    key = key[:-1] if append else key
     if not key or any(not part for part in key.split('.')):
         raise ConfigError(f"override '{text}' has an empty key part; write KEY.PATH=VALUE")
     parts = [int(p) if p.isdigit() else p for p in key.split('.')]
@@ -233,7 +254,7 @@ def parse_override(text):
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"override '{text}': the value is not valid YAML; quote it") from None
-    return parts, value
+    return parts, value, append
 
 
 def apply_overrides(cfg, overrides):
@@ -243,13 +264,23 @@ def apply_overrides(cfg, overrides):
     built, with the closest declared keys.
     """
     for text in overrides:
-        parts, value = parse_override(text)
+        parts, value, append = parse_override(text)
         if parts[0] not in ROOT_KEYS and parts[0] not in cfg:
             raise ConfigError(f"override '{text}': unknown top-level key {parts[0]}{suggest(parts[0], ROOT_KEYS)}")
         node = cfg
         for i, part in enumerate(parts[:-1]):
             node = _step(node, part, parts[: i + 1], text)
         last = parts[-1]
+        if append:
+            target = node[last] if isinstance(node, list) and isinstance(last, int) and last < len(node) else None
+            if isinstance(node, Config):
+                target = node.get(last)
+            if not isinstance(target, list):
+                raise ConfigError(
+                    f"override '{text}': += appends to a list, and {'.'.join(map(str, parts))} is not one"
+                )
+            target.append(value)
+            continue
         if isinstance(node, list):
             if not isinstance(last, int) or last >= len(node):
                 raise ConfigError(f"override '{text}': index {last} is outside the list of {len(node)}")
@@ -274,3 +305,45 @@ def _step(node, part, so_far, text):
     if node.get(part) is None:
         node[part] = {}
     return node[part]
+
+
+# -- references: ${A.B.0.C} ----------------------------------------------------------------------
+def resolve_references(cfg):
+    """Replace each ``${A.B.C}`` in the string values of ``cfg`` (a root Config) by the value there.
+
+    A string that is one reference takes the referenced value as it is (a number stays a
+    number); a reference inside a longer string is put in as text.  References may chain;
+    a cycle or a path that leads nowhere is a ConfigError naming both places.
+    """
+    tree = cfg.to_dict()
+    done = {}
+
+    def lookup(path, seen):
+        if path in seen:
+            raise ConfigError(f'${{{path}}}: the references form a cycle ({" -> ".join([*seen, path])})')
+        node = tree
+        for part in path.split('.'):
+            key = int(part) if part.isdigit() and isinstance(node, list) else part
+            try:
+                node = node[key]
+            except (KeyError, IndexError, TypeError):
+                raise ConfigError(f'${{{path}}} (in {seen[-1]}): the config has no {path}; fix the reference') from None
+        return resolve(node, [*seen, path])
+
+    def resolve(value, seen):
+        if isinstance(value, dict):
+            return {k: resolve(v, [*seen[:-1], _child_path(seen[-1], k)]) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(v, [*seen[:-1], _child_path(seen[-1], i)]) for i, v in enumerate(value)]
+        if not isinstance(value, str) or '${' not in value:
+            return value
+        whole = REFERENCE.fullmatch(value.strip())
+        if whole:
+            return lookup(whole.group(1).strip(), seen)
+        return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), seen)), value)
+
+    for key in list(tree):
+        done[key] = resolve(tree[key], [key])
+    for key, value in done.items():
+        cfg[key] = value
+    return cfg

@@ -36,6 +36,29 @@ class TrainingError(UserError):
     """Training cannot go on (for example too many non-finite losses in a row)."""
 
 
+class Preempted(Exception):
+    """Training stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after writing a checkpoint marked ``latest``.
+
+    Not a mistake: the tools log it and exit with ``128 + signum``, the shell's status of
+    a signalled process, so a scheduler can tell it from success (0) and errors (1, 2).
+    """
+
+    def __init__(self, signum, step, checkpoint):
+        import signal
+
+        self.signum = signum
+        self.step = step
+        self.checkpoint = checkpoint
+        super().__init__(
+            f'stopped by {signal.Signals(signum).name} after step {step}; checkpoint {checkpoint} is latest;'
+            ' rerun with SOLVER.RESUME_FROM=auto to continue'
+        )
+
+    @property
+    def exit_status(self):
+        return 128 + self.signum
+
+
 def suggest(word, candidates, n=3):
     """Return ``"; did you mean X?"`` for the closest candidates, or ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.6)

@@ -27,6 +27,8 @@ from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
+SIGNAL_ENV = 'SCEPTER_TEST_SIGNAL_AT'  # 'SIGTERM:N': the process signals itself when train step N+1 begins
+SIGNAL_IN_SAVE_ENV = 'SCEPTER_TEST_SIGNAL_IN_SAVE'  # 'SIGTERM:N': ... inside its N-th torch.save, mid-write
 TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
 COMMIT_ENV = 'SCEPTER_TEST_KILL_BEFORE_COMMIT'
 
@@ -62,6 +64,21 @@ def _kill_before_commit_number(n):
     checkpoint_hook.commit_temp = commit
 
 
+def _signal_in_save(spec):
+    name, _, n = spec.partition(':')
+    real_save, count = torch.save, [0]
+
+    def save(obj, f, *args, **kwargs):
+        count[0] += 1
+        if count[0] == int(n):
+            os.kill(os.getpid(), getattr(signal, name))  # the handler runs here, mid-save
+        return real_save(obj, f, *args, **kwargs)
+
+    torch.save = save
+
+
+if os.environ.get(SIGNAL_IN_SAVE_ENV):
+    _signal_in_save(os.environ[SIGNAL_IN_SAVE_ENV])
 if os.environ.get(TEAR_ENV):
     _tear_save_number(int(os.environ[TEAR_ENV]))
 if os.environ.get(COMMIT_ENV):
@@ -88,6 +105,9 @@ class KillHook(Hook):
     def before_iter(self, solver):
         if solver.mode == 'train':
             self._maybe_kill(solver)
+            name, _, step = os.environ.get(SIGNAL_ENV, '').partition(':')
+            if name and solver.total_iter == int(step):
+                os.kill(os.getpid(), getattr(signal, name))
 
     def after_iter(self, solver):
         if solver.mode == 'eval':

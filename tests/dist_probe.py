@@ -64,6 +64,13 @@ class DistProbeHook(Hook):
         'NAN_STEPS': {'value': [], 'description': 'steps (1-based) whose loss becomes NaN on NAN_RANK'},
         'NAN_RANK': {'value': 1, 'description': 'the rank that sees the NaN'},
         'KILL_AT_STEP': {'value': 0, 'description': 'rank 0 SIGKILLs torchrun and every worker at this step'},
+        'SIGNAL_AT_STEP': {'value': 0, 'description': 'send SIGNAL to SIGNAL_TARGET after this train step'},
+        'SIGNAL': {'value': 'SIGTERM', 'description': 'the signal of SIGNAL_AT_STEP'},
+        'SIGNAL_TARGET': {
+            'value': 'rank1',
+            'description': "'launcher': torchrun (from rank 0); 'rank1': rank 1 itself",
+        },
+        'WORKER_KILL_AT_STEP': {'value': 0, 'description': 'rank 1 SIGKILLs itself at this step, first attempt only'},
     }
 
     def __init__(self, cfg, logger=None):
@@ -72,6 +79,8 @@ class DistProbeHook(Hook):
         self.nan_steps = set(cfg.NAN_STEPS)
         self.nan_rank = cfg.NAN_RANK
         self.kill_at = cfg.KILL_AT_STEP
+        self.signal_at, self.signal, self.signal_target = cfg.SIGNAL_AT_STEP, cfg.SIGNAL, cfg.SIGNAL_TARGET
+        self.worker_kill_at = cfg.WORKER_KILL_AT_STEP
         self.first_grads = None
         self.worker_pids = []
         self.allreduces = 0
@@ -119,6 +128,18 @@ class DistProbeHook(Hook):
         step = solver.total_iter
         if step == self.kill_at and solver.rank == 0:
             self._kill_everything()
+        if step == self.signal_at:
+            signum = getattr(signal, self.signal)
+            if self.signal_target == 'launcher' and solver.rank == 0:
+                os.kill(os.getppid(), signum)
+            elif self.signal_target == 'rank1' and solver.rank == 1:
+                os.kill(os.getpid(), signum)
+        restart = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
+        if step == self.worker_kill_at and solver.rank == 1 and restart == 0:
+            for hook in solver.hooks_dict['train']:  # the checkpoint before the kill lands first
+                if hasattr(hook, 'writer'):
+                    hook.writer.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
         if step in self.nan_steps and solver.rank == self.nan_rank and solver.loss is not None:
             solver.loss = solver.loss * float('nan')
 

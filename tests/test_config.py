@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from scepter_like.config import Config, apply_overrides
+from scepter_like.config import Config, apply_overrides, resolve_references
 from scepter_like.errors import ConfigError
 
 
@@ -79,3 +79,35 @@ def test_safe_loader_only(tmp_path):
     path = write(tmp_path / 'evil.yaml', "A: !!python/object/apply:os.system ['echo hi']\n")
     with pytest.raises(ConfigError, match='invalid YAML'):
         Config(cfg_file=path)
+
+
+def test_delete_key_replaces_an_inherited_mapping(tmp_path):
+    write(tmp_path / 'base.yaml', 'SOLVER:\n  MODEL: {NAME: A, BACKBONE: {NAME: MLP, IN_DIM: 64}}\n')
+    child = write(
+        tmp_path / 'child.yaml', '_BASE_: base.yaml\nSOLVER:\n  MODEL:\n    BACKBONE: {_delete_: true, NAME: ConvNet}\n'
+    )
+    assert Config(cfg_file=child).to_dict() == {'SOLVER': {'MODEL': {'NAME': 'A', 'BACKBONE': {'NAME': 'ConvNet'}}}}
+    bad = write(tmp_path / 'bad.yaml', '_BASE_: {x: 1}\n')
+    with pytest.raises(ConfigError, match='_BASE_ must be a file path or a list of them'):
+        Config(cfg_file=bad)
+
+
+def test_override_appends_to_a_list():
+    cfg = Config({'SOLVER': {'HOOKS': [{'NAME': 'A'}]}})
+    apply_overrides(cfg, ['SOLVER.HOOKS+={NAME: B}', 'SOLVER.HOOKS+={NAME: C}'])
+    assert [h.NAME for h in cfg.SOLVER.HOOKS] == ['A', 'B', 'C'] and cfg.SOLVER.HOOKS[2].path == 'SOLVER.HOOKS[2]'
+    with pytest.raises(ConfigError, match=r'\+= appends to a list, and SOLVER.HOOKS.0 is not one'):
+        apply_overrides(cfg, ['SOLVER.HOOKS.0+=1'])
+
+
+def test_references_resolve_after_overrides_keep_types_and_report_cycles():
+    cfg = Config(
+        {'SOLVER': {'MAX_EPOCHS': 30, 'S': {'T_MAX': '${SOLVER.MAX_EPOCHS}', 'NAME': 'run-${SOLVER.MAX_EPOCHS}'}}}
+    )
+    apply_overrides(cfg, ['SOLVER.MAX_EPOCHS=3'])
+    resolve_references(cfg)
+    assert cfg.SOLVER.S.T_MAX == 3 and cfg.SOLVER.S.NAME == 'run-3'
+    with pytest.raises(ConfigError, match=r'the references form a cycle \(A -> B -> A\)'):
+        resolve_references(Config({'A': '${B}', 'B': '${A}'}))
+    with pytest.raises(ConfigError, match=r'\$\{SOLVER.MAX_EPOCH\} \(in X\): the config has no SOLVER.MAX_EPOCH'):
+        resolve_references(Config({'SOLVER': {'MAX_EPOCHS': 1}, 'X': '${SOLVER.MAX_EPOCH}'}))

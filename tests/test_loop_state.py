@@ -10,6 +10,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 import scepter_like.solver.hooks
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.checkpoint import latest_checkpoint
 
 HOOKS_DIR = pathlib.Path(scepter_like.solver.hooks.__file__).parent
 
@@ -108,3 +109,50 @@ def test_request_stop_ends_training_at_the_step_boundary(blobs, tmp_path):
     assert solver.total_iter == 6 and solver.stop_requested
     assert solver.progress.stop_reason == 'enough'
     assert solver.last_eval_epoch == 1  # the cut epoch is still evaluated
+
+
+def test_a_config_without_backward_or_lr_hook_gets_them_and_says_so(blobs, tmp_path, caplog):
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=[], MAX_EPOCHS=2, EVAL_DATA=None)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
+    with caplog.at_level('INFO', logger='scepter_like.test'):
+        solver = build_solver(cfg)
+    names = [type(h).__name__ for h in solver.hooks_dict['train']]
+    assert names == ['BackwardHook', 'LrHook']
+    assert 'has no BackwardHook: added' in caplog.text and 'has no LrHook: added' in caplog.text
+    before = [p.detach().clone() for p in solver.unwrapped_model.parameters()]
+    solver.solve()
+    assert any(not torch.equal(a, b) for a, b in zip(before, solver.unwrapped_model.parameters()))  # it trained
+    assert solver.optimizer.param_groups[0]['lr'] == pytest.approx(0.1 * 0.5)  # and followed its schedule
+
+
+def test_a_solver_that_steps_the_optimizer_itself_gets_no_backward_hook(blobs, tmp_path):
+    from scepter_like.solver import SOLVERS, TrainValSolver
+
+    @SOLVERS.register_class()
+    class SelfSteppingSolver(TrainValSolver):
+        STEPS_OPTIMIZER_ITSELF = True
+
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=[], NAME='SelfSteppingSolver', EVAL_DATA=None)
+    assert build_solver(cfg).hooks_dict['train'] == []
+
+
+def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):
+    from scepter_like.errors import TrainingError
+
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LogHook', 'LOG_INTERVAL': 2, 'PROGRESS': 'off'},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 2},
+    ]
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
+
+    def poison(s):  # step 5's loss turns NaN, and with it the weights
+        if s.total_iter == 4:
+            with torch.no_grad():
+                next(s.unwrapped_model.parameters()).fill_(float('nan'))
+
+    solver.register_callback_on_iter_end(poison)
+    with pytest.raises(TrainingError, match=r'the loss is nan in the log interval up to step 6; lower the learning'):
+        solver.solve()
+    latest = latest_checkpoint(str(tmp_path / 'w' / 'checkpoints'))
+    assert latest.endswith('step-4.pth')  # the last good one: none was written at step 6

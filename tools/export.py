@@ -85,9 +85,10 @@ def main(argv):
             raise ConfigError('ONNX export needs sample inputs: give --input x.npz or a TEST_DATA / EVAL_DATA')
         data_modes = ('test',) if cfg.SOLVER.get('TEST_DATA') is not None else ('eval',)
     from scepter_like.solver.loading import build_solver_with_weights, resolve_weights_path
+    from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 
-    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    logger = get_logger(rank=process_rank())
     weights = resolve_weights_path(args.checkpoint)
     solver = build_solver_with_weights(cfg, weights, logger, data_modes=data_modes)
     try:

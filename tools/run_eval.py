@@ -47,9 +47,10 @@ def main(argv):
         raise ConfigError('SOLVER: run_eval needs EVAL_DATA or TEST_DATA; add one (or set it by an override)')
     from scepter_like.solver.loading import build_solver_with_weights, evaluate, resolve_weights_path
     from scepter_like.utils.checkpoint import atomic_write_text
+    from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 
-    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    logger = get_logger(rank=process_rank())
     weights = resolve_weights_path(args.checkpoint)
     solver = build_solver_with_weights(cfg, weights, logger)
     try:

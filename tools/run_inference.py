@@ -50,9 +50,10 @@ def main(argv):
         raise ConfigError('run_inference needs --input x.npz or a TEST_DATA in the config')
     from scepter_like.solver.loading import build_solver_with_weights, read_npz, resolve_weights_path, write_npz
     from scepter_like.solver.predict import predict_batches
+    from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 
-    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    logger = get_logger(rank=process_rank())
     inputs = read_npz(args.input) if args.input else None  # a bad file fails before anything is built
     weights = resolve_weights_path(args.checkpoint)
     solver = build_solver_with_weights(cfg, weights, logger, data_modes=() if inputs else ('test',))

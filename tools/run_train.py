@@ -27,9 +27,10 @@ def main(argv):
         print(cfg.dump(), end='')
         return 0
     from scepter_like.solver import SOLVERS
+    from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 
-    logger = get_logger(rank=int(os.environ.get('RANK', 0) or 0))
+    logger = get_logger(rank=process_rank())
     solver = SOLVERS.build(cfg.SOLVER, logger=logger)
     try:
         solver.set_up_pre()

@@ -24,7 +24,7 @@ from collections import OrderedDict
 import torch
 
 from scepter_like.data.loader import build_data
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError, DataError, Preempted
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
@@ -33,9 +33,10 @@ from scepter_like.solver.environment import resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
 from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
 from scepter_like.solver.predict import forward_checked
+from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import open_work_dir, write_run_records
-from scepter_like.solver.stages import StageTable, build_hooks, settle_loop_settings
+from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, settle_loop_settings
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
@@ -93,6 +94,8 @@ class BaseSolver:
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
 
+    STEPS_OPTIMIZER_ITSELF = False  # a subclass whose run_step_train steps the optimizer: no BackwardHook added
+
     def __init__(self, cfg, logger=None):
         self.cfg = cfg
         self.logger = logger or logging.getLogger('scepter_like')
@@ -103,12 +106,14 @@ class BaseSolver:
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.step = StepState()
+        self.stop_signals = StopSignals()  # installed while solve() runs
         self._mode = 'train'
 
         self.env_cfg = None
         self.dist_info = None
         self.seed = 0
         self.autocast_dtype = None  # settled from the hooks' loop_settings
+        self.stop_on_nonfinite_loss = False  # likewise: a NaN / inf in a log line's loss ends the run
         self.failed = None  # the exception that ended solve(), for after_solve hooks
         self.data_time = 0.0
         self.model_flops = None  # forward FLOPs per sample, set by register_flops
@@ -149,9 +154,13 @@ class BaseSolver:
         self.resumed_from = self.resume()
 
     def construct_hook(self):
+        add_required_hooks(self.cfg, self.logger, self.STEPS_OPTIMIZER_ITSELF)
         self.hooks_dict, self._hook_keys = build_hooks(self.cfg, self.logger)
         self.stages = StageTable(self.hooks_dict)
-        self.progress.accumulate_steps, self.autocast_dtype = settle_loop_settings(self.cfg, self.hooks_dict['train'])
+        settings = settle_loop_settings(self.cfg, self.hooks_dict['train'])
+        self.progress.accumulate_steps = settings['accumulate_steps']
+        self.autocast_dtype = settings['autocast_dtype']
+        self.stop_on_nonfinite_loss = settings['stop_on_nonfinite_loss']
 
     def hooks_by_key(self):
         """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
@@ -331,25 +340,43 @@ class BaseSolver:
         self.stages.rebuild()  # hooks settled their configuration in before_solve
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
-            if progress.epoch_finished:  # resumed between an epoch and its evaluation
-                if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
-                    self.solve_eval()
-                progress.next_epoch()
-            while 'train' in self.datas and not progress.train_finished():
-                self.solve_train()
-                if self._eval_due():
-                    self.solve_eval()
-                if every_epoch and 'test' in self.datas:
-                    self.solve_test()
-                if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
+            with self.stop_signals:
+                if progress.epoch_finished:  # resumed between an epoch and its evaluation
+                    if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
+                        self.solve_eval()
                     progress.next_epoch()
-            if 'test' in self.datas and not every_epoch:
-                self.solve_test()
+                while 'train' in self.datas and not progress.train_finished():
+                    self.solve_train()
+                    if progress.stop_signal:
+                        raise self._preempted()
+                    if self._eval_due():
+                        self.solve_eval()
+                    if every_epoch and 'test' in self.datas:
+                        self.solve_test()
+                    if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
+                        progress.next_epoch()
+                if 'test' in self.datas and not every_epoch:
+                    self.solve_test()
         except BaseException as e:
             self.failed = e
             raise
         finally:
             self.after_solve()
+
+    def _preempted(self):
+        """Write the checkpoint of a signalled stop (every rank), mark it latest; the exception to raise."""
+        from scepter_like.utils.checkpoint import CHECKPOINT_DIR, write_latest_pointer
+
+        name = f'preempted-step-{self.total_iter}.pth'
+        folder = os.path.join(self.work_dir, CHECKPOINT_DIR)
+        if self.is_main:
+            os.makedirs(folder, exist_ok=True)
+        self.save_checkpoint(os.path.join(folder, name))
+        if self.is_main:
+            write_latest_pointer(folder, name)
+        stop = Preempted(self.progress.stop_signal, self.total_iter, os.path.join(folder, name))
+        self.logger.warning(str(stop))
+        return stop
 
     def _eval_due(self):
         return 'eval' in self.datas and self.progress.eval_due()
@@ -392,6 +419,7 @@ class BaseSolver:
         run_step, before_iter, after_iter = self.run_step_train, self.before_iter, self.after_iter
         rank, to_device = self.rank, self.device.type != 'cpu'
         accumulating, counts_optimizer_steps = progress.accumulate_steps > 1, self.optimizer is not None
+        signals, device = self.stop_signals, self.device
         t0 = time.perf_counter()
         for batch_idx, batch in enumerate(batches, progress.iters['train']):
             self.data_time = time.perf_counter() - t0
@@ -408,6 +436,10 @@ class BaseSolver:
             if step.steps_optimizer and counts_optimizer_steps:
                 progress.optimizer_steps += 1
             after_iter()
+            if step.steps_optimizer:  # a stop signal takes effect between optimizer steps, on every rank
+                progress.stop_signal = signals.agreed(device)
+                if progress.stop_signal:
+                    self.request_stop(f'signal {progress.stop_signal}')
             if progress.stop_reason is not None:
                 break
             t0 = time.perf_counter()

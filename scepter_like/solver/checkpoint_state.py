@@ -118,13 +118,20 @@ def load_checkpoint_file(path):
     return load_torch_file(path, map_location='cpu')
 
 
+def restarted():
+    """Whether this process is a restart of the same job: torchrun's elastic agent or SLURM's requeue."""
+    return any(int(os.environ.get(name) or 0) > 0 for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
+
+
 def resume_path(solver):
     """The checkpoint RESUME_FROM names (``auto``: the newest complete one in WORK_DIR), or None.
+
+    A restarted job (``restarted()``) with RESUME_FROM empty resumes as with ``auto``.
 
     Rank 0 decides, so every rank resumes from the same file or none starts fresh alone;
     a file some rank cannot see is a ConfigError.
     """
-    resume_from = solver.resume_from
+    resume_from = solver.resume_from or ('auto' if restarted() else '')
     if not resume_from:
         return None
     if resume_from == 'auto':

@@ -14,6 +14,49 @@ HOOK_KEYS = {'train': 'TRAIN_HOOKS', 'eval': 'EVAL_HOOKS', 'test': 'TEST_HOOKS'}
 EVERY_MODE_STAGES = ('before_solve', 'after_solve')
 
 
+# what a config needs in TRAIN_HOOKS when it sets the key: the hook, and its config when added
+REQUIRED_TRAIN_HOOKS = {
+    'OPTIMIZER': {'NAME': 'BackwardHook'},
+    'LR_SCHEDULER': {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
+}
+
+
+def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
+    """Append to TRAIN_HOOKS the BackwardHook an OPTIMIZER needs and the LrHook an LR_SCHEDULER needs.
+
+    Without them a run would train nothing, or keep its learning rate, and say nothing
+    (mmengine adds its default hooks the same way).  A hook counts when it is an instance of
+    the registered class of that name (a user's replacement too) or of the built-in one.
+    A solver that steps the optimizer itself sets ``STEPS_OPTIMIZER_ITSELF``.
+    """
+    entries = cfg.TRAIN_HOOKS or []
+    if not isinstance(entries, list):
+        return
+    names = {entry.get('NAME') for entry in entries if hasattr(entry, 'get')}
+    added = []
+    for key, hook_cfg in REQUIRED_TRAIN_HOOKS.items():
+        name = hook_cfg['NAME']
+        if cfg[key] is None or name in names or (key == 'OPTIMIZER' and steps_optimizer_itself):
+            continue
+        if any(_is_a(entry.get('NAME'), name) for entry in entries if hasattr(entry, 'get')):
+            continue
+        added.append(dict(hook_cfg))
+        logger.info(f'{cfg.path_of(key)} is set and {cfg.path_of("TRAIN_HOOKS")} has no {name}: added {hook_cfg}')
+    if added:
+        cfg[HOOK_KEYS['train']] = [_plain_entry(e) for e in entries] + added
+
+
+def _is_a(entry_name, required):
+    """Whether the hook registered as ``entry_name`` is a subclass of the one registered as ``required``."""
+    if not isinstance(entry_name, str) or entry_name not in HOOKS or required not in HOOKS:
+        return False
+    return issubclass(HOOKS.get(entry_name), HOOKS.get(required))
+
+
+def _plain_entry(entry):
+    return entry.to_dict() if hasattr(entry, 'to_dict') else entry
+
+
 def build_hooks(cfg, logger):
     """``({mode: hooks sorted by PRIORITY}, {'mode.index.ClassName': hook})`` from a SOLVER config.
 
@@ -32,24 +75,29 @@ def build_hooks(cfg, logger):
     return hooks_dict, keys
 
 
-def settle_loop_settings(cfg, train_hooks):
-    """``(accumulate_steps, autocast_dtype)`` from SOLVER.ACCU_STEP and the train hooks' ``loop_settings()``.
+LOOP_SETTINGS = {'accumulate_steps': 1, 'autocast_dtype': None, 'stop_on_nonfinite_loss': False}  # neutral values
 
-    A setting left at its neutral value (1, None) defers to the others; two different
-    values are a ConfigError naming both places.
+
+def settle_loop_settings(cfg, train_hooks):
+    """``{name: value}`` of LOOP_SETTINGS from SOLVER.ACCU_STEP and the train hooks' ``loop_settings()``.
+
+    A setting at its neutral value defers to the others; two different values are a
+    ConfigError naming both places.
     """
-    settings = {'accumulate_steps': (cfg.ACCU_STEP, cfg.path_of('ACCU_STEP')), 'autocast_dtype': (None, None)}
+    settings = {name: (neutral, None) for name, neutral in LOOP_SETTINGS.items()}
+    settings['accumulate_steps'] = (cfg.ACCU_STEP, cfg.path_of('ACCU_STEP'))
     for hook in train_hooks:
         for name, value in hook.loop_settings().items():
-            if value in (1, None):
+            neutral = LOOP_SETTINGS[name]
+            if value is neutral or value == neutral:
                 continue
             current, where = settings[name]
-            if current not in (1, None) and current != value:
+            if not (current is neutral or current == neutral) and current != value:
                 raise ConfigError(
                     f'{where} ({current}) and {hook.cfg.path} ({value}) disagree on {name}; set one of them'
                 )
             settings[name] = (value, hook.cfg.path)
-    return settings['accumulate_steps'][0], settings['autocast_dtype'][0]
+    return {name: value for name, (value, _) in settings.items()}
 
 
 class StageTable:

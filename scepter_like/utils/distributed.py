@@ -1,4 +1,4 @@
-"""torch.distributed set-up from torchrun's variables, and the few collectives we use.
+"""torch.distributed set-up from torchrun's (or SLURM's) variables, and the few collectives we use.
 
 Every function works at world size 1 without a process group, so code calls them
 unconditionally.
@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from scepter_like.errors import DistributedError
+from scepter_like.utils.launch_env import read_launch_env
 
 
 @dataclass
@@ -33,25 +34,22 @@ class DistInfo:
         return self.world_size > 1
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == '':
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise DistributedError(f'environment variable {name}={value!r} is not an integer') from None
-
-
 def init_distributed(backend='', timeout_s=1800, device=''):
-    """Read torchrun's RANK / WORLD_SIZE / LOCAL_RANK; init the process group if > 1 process.
+    """Read torchrun's (or SLURM's, see ``launch_env``) rank and world size; init the process group if > 1 process.
 
     ``backend`` '' picks nccl when CUDA is available and gloo otherwise; ``device`` ''
     picks ``cuda:LOCAL_RANK`` when CUDA is available and the CPU otherwise.
     """
-    rank = _env_int('RANK', 0)
-    world_size = _env_int('WORLD_SIZE', 1)
-    local_rank = _env_int('LOCAL_RANK', 0)
+    launch = read_launch_env()
+    rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
+    if launch.launcher == 'slurm':  # torchrun's names, for init_process_group and everything after it
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK=str(local_rank),
+            MASTER_ADDR=launch.master_addr,
+            MASTER_PORT=launch.master_port,
+        )
     cuda = torch.cuda.is_available()
     if device:
         dev = torch.device(device)
@@ -66,11 +64,13 @@ def init_distributed(backend='', timeout_s=1800, device=''):
     backend = backend or ('nccl' if dev.type == 'cuda' else 'gloo')
     if world_size > 1 and not dist.is_initialized():
         try:
+            timeout = datetime.timedelta(seconds=timeout_s)
             dist.init_process_group(
                 backend=backend,
+                store=_attempt_store(launch, timeout),
                 rank=rank,
                 world_size=world_size,
-                timeout=datetime.timedelta(seconds=timeout_s),
+                timeout=timeout,
                 device_id=dev if dev.type == 'cuda' else None,
             )
         except (RuntimeError, ValueError) as e:
@@ -82,10 +82,34 @@ def init_distributed(backend='', timeout_s=1800, device=''):
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev, backend=backend)
 
 
+def _attempt_store(launch, timeout):
+    """Under torchrun, the rendezvous store with its keys under this attempt's prefix; else None (env://).
+
+    After an elastic restart, torch's own env:// rendezvous can hand a rank the address a
+    peer of the failed attempt published, and gloo then fails to connect; a prefix per
+    attempt (TORCHELASTIC_RESTART_COUNT) keeps the attempts apart.  The agent hosts the
+    store when TORCHELASTIC_USE_AGENT_STORE says so; otherwise rank 0 does.
+    """
+    if 'TORCHELASTIC_RESTART_COUNT' not in os.environ:
+        return None
+    agent_hosts = os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True'
+    store = dist.TCPStore(
+        launch.master_addr or 'localhost',
+        int(launch.master_port or 29500),
+        launch.world_size,
+        is_master=launch.rank == 0 and not agent_hosts,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    return dist.PrefixStore(f'scepter_like/attempt{os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")}', store)
+
+
 def destroy_distributed():
-    """Tear the process group down if one is up (safe to call at any time)."""
+    """Tear the process group down if one is up (safe to call at any time); whether one was."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        return True
+    return False
 
 
 def is_dist():

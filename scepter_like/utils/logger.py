@@ -11,7 +11,7 @@ import weakref
 
 from scepter_like.utils.log_values import LogAgg, time_since  # scepter's names, for ported hooks
 
-__all__ = ['LogAgg', 'add_file_handler', 'backdate', 'get_logger', 'time_since']
+__all__ = ['LogAgg', 'add_file_handler', 'get_logger', 'time_since']
 
 FORMAT = '%(asctime)s %(levelname)s %(message)s'
 DATEFMT = '%Y-%m-%d %H:%M:%S'

@@ -23,7 +23,9 @@ class BackwardHook(Hook):
 
     On an optimizer step: unscale (fp16), the ``after_backward`` stage, clip, step.
 
-    Non-finite losses: NONFINITE_POLICY 'skip' drops the optimizer step of a group whose
+    Non-finite losses: NONFINITE_POLICY 'stop' (the default) ends the run with a
+    TrainingError when LogHook's line (which reads the loss anyway: no extra sync) shows a
+    NaN or inf loss; the last checkpoint stays ``latest``.  'skip' drops the optimizer step of a group whose
     loss is NaN or inf on any rank (decided together, so no rank waits on another) and
     stops after MAX_NONFINITE_STEPS such steps in a row.  It costs one host sync per
     optimizer step (and a scalar all-reduce under DDP), so it is off by default; the
@@ -42,9 +44,9 @@ class BackwardHook(Hook):
             'choices': list(_AMP_DTYPES),
         },
         'NONFINITE_POLICY': {
-            'value': 'off',
-            'description': "'off' | 'skip': skip steps whose loss is NaN/inf",
-            'choices': ['off', 'skip'],
+            'value': 'stop',
+            'description': "'stop': error at the first logged NaN/inf loss | 'skip' such steps | 'off': warn",
+            'choices': ['stop', 'skip', 'off'],
         },
         'MAX_NONFINITE_STEPS': {'value': 10, 'description': "with 'skip': stop after this many in a row", 'min': 1},
     }
@@ -66,7 +68,10 @@ class BackwardHook(Hook):
         self._empty_cache_every = 0  # EMPTY_CACHE_STEP, on CUDA only (before_solve)
 
     def loop_settings(self):
-        return {'accumulate_steps': self.accumulate, 'autocast_dtype': self.amp_dtype}
+        settings = {'accumulate_steps': self.accumulate, 'autocast_dtype': self.amp_dtype}
+        if self.cfg.NONFINITE_POLICY == 'stop':
+            settings['stop_on_nonfinite_loss'] = True
+        return settings
 
     def before_solve(self, solver):
         self._params = [p for p in solver.unwrapped_model.parameters() if p.requires_grad]

@@ -157,6 +157,9 @@ class CheckpointHook(Hook):
     def before_epoch(self, solver):
         self._check_best(solver)
 
+    def before_save_checkpoint(self, solver, checkpoint):
+        self.writer.wait()  # any checkpoint (the solver's own too) comes after this hook's pending commit
+
     def _check_best(self, solver):
         """Consider the newest eval results once; save the best checkpoint when they improve."""
         if not self.save_best or 'eval' not in solver.epoch_outputs:

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from scepter_like.errors import TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.progress import ProgressBar, format_hms
@@ -112,6 +113,12 @@ class LogHook(Hook):
         if solver.metrics_log is not None:
             solver.metrics_log.write_train(solver, step_time, data_time, values)
         bad = [k for k, v in means.items() if not math.isfinite(v)]
+        if 'loss' in bad and solver.stop_on_nonfinite_loss:  # every rank read the same all-reduced means
+            raise TrainingError(
+                f'the loss is {means["loss"]} in the log interval up to step {solver.total_iter}; lower the learning'
+                ' rate, clip gradients (BackwardHook GRADIENT_CLIP) or check the data; NONFINITE_POLICY: skip'
+                ' skips such steps instead'
+            )
         if bad:
             solver.logger.warning(f'non-finite {", ".join(bad)} in the log interval up to step {solver.total_iter}')
         self.last_logged = means

@@ -1,0 +1,83 @@
+"""Where this process sits in the job, from torchrun's variables or, without them, SLURM's.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT.  ``srun python
+tools/run_train.py ...`` starts one process per task with SLURM_PROCID / SLURM_NTASKS /
+SLURM_LOCALID; the rendezvous host is SLURM_LAUNCH_NODE_IPADDR, else the first host of
+SLURM_NODELIST (or SLURM_JOB_NODELIST); the port is MASTER_PORT when set, else one derived
+from SLURM_JOB_ID, so every task of a job (and of its requeued run) picks the same one.
+torchrun's variables win when both are present.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+
+from scepter_like.errors import DistributedError
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str = ''
+    master_port: str = ''
+    launcher: str = 'none'  # 'torchrun' | 'slurm' | 'none'
+
+
+def _int(env, name, default):
+    value = env.get(name)
+    if value is None or value == '':
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise DistributedError(f'environment variable {name}={value!r} is not an integer') from None
+
+
+def first_host(nodelist):
+    """The first host of a SLURM node list: ``node[03-05,7],gpu1`` -> ``node03``."""
+    match = re.match(r'([^,\[]+)(?:\[([^\]]+)\])?', nodelist.strip())
+    if not match:
+        raise DistributedError(f'cannot read a host from SLURM node list {nodelist!r}; set MASTER_ADDR')
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(',')[0].split('-')[0]
+
+
+def read_launch_env(env=None):
+    env = os.environ if env is None else env
+    if env.get('RANK') not in (None, '') or env.get('WORLD_SIZE') not in (None, ''):
+        return LaunchEnv(
+            _int(env, 'RANK', 0),
+            _int(env, 'WORLD_SIZE', 1),
+            _int(env, 'LOCAL_RANK', 0),
+            env.get('MASTER_ADDR', ''),
+            env.get('MASTER_PORT', ''),
+            'torchrun',
+        )
+    if env.get('SLURM_PROCID') in (None, '') or _int(env, 'SLURM_NTASKS', 1) < 2:
+        return LaunchEnv()
+    addr = env.get('MASTER_ADDR') or env.get('SLURM_LAUNCH_NODE_IPADDR')
+    if not addr:
+        nodelist = env.get('SLURM_NODELIST') or env.get('SLURM_JOB_NODELIST')
+        if not nodelist:
+            raise DistributedError('SLURM gives no SLURM_LAUNCH_NODE_IPADDR nor SLURM_NODELIST; set MASTER_ADDR')
+        addr = first_host(nodelist)
+    port = env.get('MASTER_PORT') or str(DEFAULT_PORT + 1 + _int(env, 'SLURM_JOB_ID', 0) % 20000)
+    return LaunchEnv(
+        _int(env, 'SLURM_PROCID', 0),
+        _int(env, 'SLURM_NTASKS', 1),
+        _int(env, 'SLURM_LOCALID', 0),
+        addr,
+        port,
+        'slurm',
+    )
+
+
+def process_rank():
+    """This process's rank before the process group exists (for the logger's rank prefix)."""
+    return read_launch_env().rank

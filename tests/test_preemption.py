@@ -1,0 +1,170 @@
+"""Preemption and clusters: a stop signal checkpoints at a step boundary and the resume is bit-exact;
+SLURM's variables launch a job; torchrun's elastic restart resumes by itself; a torchrun job exits 0.
+
+The single-process job is the kill-and-resume job of ``test_checkpoint_resume`` (Dropout MLP,
+AdamW, per-step cosine schedule, step / epoch / best / last checkpoints, a hook with state).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from ckpt_support import SIGNAL_ENV, SIGNAL_IN_SAVE_ENV
+from conftest import REPO, tool_env
+from helpers import write_blobs
+from test_checkpoint_resume import SUPPORT, TOTAL, assert_same, final_state, job_config, served, train
+from test_distributed import RUN_TRAIN, TIMEOUT, assert_state_equal, blob_cfg, free_port, load, probe_hook, torchrun
+
+from scepter_like.utils.checkpoint import latest_checkpoint
+from scepter_like.utils.launch_env import first_host, read_launch_env
+
+
+def run_signalled(cfg, work, record, spec, env_name=SIGNAL_ENV):
+    args = ['--cfg', cfg, '--import', SUPPORT, f'SOLVER.WORK_DIR={work}', f'SOLVER.TRAIN_DATA.RECORD={record}']
+    return subprocess.run(
+        [sys.executable, RUN_TRAIN, *args], env=tool_env(**{env_name: spec}), capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope='module')
+def alone(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('alone')
+    cfg = job_config(tmp, 0)
+    res = train(cfg, tmp / 'alone', tmp / 'alone.rec')
+    assert res.returncode == 0, res.stderr
+    return cfg, final_state(tmp / 'alone')
+
+
+@pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
+def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(alone, tmp_path, name):
+    cfg, reference = alone
+    work = tmp_path / 'chain'
+    res = run_signalled(cfg, work, tmp_path / 'a.rec', f'{name}:9')  # arrives as step 10 begins
+    signum = getattr(signal, name)
+    assert res.returncode == 128 + signum, res.stderr[-3000:]
+    assert f'stopped by {name} after step 10' in res.stdout and 'RESUME_FROM=auto' in res.stdout
+    assert len(served(tmp_path / 'a.rec')) == 10  # step 10 ran to its end, no batch after it
+    latest = latest_checkpoint(str(work / 'checkpoints'))
+    assert os.path.basename(latest) == 'preempted-step-10.pth'
+    assert torch.load(latest, weights_only=True)['solver']['total_iter'] == 10
+    res = train(cfg, work, tmp_path / 'b.rec', resume=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'resumed from' in res.stdout and 'preempted-step-10.pth' in res.stdout
+    assert len(served(tmp_path / 'b.rec')) == TOTAL - 10
+    assert_same(reference, final_state(work))
+
+
+def test_a_signal_during_a_checkpoint_write_lets_it_finish(alone, tmp_path):
+    cfg, _ = alone
+    work = tmp_path / 'w'
+    # the third torch.save is the best checkpoint after epoch 1's evaluation (step 6)
+    res = run_signalled(cfg, work, tmp_path / 'a.rec', 'SIGTERM:3', env_name=SIGNAL_IN_SAVE_ENV)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
+    folder = work / 'checkpoints'
+    names = sorted(os.listdir(folder))
+    assert not [n for n in names if n.startswith('.tmp')], names
+    best = torch.load(folder / 'ldm_step-best.pth', weights_only=True)  # the interrupted write completed
+    assert best['solver']['total_iter'] == 6
+    assert os.path.basename(latest_checkpoint(str(folder))) == 'preempted-step-7.pth'  # the next step boundary
+
+
+def test_launch_env_reads_slurm_and_prefers_torchrun():
+    slurm = {'SLURM_PROCID': '3', 'SLURM_NTASKS': '4', 'SLURM_LOCALID': '1', 'SLURM_JOB_ID': '77'}
+    got = read_launch_env({**slurm, 'SLURM_NODELIST': 'gpu[07-09,12],cpu1'})
+    assert (got.launcher, got.rank, got.world_size, got.local_rank) == ('slurm', 3, 4, 1)
+    assert (got.master_addr, got.master_port) == ('gpu07', str(29500 + 1 + 77))
+    assert read_launch_env({**slurm, 'SLURM_LAUNCH_NODE_IPADDR': '10.0.0.5'}).master_addr == '10.0.0.5'
+    torchrun_env = {**slurm, 'RANK': '1', 'WORLD_SIZE': '2', 'LOCAL_RANK': '1', 'MASTER_ADDR': 'h', 'MASTER_PORT': '5'}
+    assert read_launch_env(torchrun_env).launcher == 'torchrun' and read_launch_env(torchrun_env).rank == 1
+    assert read_launch_env({'SLURM_PROCID': '0', 'SLURM_NTASKS': '1'}).world_size == 1  # one task: no group
+    assert first_host('node5') == 'node5' and first_host('a[1-2]') == 'a1'
+
+
+# -- 2 processes ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def blobs_job(tmp_path_factory):
+    """A 2-rank job on 96 blobs (global batch 16: 6 steps an epoch, 3 epochs) and its uninterrupted run."""
+    tmp = tmp_path_factory.mktemp('preempt')
+    npz = write_blobs(tmp / 'blobs.npz', n=96)
+
+    def config(name, **probe):
+        hooks = [
+            {'NAME': 'BackwardHook'},
+            {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'STEP_INTERVAL': 4, 'SAVE_LAST': True},
+            probe_hook(tmp / f'probe-{name}', **probe),
+        ]
+        return blob_cfg(tmp, name, npz, hooks, MAX_EPOCHS=3, TEST_DATA=None)
+
+    proc, logs = torchrun(config('ref'), [], tmp, 'ref')
+    assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
+    return tmp, config, load(tmp / 'ref' / 'checkpoints' / 'ldm_step-last.pth')
+
+
+@pytest.mark.parametrize('target', ['rank1', 'launcher'])
+def test_sigterm_under_torchrun_stops_every_rank_and_resumes_bit_exact(blobs_job, target):
+    tmp, config, reference = blobs_job
+    cfg = config(f'sig-{target}', SIGNAL_AT_STEP=7, SIGNAL_TARGET=target)
+    proc, logs = torchrun(cfg, [], tmp, f'sig-{target}', new_session=True)
+    assert proc.returncode != 0  # torchrun reports its workers' (or its own) signalled stop
+    work = tmp / f'sig-{target}'
+    latest = os.path.basename(latest_checkpoint(str(work / 'checkpoints')))
+    assert latest.startswith('preempted-step-'), (latest, proc.stderr[-2000:])
+    assert 'stopped by SIGTERM' in logs[0][0], logs[0][0][-2000:]
+    for rank in (0, 1):
+        assert 'Traceback' not in logs[rank][1], logs[rank][1][-2000:]
+    proc, logs = torchrun(cfg, ['SOLVER.RESUME_FROM=auto', 'SOLVER.TRAIN_HOOKS.2.SIGNAL_AT_STEP=0'], tmp, f'r-{target}')
+    assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
+    got = load(work / 'checkpoints' / 'ldm_step-last.pth')
+    assert_state_equal(reference['model'], got['model'])
+
+
+def test_elastic_restart_resumes_from_latest_by_itself(blobs_job):
+    """rank 1 dies at step 9; torchrun restarts both workers, which resume from the step-8 checkpoint."""
+    tmp, config, reference = blobs_job
+    cfg = config('elastic', WORKER_KILL_AT_STEP=9)
+    launcher = ['--rdzv-backend=c10d', f'--rdzv-endpoint=127.0.0.1:{free_port()}', '--max-restarts=1']
+    proc, _ = torchrun(cfg, [], tmp, 'elastic', launcher=launcher)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = load(tmp / 'elastic' / 'checkpoints' / 'ldm_step-last.pth')
+    assert_state_equal(reference['model'], got['model'])
+    restarted = (tmp / 'elastic' / 'std_log.txt').read_text()
+    assert 'resumed from' in restarted and 'step-8.pth' in restarted
+
+
+def test_slurm_variables_launch_two_processes_without_torchrun(blobs_job):
+    tmp, config, reference = blobs_job
+    cfg = config('slurm')
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = tool_env(
+            SLURM_PROCID=rank,
+            SLURM_NTASKS=2,
+            SLURM_LOCALID=rank,
+            SLURM_JOB_ID=1,
+            SLURM_LAUNCH_NODE_IPADDR='127.0.0.1',
+            MASTER_PORT=port,
+        )
+        cmd = [sys.executable, RUN_TRAIN, '--cfg', cfg, '--import', os.path.join(REPO, 'tests', 'dist_probe.py')]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    ranks = [load(tmp / 'probe-slurm' / f'rank{r}.pt') for r in (0, 1)]
+    assert [(r['rank'], r['world_size']) for r in ranks] == [(0, 2), (1, 2)]
+    got = load(tmp / 'slurm' / 'checkpoints' / 'ldm_step-last.pth')
+    assert_state_equal(reference['model'], got['model'])  # the same run as under torchrun
+
+
+def test_a_finished_torchrun_job_exits_0_every_time(blobs_job):
+    """Interpreter shutdown used to race gloo's threads (SIGABRT now and then); the tools end with os._exit."""
+    tmp, config, _ = blobs_job
+    cfg = config('repeat')
+    for i in range(4):
+        proc, logs = torchrun(cfg, ['SOLVER.MAX_STEPS=2', f'SOLVER.WORK_DIR={tmp / f"repeat{i}"}'], tmp, f'rep{i}')
+        assert proc.returncode == 0, (i, proc.stderr[-2000:])
+        assert 'terminate called' not in logs[0][1] + logs[1][1]
