@@ -156,3 +156,15 @@ def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):
         solver.solve()
     latest = latest_checkpoint(str(tmp_path / 'w' / 'checkpoints'))
     assert latest.endswith('step-4.pth')  # the last good one: none was written at step 6
+
+
+def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, tmp_path):
+    from scepter_like.errors import ConfigError
+
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    build_solver(cfg).solve()
+    with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run .*RESUME_FROM=auto'):
+        build_solver(cfg)
+    cfg['SOLVER']['RESUME_FROM'] = 'auto'
+    assert build_solver(cfg).resumed_from.endswith('ldm_step-epoch-1.pth')

@@ -123,6 +123,18 @@ def restarted():
     return any(int(os.environ.get(name) or 0) > 0 for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
+def _refuse_to_mix_runs(solver):
+    """A fresh run never writes into a WORK_DIR holding another run's checkpoints (rank 0 looks, all raise)."""
+    folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+    taken = broadcast_object(latest_checkpoint(folder) if solver.is_main else None)
+    if taken is not None:
+        raise ConfigError(
+            f'{solver.cfg.path_of("WORK_DIR")}: {solver.work_dir} holds the checkpoints of an earlier run'
+            f' (latest: {os.path.basename(taken)}); continue it with SOLVER.RESUME_FROM=auto,'
+            ' or give a new SOLVER.WORK_DIR'
+        )
+
+
 def resume_path(solver):
     """The checkpoint RESUME_FROM names (``auto``: the newest complete one in WORK_DIR), or None.
 
@@ -133,6 +145,7 @@ def resume_path(solver):
     """
     resume_from = solver.resume_from or ('auto' if restarted() else '')
     if not resume_from:
+        _refuse_to_mix_runs(solver)
         return None
     if resume_from == 'auto':
         folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
