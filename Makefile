@@ -14,8 +14,8 @@ $(STAMP): setup.cfg pyproject.toml constraints-ci.txt
 	$(PY) -m pip install -q -c constraints-ci.txt -e '.[dev,tasks,onnx,plot,search]'
 	touch $(STAMP)
 
-train: setup
-	$(PY) tools/run_train.py --cfg configs/cate_recognition/digits_mlp.yaml
+train: setup  # each run gets its own work dir (a rerun never mixes with an earlier run)
+	$(PY) tools/run_train.py --cfg configs/cate_recognition/digits_mlp.yaml SOLVER.WORK_DIR=work_dir/digits_mlp/$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(PY) -m pytest -q
