@@ -74,6 +74,7 @@ def digits_cfg(tmp, probe_out, **probe_keys):
         'SOLVER': {
             'MAX_EPOCHS': 2,
             'LR_SCHEDULER': {'NAME': 'CosineAnnealingLR', 'T_MAX': 2},
+            'TRAIN_DATA': {'SPLIT': 'trainval'},  # 1,437 samples: 45 steps an epoch at global batch 32
             'TRAIN_HOOKS': [
                 {'NAME': 'BackwardHook'},
                 {'NAME': 'LogHook', 'LOG_INTERVAL': 20},

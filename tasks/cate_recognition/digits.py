@@ -1,4 +1,8 @@
-"""DigitsDataset: scikit-learn's bundled digits, split 80/20 stratified with a fixed seed.
+"""DigitsDataset: scikit-learn's bundled digits, split stratified with a fixed seed.
+
+``test`` is TEST_FRACTION of the data; ``val`` is VAL_FRACTION of the rest, carved out so
+that model selection (evaluation, the best checkpoint) never looks at the test split;
+``train`` is what remains and ``trainval`` is train and val together.
 
 Items are ``{'img': float32 [8, 8] in [0, 1], 'label': int64}``.  The data ships inside
 scikit-learn, so nothing is downloaded.
@@ -8,11 +12,12 @@ import numpy as np
 
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import ConfigError
+
+SPLITS = ('train', 'val', 'trainval', 'test')
 
 
-def digits_split(split, test_fraction=0.2, seed=0):
-    """(images, labels) of ``split`` ('train' | 'test'): a stratified split, the same for a seed."""
+def digits_split(split, test_fraction=0.2, seed=0, val_fraction=0.1):
+    """(images, labels) of ``split`` (one of SPLITS): stratified splits, the same for a seed."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -22,20 +27,22 @@ def digits_split(split, test_fraction=0.2, seed=0):
     idx_train, idx_test = train_test_split(
         np.arange(len(labels)), test_size=test_fraction, stratify=labels, random_state=seed
     )
-    idx = idx_train if split == 'train' else idx_test
+    idx_fit, idx_val = train_test_split(
+        idx_train, test_size=val_fraction, stratify=labels[idx_train], random_state=seed
+    )
+    idx = {'train': idx_fit, 'val': idx_val, 'trainval': idx_train, 'test': idx_test}[split]
     return images[idx], labels[idx]
 
 
 @DATASETS.register_class()
 class DigitsDataset(ArrayDataset):
     para_dict = {
-        'SPLIT': {'value': 'train', 'description': 'train | test'},
-        'TEST_FRACTION': {'value': 0.2, 'description': 'share of the data in the test split'},
+        'SPLIT': {'value': 'train', 'description': 'train | val | trainval | test', 'choices': list(SPLITS)},
+        'TEST_FRACTION': {'value': 0.2, 'description': 'share of the data in the test split', 'above': 0, 'below': 1},
+        'VAL_FRACTION': {'value': 0.1, 'description': 'share of the non-test data in val', 'above': 0, 'below': 1},
         'SPLIT_SEED': {'value': 0, 'description': 'seed of the stratified split'},
     }
 
     def __init__(self, cfg, logger=None):
-        if cfg.SPLIT not in ('train', 'test'):
-            raise ConfigError(f"{cfg.path_of('SPLIT')}: {cfg.SPLIT!r} is not 'train' or 'test'")
-        images, labels = digits_split(cfg.SPLIT, cfg.TEST_FRACTION, cfg.SPLIT_SEED)
+        images, labels = digits_split(cfg.SPLIT, cfg.TEST_FRACTION, cfg.SPLIT_SEED, cfg.VAL_FRACTION)
         super().__init__({'img': images, 'label': labels})
