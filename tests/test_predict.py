@@ -53,3 +53,23 @@ def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):
     with pytest.raises(DataError, match=pattern):
         solver.predict(inputs)
     assert solver.unwrapped_model.training  # restored after a failure too
+
+
+def test_forward_signature_mismatches_are_data_errors_and_onnx_finds_required_inputs():
+    from scepter_like.solver.onnx_export import required_inputs
+    from scepter_like.solver.predict import forward_checked
+
+    class Plain(torch.nn.Module):  # an ordinary forward: named inputs, an optional label
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, feat, label=None):
+            return {'logits': self.fc(feat)}
+
+    model, feat = Plain(), torch.randn(3, 4)
+    assert required_inputs(model, {'feat': feat, 'label': torch.zeros(3)}) == ['feat']
+    with pytest.raises(DataError, match=r"the model needs input\(s\) \['feat'\], which the inputs lack"):
+        forward_checked(model, {'label': torch.zeros(3)})
+    with pytest.raises(DataError, match=r"the model's forward takes no \['img'\]"):
+        forward_checked(model, {'feat': feat, 'img': feat})

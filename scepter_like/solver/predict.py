@@ -6,6 +6,7 @@ concatenated as numpy arrays.  The model's previous train / eval mode is restore
 """
 
 import contextlib
+import inspect
 
 import numpy as np
 import torch
@@ -24,10 +25,41 @@ def as_tensors(inputs):
     return tensors
 
 
+def _signature_mismatch(model, batch):
+    """Why ``model.forward`` cannot take ``batch`` as keywords (missing / unexpected names), or None."""
+    forward = getattr(model, 'module', model).forward  # DDP wraps the module
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in params}
+    missing = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in batch
+    ]
+    if missing:
+        return f'the model needs input(s) {missing}, which the inputs lack; they have {sorted(batch)}'
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        unexpected = sorted(set(batch) - {p.name for p in params})
+        if unexpected:
+            return f"the model's forward takes no {unexpected}; give it **kwargs or drop those keys from the data"
+    return None
+
+
 def forward_checked(model, batch):
-    """``model(**batch)`` as a dict; a key the model reads but ``batch`` lacks is a DataError."""
+    """``model(**batch)`` as a dict; a key the model reads but ``batch`` lacks is a DataError.
+
+    A model whose ``forward`` cannot take the batch's keys (a TypeError) gets a DataError
+    naming them; the signature is read only then, so the step pays nothing for it.
+    """
     try:
         out = model(**batch)
+    except TypeError:
+        why = _signature_mismatch(model, batch)
+        if why is not None:
+            raise DataError(why) from None
+        raise
     except KeyError as e:
         key = e.args[0] if e.args else None
         if isinstance(key, str) and key not in batch:
