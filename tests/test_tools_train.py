@@ -93,6 +93,13 @@ def test_print_config_shows_overrides_and_loads_back(tmp_path):
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load(res.stdout)
     assert data['SOLVER']['MAX_EPOCHS'] == 3 and data['SOLVER']['NAME'] == 'TrainValSolver'
+    # resolved and completed: the T_MAX reference follows MAX_EPOCHS, every default is shown
+    assert data['SOLVER']['LR_SCHEDULER']['T_MAX'] == 3 and data['SOLVER']['LR_SCHEDULER']['ETA_MIN'] == 0.0
+    assert data['SOLVER']['MODEL']['LOSS']['LABEL_SMOOTHING'] == 0.0 and data['SOLVER']['MAX_STEPS'] == 0
+    assert data['SOLVER']['TRAIN_HOOKS'][0]['GRADIENT_CLIP'] == -1.0
+    typo = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCH=3')
+    assert typo.returncode == 2 and typo.stdout == ''
+    assert typo.stderr.startswith('error: SOLVER.MAX_EPOCH: unknown key') and 'did you mean MAX_EPOCHS' in typo.stderr
 
 
 def _bad_yaml(tmp_path):

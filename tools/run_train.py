@@ -24,7 +24,9 @@ def main(argv):
         return run_multirun(args, tool=os.path.abspath(__file__))
     cfg = load_config(args)
     if args.print_config:
-        print(cfg.dump(), end='')
+        from scepter_like.config_check import checked_config
+
+        print(checked_config(cfg).dump(), end='')
         return 0
     from scepter_like.solver import SOLVERS
     from scepter_like.utils.launch_env import process_rank

@@ -1,0 +1,72 @@
+"""The whole config checked and completed without building anything (``--print-config``).
+
+Each component config is resolved by its registry (unknown NAME or key, wrong type, a value
+out of its declared range: the usual one-line errors) and gets every default filled in,
+so the printed config is what a run would use.  Nested model parts (BACKBONE, LOSS, ...)
+are resolved by MODELS or LOSSES, whichever holds their NAME.
+"""
+
+import copy
+
+from scepter_like.config import Config
+from scepter_like.registry import resolve_params
+
+
+def _registries():
+    import scepter_like.solver  # noqa: F401  (registers the built-ins)
+    from scepter_like.metric.registry import METRICS
+    from scepter_like.model.loss_aggregators.registry import LOSS_AGGREGATORS
+    from scepter_like.model.registry import LOSSES, MODELS
+    from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
+    from scepter_like.solver.hooks.registry import HOOKS
+    from scepter_like.solver.registry import SOLVERS
+
+    lists = {'TRAIN_HOOKS': HOOKS, 'EVAL_HOOKS': HOOKS, 'TEST_HOOKS': HOOKS, 'METRICS': METRICS}
+    singles = {'OPTIMIZER': OPTIMIZERS, 'LR_SCHEDULER': LR_SCHEDULERS, 'LOSS_AGGREGATOR': LOSS_AGGREGATORS}
+    return SOLVERS, lists, singles, (MODELS, LOSSES)
+
+
+def _resolve_model(cfg, model_registries):
+    """Resolve ``cfg`` and, inside it, every mapping whose NAME one of ``model_registries`` holds."""
+    for registry in model_registries:
+        if isinstance(cfg.get('NAME'), str) and cfg.NAME in registry:
+            registry.resolve(cfg)
+            break
+    for value in cfg.values():
+        if isinstance(value, Config) and 'NAME' in value:
+            _resolve_model(value, model_registries)
+
+
+def _resolve_data(cfg):
+    from scepter_like.data.loader import LOADER_PARA_DICT
+    from scepter_like.data.registry import DATASETS
+
+    loader = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
+    resolve_params(loader, LOADER_PARA_DICT, 'the data loader', strict=False)
+    dataset = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
+    DATASETS.resolve(dataset)
+    for source in (loader, dataset):
+        for key, value in source.items():
+            cfg[key] = value
+
+
+def checked_config(cfg):
+    """A copy of ``cfg`` (a root Config) with every component resolved; raises the usual ConfigErrors."""
+    from scepter_like.solver.environment import resolve_env
+
+    cfg = Config(copy.deepcopy(cfg.to_dict()))
+    solvers, lists, singles, model_registries = _registries()
+    _, solver_cfg = solvers.resolve(cfg.SOLVER)
+    resolve_env(solver_cfg)
+    for key, registry in lists.items():
+        for entry in solver_cfg.get(key) or []:
+            registry.resolve(entry)
+    for key, registry in singles.items():
+        if solver_cfg.get(key) is not None:
+            registry.resolve(solver_cfg[key])
+    if solver_cfg.get('MODEL') is not None:
+        _resolve_model(solver_cfg.MODEL, model_registries)
+    for key in ('TRAIN_DATA', 'EVAL_DATA', 'TEST_DATA'):
+        if isinstance(solver_cfg.get(key), Config):
+            _resolve_data(solver_cfg[key])
+    return cfg
