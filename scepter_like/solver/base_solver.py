@@ -35,7 +35,7 @@ from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_mode
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.solver.run_records import open_work_dir, write_run_records
+from scepter_like.solver.run_records import open_work_dir, run_summary, write_run_records
 from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, settle_loop_settings
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
 
@@ -338,6 +338,7 @@ class BaseSolver:
         progress = self.progress
         self.before_solve()
         self.stages.rebuild()  # hooks settled their configuration in before_solve
+        self.logger.info(run_summary(self))
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
             with self.stop_signals:

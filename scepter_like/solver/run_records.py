@@ -47,6 +47,24 @@ def open_work_dir(solver):
     return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
 
 
+def run_summary(solver):
+    """The start-of-run lines: model and its parameters, data per mode, device and world, work dir."""
+    model = solver.unwrapped_model
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    lines = [
+        f'model {solver.cfg.MODEL.get("NAME", type(model).__name__)}: {trainable:,} trainable of {total:,} parameters',
+    ]
+    for mode, bundle in solver.datas.items():
+        lines.append(
+            f'{mode} data: {len(bundle.dataset):,} samples, batch {bundle.batch_size} per rank,'
+            f' {solver.progress.epoch_iters[mode]} batches per epoch on this rank'
+        )
+    lines.append(f'device {solver.device}, world size {solver.world_size}; work dir {os.path.abspath(solver.work_dir)}')
+    return 'run:\n' + '\n'.join(f'  {line}' for line in lines)
+
+
 def _git(args, cwd):
     try:
         res = subprocess.run(
