@@ -168,3 +168,16 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
         build_solver(cfg)
     cfg['SOLVER']['RESUME_FROM'] = 'auto'
     assert build_solver(cfg).resumed_from.endswith('ldm_step-epoch-1.pth')
+
+
+def test_resuming_a_finished_run_says_so_and_eval_data_records_no_shuffle(blobs, tmp_path, caplog):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1)
+    del cfg['SOLVER']['EVAL_DATA']['SHUFFLE']
+    solver = build_solver(cfg)
+    assert solver.cfg.EVAL_DATA.SHUFFLE is False and solver.cfg.TRAIN_DATA.SHUFFLE is True
+    solver.solve()
+    cfg['SOLVER']['RESUME_FROM'] = 'auto'
+    with caplog.at_level('WARNING', logger='scepter_like.test'):
+        build_solver(cfg).solve()
+    assert 'ends a finished run (step 4, MAX_EPOCHS 1, MAX_STEPS 0): nothing is left to train' in caplog.text

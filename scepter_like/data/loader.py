@@ -90,6 +90,8 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
     loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
     resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
+    if mode != 'train':  # evaluation keeps the data's order, and the recorded config says so
+        loader_cfg['SHUFFLE'] = False
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
     if loader_cfg.BATCH_SIZE < 1:

@@ -339,6 +339,12 @@ class BaseSolver:
         self.before_solve()
         self.stages.rebuild()  # hooks settled their configuration in before_solve
         self.logger.info(run_summary(self))
+        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= self.total_iter
+        if self.resumed_from and done:
+            self.logger.warning(
+                f'{self.resumed_from} ends a finished run (step {self.total_iter}, MAX_EPOCHS {self.max_epochs},'
+                f' MAX_STEPS {self.max_steps}): nothing is left to train; only evaluation and test run'
+            )
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
             with self.stop_signals:
