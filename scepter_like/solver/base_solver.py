@@ -55,6 +55,10 @@ def _view(holder, name, doc=None, settable=True):
     return property(get, set_ if settable else None, doc=doc)
 
 
+def _describe(value):
+    return f'a tensor of shape {list(value.shape)}' if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def _stage(stage):
     """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order."""
 
@@ -516,6 +520,8 @@ class BaseSolver:
         """
         loss = results.get('loss')
         if loss is not None:
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise DataError(f"the model's 'loss' must be a scalar tensor, got {_describe(loss)}; reduce it (mean)")
             return loss
         terms = {k: v for k, v in results.items() if k.startswith('loss_')}
         if not terms:

@@ -53,6 +53,11 @@ def forward_checked(model, batch):
     A model whose ``forward`` cannot take the batch's keys (a TypeError) gets a DataError
     naming them; the signature is read only then, so the step pays nothing for it.
     """
+    if not isinstance(batch, dict):
+        raise DataError(
+            f'a batch must be a dict of named fields (model(**batch)); the dataset gave {type(batch).__name__}:'
+            ' make its __getitem__ return a dict'
+        )
     try:
         out = model(**batch)
     except TypeError:
