@@ -26,8 +26,11 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
-bench: setup
+bench: setup  # the figures of benchmarks/results/ (run on an idle machine; ~15 minutes)
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/startup.py
+	$(PY) benchmarks/checkpoint.py
+	$(PY) benchmarks/ddp.py
 
 clean:
 	rm -rf $(VENV) work_dir

@@ -35,9 +35,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import REPO, prepare, solver_config
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, REPO)
+
 import torch  # noqa: E402
 
 from scepter_like.config import Config  # noqa: E402
@@ -46,35 +47,19 @@ from scepter_like.utils.checkpoint import fsync_file  # noqa: E402
 
 
 def build_solver(folder, hidden):
-    rng = np.random.default_rng(0)
-    npz = os.path.join(folder, 'data.npz')
-    np.savez(npz, x=rng.normal(size=(64, 64)).astype(np.float32), y=rng.integers(0, 10, 64))
-    data = {'NAME': 'NpzDataset', 'PATH': npz, 'KEY_MAP': {'x': 'img', 'y': 'label'}, 'BATCH_SIZE': 64}
-    cfg = Config(
-        {
-            'ENV': {'SEED': 0},
-            'SOLVER': {
-                'NAME': 'TrainValSolver',
-                'WORK_DIR': os.path.join(folder, 'run'),
-                'LOG_FILE': '',
-                'MAX_STEPS': 1,
-                'MODEL': {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 64, 'HIDDEN_DIMS': [hidden] * 2}},
-                'OPTIMIZER': {'NAME': 'AdamW', 'LEARNING_RATE': 0.001},
-                'LR_SCHEDULER': {'NAME': 'CosineAnnealingLR', 'T_MAX': 10},
-                'TRAIN_DATA': data,
-                'TRAIN_HOOKS': [
-                    {'NAME': 'BackwardHook'},
-                    {'NAME': 'LrHook'},
-                    {'NAME': 'CheckpointHook', 'INTERVAL': 0},
-                    {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'ASYNC_SAVE': True},
-                    {'NAME': 'DistSamplerHook'},
-                ],
-            },
-        }
-    )
+    """The MLP workload's solver, widened to ``hidden``, after one step; its CheckpointHooks save on demand only."""
+    cfg = solver_config('mlp', prepare('mlp', folder, 1), os.path.join(folder, 'run'), steps=1)
+    cfg['SOLVER'].update(LOG_FILE='', MAX_STEPS=1)
+    cfg['SOLVER']['MODEL']['BACKBONE']['HIDDEN_DIMS'] = [hidden] * 2
+    cfg['SOLVER']['TRAIN_HOOKS'] = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'ASYNC_SAVE': True},
+    ]
     logger = logging.getLogger('bench')
     logger.setLevel(logging.WARNING)
-    solver = SOLVERS.build(cfg.SOLVER, logger=logger)
+    solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
     solver.set_up_pre()
     solver.set_up()
     solver.solve()  # one step: the optimizer now holds its moments

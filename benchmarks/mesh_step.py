@@ -3,7 +3,7 @@
 
 ``python benchmarks/mesh_step.py [--epochs N] [--chunk-steps N] [--json FILE]``
 
-The method of ``interleaved.py`` (its StepClock and summary): the solver runs one whole
+The method of ``overhead.py --interleaved`` (common.StepClock and common.summarize): the solver runs one whole
 ``solve()`` of ``configs/mesh_regression/mgn.yaml`` (train data only, its train hooks:
 BackwardHook with gradient clipping, LogHook, LrHook, one checkpoint at the end), and its
 end-of-step callback runs the next CHUNK_STEPS steps of the hand-written loop after every
@@ -27,8 +27,7 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [REPO, HERE]
 
 import torch  # noqa: E402
-from interleaved import StepClock, summarize  # noqa: E402
-from workloads import SEED  # noqa: E402
+from common import SEED, StepClock, summarize  # noqa: E402
 
 import tasks.mesh_regression  # noqa: E402,F401
 from scepter_like.config import Config  # noqa: E402
@@ -105,7 +104,7 @@ def measure(epochs, chunk_steps, folder):
     solver.set_up_pre()
     solver.set_up()
     hand = HandLoop(solver, chunk_steps)
-    clock = StepClock(chunk_steps, on_chunk_end=lambda: hand.run(chunk_steps))
+    clock = StepClock(chunk_steps, on_turn_end=lambda: hand.run(chunk_steps))
     solver.register_callback_on_iter_end(clock.tick)  # after every hook of the step
     try:
         solver.solve()
@@ -123,12 +122,12 @@ def main(argv=None):
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix='scepter_bench_mesh_') as folder:
         r = measure(args.epochs, args.chunk_steps, folder)
-    m, (q1, q3) = r['mean_step_us'], r['ratio_chunk_means_quartiles']
+    m, (q1, q3) = r['mean_step_us'], r['ratio_turn_means_quartiles']
     print(f'{"workload":8s} {"steps":>6s} {"hand ms":>8s} {"solver ms":>9s} {"ratio":>6s} {"(q1-q3)":>13s}', end='')
     print(f' {"all steps":>9s} {"median step":>11s}')
     print(
         f'{r["workload"]:8s} {r["steps_each"]:6d} {m["hand"] / 1e3:8.1f} {m["solver"] / 1e3:9.1f}'
-        f' {r["ratio_chunk_means"]:6.3f} {f"({q1:.3f}-{q3:.3f})":>13s}'
+        f' {r["ratio_turn_means"]:6.3f} {f"({q1:.3f}-{q3:.3f})":>13s}'
         f' {r["ratio_mean_step"]:9.3f} {r["ratio_median_step"]:11.3f}'
     )
     if args.json:

@@ -1,85 +1,103 @@
 #!/usr/bin/env python
-"""Per-step cost of the solver against a hand-written loop.
+"""Per-step cost of the solver against the hand-written loop.
 
-``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 5] [--steps N] [--json FILE] [--peers]``
+``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved] [--json FILE]``
 
-Each round runs the hand-written loop (``hand_loop.py``) and ``tools/run_train.py`` on
-the same model, data, optimizer and step count, each in a fresh process with one torch
-thread, alternating which goes first.  Only the training steps are timed (the span
-between the end of the first and of the last step), by the wall clock and by the
-process's CPU time, and as the median single-step duration of each run (robust to bursts
-of outside load on a shared VM).  Prints µs per step and the median over rounds of the
-per-round ratio solver / hand.
+Across processes (the default, how the targets are stated): each round runs
+``hand_loop.py`` and ``tools/run_train.py`` on the same model, data, optimizer and step
+count, each in a fresh process with one torch thread, alternating which goes first.  Only
+the training steps are timed (common.StepClock).  Prints the median over rounds of µs per
+step and of the per-round ratio solver / hand.
+
+``--interleaved``: both loops in this process, taking turns every 50 steps (10 for the
+ConvNet), so they see the same machine at the same moments: the solver runs one
+``solve()`` and its end-of-step callback runs the hand loop's next turn (common.summarize).
 """
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
 import tempfile
 
-from runners import RUNNERS, prepare
+from common import REPO, StepClock, launch, prepare, solver_config, summarize
 
 TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
-def measure(workload, rounds, steps, folder, names=('hand', 'solver'), log=print):
-    """Alternated rounds of each runner; medians of µs per step (wall and CPU) and of the per-round ratios."""
-    data, total = prepare(workload, folder, steps)
-    runs = {name: [] for name in names}
+def across_processes(workload, rounds, steps, folder):
+    data = prepare(workload, folder, steps)
+    runs = {'hand': [], 'solver': []}
     for r in range(rounds):
-        order = names if r % 2 == 0 else tuple(reversed(names))
-        for name in order:
-            runs[name].append(RUNNERS[name](workload, data, folder, f'{workload}-{r}', steps))
-        log(
-            f'  round {r + 1}/{rounds}: '
-            + '  '.join(
-                f'{n} {runs[n][-1]["us_per_step"]:8.1f} us (cpu {runs[n][-1]["cpu_us_per_step"]:8.1f})' for n in names
-            )
+        for side in ('hand', 'solver') if r % 2 == 0 else ('solver', 'hand'):
+            runs[side].append(launch(side, workload, data, folder, f'{workload}-{r}', steps))
+        hand, solver = runs['hand'][-1], runs['solver'][-1]
+        print(f'  round {r + 1}/{rounds}: hand {hand["us_per_step"]:8.1f} us, solver {solver["us_per_step"]:8.1f} us')
+    summary = {'workload': workload, 'steps': runs['hand'][0]['steps'], 'rounds': rounds, 'runs': runs}
+    for key, label in TIMINGS.items():
+        hand, solver = ([run[key] for run in runs[side]] for side in ('hand', 'solver'))
+        ratios = [s / h for s, h in zip(solver, hand)]
+        summary[key] = {'hand': statistics.median(hand), 'solver': statistics.median(solver)}
+        summary[f'ratio_{key}'] = statistics.median(ratios)
+        print(
+            f'{workload} {label}: hand {summary[key]["hand"]:.1f} us, solver {summary[key]["solver"]:.1f} us;'
+            f' solver / hand {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
         )
-    summary = {'workload': workload, 'steps': total, 'rounds': rounds, 'runs': runs}
-    for key in TIMINGS:
-        if not all(key in run for v in runs.values() for run in v):
-            continue
-        base = [run[key] for run in runs[names[0]]]
-        summary[f'median_{key}'] = {n: statistics.median(run[key] for run in v) for n, v in runs.items()}
-        summary[f'median_ratio_{key}'] = {
-            n: statistics.median(run[key] / b for run, b in zip(v, base)) for n, v in runs.items()
-        }
     return summary
+
+
+def in_one_process(workload, steps, folder):
+    import torch
+    from hand_loop import HandLoop
+
+    sys.path.insert(0, REPO)
+    from scepter_like.config import Config
+    from scepter_like.solver import SOLVERS
+    from scepter_like.utils.logger import get_logger
+
+    torch.set_num_threads(1)
+    turn = 50 if workload == 'mlp' else 10
+    data = prepare(workload, folder, steps)
+    hand = HandLoop(workload, data, steps, StepClock(turn), log=sys.stderr)
+    logger = get_logger('scepter_like.bench', stream=sys.stderr)  # as run_train's, on stderr
+    logger.setLevel(int(os.environ.get('BENCH_LOG_LEVEL', logging.INFO)))
+    solver = SOLVERS.build(Config(solver_config(workload, data, os.path.join(folder, 'work'), steps)).SOLVER, logger)
+    solver.set_up_pre()
+    solver.set_up()
+    clock = StepClock(turn, on_turn_end=lambda: hand.run(turn))
+    solver.register_callback_on_iter_end(clock.tick)  # after every hook of the step
+    try:
+        solver.solve()
+    finally:
+        solver.close()
+    r = {'workload': workload, 'steps': hand.done, **summarize(hand.clock, clock)}
+    m, (q1, q3) = r['mean_step_us'], r['ratio_turn_means_quartiles']
+    print(
+        f'{workload} interleaved, {hand.done} steps each: hand {m["hand"]:.1f} us, solver {m["solver"]:.1f} us;'
+        f' solver / hand {r["ratio_turn_means"]:.3f} (median over turn pairs, quartiles {q1:.3f}-{q3:.3f});'
+        f' all steps {r["ratio_mean_step"]:.3f}, median step {r["ratio_median_step"]:.3f}'
+    )
+    return r
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--workload', choices=('mlp', 'conv', 'all'), default='all')
-    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--rounds', type=int, default=9)
     parser.add_argument('--steps', type=int, default=None, help='train steps per run (default: the workload’s)')
+    parser.add_argument('--interleaved', action='store_true', help='both loops in this process, taking turns')
     parser.add_argument('--json', default='', help='also write the results to this JSON file')
-    parser.add_argument('--peers', action='store_true', help='also run mmengine and Lightning when installed')
     args = parser.parse_args(argv)
-    names = ['hand', 'solver']
-    if args.peers:
-        from peers import available_peers
-
-        found, missing = available_peers()
-        for name, why in missing.items():
-            print(f'skipping {name}: {why} (pip install ".[bench]" in a separate environment)')
-        names += found
-    workloads = ('mlp', 'conv') if args.workload == 'all' else (args.workload,)
     results = []
-    with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
-        for workload in workloads:
-            print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
-            results.append(measure(workload, args.rounds, args.steps, folder, tuple(names)))
-    for key, label in TIMINGS.items():
-        if not all(f'median_{key}' in s for s in results):
-            continue
-        print(f'\n{label}: median us/step (median per-round ratio to hand)')
-        print(f'{"workload":8s} {"steps":>6s} ' + ' '.join(f'{n:>20s}' for n in names))
-        for s in results:
-            cols = ' '.join(f'{s[f"median_{key}"][n]:10.1f} ({s[f"median_ratio_{key}"][n]:6.3f}x)' for n in names)
-            print(f'{s["workload"]:8s} {s["steps"]:6d} {cols}')
+    for workload in ('mlp', 'conv') if args.workload == 'all' else (args.workload,):
+        with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
+            if args.interleaved:
+                results.append(in_one_process(workload, args.steps, folder))
+            else:
+                print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
+                results.append(across_processes(workload, args.rounds, args.steps, folder))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'python': sys.version.split()[0], 'cpus': os.cpu_count(), 'results': results}, f, indent=1)

@@ -1,0 +1,34 @@
+"""StepClockHook: common.StepClock inside a ``tools/run_train.py`` process (loaded through IMPORTS).
+
+Ticks after every other after_iter hook; writes the clock's result to OUTPUT at the end.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import StepClock  # noqa: E402
+
+from scepter_like.solver.hooks.hook import Hook  # noqa: E402
+from scepter_like.solver.hooks.registry import HOOKS  # noqa: E402
+
+
+@HOOKS.register_class()
+class StepClockHook(Hook):
+    para_dict = {
+        'PRIORITY': {'value': 100000, 'description': 'last of all after_iter hooks'},
+        'OUTPUT': {'value': '', 'description': 'JSON file for the timings'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.output, self.clock = cfg.OUTPUT, StepClock()
+
+    def after_iter(self, solver):
+        self.clock.tick()
+
+    def after_solve(self, solver):
+        with open(self.output, 'w') as f:
+            json.dump(self.clock.result(), f)

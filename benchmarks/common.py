@@ -1,0 +1,176 @@
+"""What every benchmark shares: the workloads, the step clock, the solver config, launching a run.
+
+Imports no torch and nothing of the toolkit, so the hand-written side (``hand_loop.py``)
+stays plain PyTorch and a process's start-up is its own.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SEED = 0
+LEARNING_RATE = 1e-3
+
+WORKLOADS = {
+    # overhead-dominated: a tiny MLP, where every microsecond of framework shows
+    'mlp': {'shape': (64,), 'hidden': [256, 256], 'steps': 3000, 'steps_per_epoch': 300},
+    # compute-dominated: a ConvNet on 32x32 RGB inputs
+    'conv': {'shape': (3, 32, 32), 'channels': [32, 64], 'steps': 200, 'steps_per_epoch': 20},
+}
+CLASSES, BATCH, LOG_INTERVAL = 10, 64, 10
+
+
+def plan(name, steps=None):
+    """(workload dict, epochs, total steps): whole epochs only, so both loops end at an epoch's end."""
+    w = dict(WORKLOADS[name])
+    steps = steps or w['steps']
+    w['steps_per_epoch'] = min(w['steps_per_epoch'], steps)
+    epochs = max(1, steps // w['steps_per_epoch'])
+    return w, epochs, epochs * w['steps_per_epoch']
+
+
+def prepare(workload, folder, steps=None):
+    """Random inputs and labels for one pass of the workload, written once as an .npz; returns its path."""
+    w, _, total = plan(workload, steps)
+    path = os.path.join(folder, f'{workload}-{total}.npz')
+    if not os.path.exists(path):
+        rng = np.random.default_rng(SEED)
+        n = w['steps_per_epoch'] * BATCH
+        x = rng.standard_normal((n, *w['shape']), dtype=np.float32)
+        np.savez(path, x=x, y=rng.integers(0, CLASSES, size=n, dtype=np.int64))
+    return path
+
+
+def solver_config(workload, data, work_dir, steps=None, clock_output=''):
+    """The run_train config of the workload: the default train hooks, one checkpoint at the end.
+
+    With ``clock_output`` the run also ticks a StepClock (``clock_hook.py``) and writes its result there.
+    """
+    w, epochs, _ = plan(workload, steps)
+    if workload == 'mlp':
+        backbone = {'NAME': 'MLP', 'IN_DIM': w['shape'][0], 'HIDDEN_DIMS': w['hidden'], 'OUT_DIM': CLASSES}
+    else:
+        backbone = {'NAME': 'ConvNet', 'IN_CHANNELS': w['shape'][0], 'CHANNELS': w['channels'], 'OUT_DIM': CLASSES}
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LogHook', 'LOG_INTERVAL': LOG_INTERVAL},
+        {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
+        {'NAME': 'CheckpointHook', 'INTERVAL': epochs},
+        {'NAME': 'DistSamplerHook'},
+    ]
+    cfg = {'ENV': {'SEED': SEED, 'NUM_THREADS': 1}}
+    if clock_output:
+        cfg['IMPORTS'] = [os.path.join(HERE, 'clock_hook.py')]
+        hooks.append({'NAME': 'StepClockHook', 'OUTPUT': clock_output})
+    cfg['SOLVER'] = {
+        'NAME': 'TrainValSolver',
+        'WORK_DIR': work_dir,
+        'MAX_EPOCHS': epochs,
+        'MODEL': {'NAME': 'Classifier', 'BACKBONE': backbone},
+        'OPTIMIZER': {'NAME': 'AdamW', 'LEARNING_RATE': LEARNING_RATE},
+        'LR_SCHEDULER': {'NAME': 'CosineAnnealingLR', 'T_MAX': epochs},
+        'TRAIN_DATA': {
+            'NAME': 'NpzDataset',
+            'PATH': data,
+            'KEY_MAP': {'x': 'img', 'y': 'label'},
+            'BATCH_SIZE': BATCH,
+            'SHUFFLE': True,
+        },
+        'TRAIN_HOOKS': hooks,
+    }
+    return cfg
+
+
+class StepClock:
+    """Times training steps: each step's duration, from the end of one step to the end of the next.
+
+    Both loops call ``tick`` once at the end of every step (the solver after all its hooks),
+    so both pay the same for being timed.  With ``turn_steps`` the clock hands over to the
+    other loop (``on_turn_end``) after every that many steps, and leaves out the next
+    step's duration, whose span holds the other loop's turn.
+    """
+
+    def __init__(self, turn_steps=0, on_turn_end=None):
+        self.turn_steps, self.on_turn_end = turn_steps, on_turn_end
+        self.turns, self.steps, self._last = [[]], 0, None
+        self.first = self.last = None
+
+    def tick(self, _solver=None):
+        now, cpu = time.perf_counter(), time.process_time()
+        if self.steps == 0:
+            self.first = (now, cpu, time.time())
+        elif self._last is not None:
+            self.turns[-1].append(now - self._last)
+        self._last, self.last = now, (now, cpu)
+        self.steps += 1
+        if self.turn_steps and self.steps % self.turn_steps == 0:
+            if self.on_turn_end is not None:
+                self.on_turn_end()
+            self.turns.append([])
+            self._last = None
+
+    def result(self):
+        """µs per step from the end of the first step to the end of the last (wall, CPU); the median step."""
+        gaps = max(self.steps - 1, 1)
+        durations = [d for turn in self.turns for d in turn]
+        return {
+            'steps': self.steps,
+            'us_per_step': (self.last[0] - self.first[0]) / gaps * 1e6,
+            'cpu_us_per_step': (self.last[1] - self.first[1]) / gaps * 1e6,
+            'median_step_us': statistics.median(durations) * 1e6,
+            'first_step_wall': self.first[2],
+        }
+
+
+def summarize(hand_clock, solver_clock):
+    """Two StepClocks that took turns: step times and the solver / hand ratios.
+
+    The main figure is the median, over pairs of turns, of the ratio of their mean step
+    times (every step counts; a burst of outside load spoils one pair, not the median).
+    """
+    turns = {'hand': [t for t in hand_clock.turns if t], 'solver': [t for t in solver_clock.turns if t]}
+    steps = {name: [d for turn in t for d in turn] for name, t in turns.items()}
+    medians = {name: statistics.median(d) * 1e6 for name, d in steps.items()}
+    means = {name: statistics.mean(d) * 1e6 for name, d in steps.items()}
+    pairs = [statistics.mean(s) / statistics.mean(h) for h, s in zip(turns['hand'], turns['solver'])]
+    return {
+        'median_step_us': medians,
+        'mean_step_us': means,
+        'ratio_turn_means': statistics.median(pairs),
+        'ratio_turn_means_quartiles': statistics.quantiles(pairs, n=4)[::2],
+        'ratio_mean_step': means['solver'] / means['hand'],
+        'ratio_median_step': medians['solver'] / medians['hand'],
+    }
+
+
+def launch(side, workload, data, folder, tag, steps=None):
+    """One run in a fresh process (one torch thread): 'hand' (``hand_loop.py``) or 'solver' (``tools/run_train.py``).
+
+    Returns its StepClock result, plus the seconds from launching the process to the end of its first step.
+    """
+    out = os.path.join(folder, f'{side}-{tag}.json')
+    if side == 'hand':
+        cmd = [sys.executable, os.path.join(HERE, 'hand_loop.py'), workload, data, out, str(steps or 0)]
+    else:
+        cfg_path = os.path.join(folder, f'solver-{tag}.yaml')
+        with open(cfg_path, 'w') as f:
+            yaml.safe_dump(solver_config(workload, data, os.path.join(folder, f'work-{tag}'), steps, out), f)
+        cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path]
+    env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}
+    env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    start = time.time()
+    res = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f'{" ".join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}')
+    with open(out) as f:
+        result = json.load(f)
+    result['to_first_step_s'] = result['first_step_wall'] - start
+    return result
