@@ -165,7 +165,7 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
     build_solver(cfg).solve()
     with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run .*RESUME_FROM=auto'):
-        build_solver(cfg)
+        build_solver(cfg).solve()
     cfg['SOLVER']['RESUME_FROM'] = 'auto'
     assert build_solver(cfg).resumed_from.endswith('ldm_step-epoch-1.pth')
 

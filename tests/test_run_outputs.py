@@ -19,7 +19,13 @@ from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
 
 from scepter_like.utils.metrics_log import MetricsLog, read_metrics
 
-COMMON = ['SOLVER.LR_SCHEDULER.T_MAX=2', 'SOLVER.TRAIN_HOOKS.3.SAVE_LAST=true', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=10']
+# trainval: the 1,437 training samples, 45 steps an epoch
+COMMON = [
+    'SOLVER.TRAIN_DATA.SPLIT=trainval',
+    'SOLVER.LR_SCHEDULER.T_MAX=2',
+    'SOLVER.TRAIN_HOOKS.3.SAVE_LAST=true',
+    'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=10',
+]
 
 
 @pytest.fixture(scope='module')
@@ -122,6 +128,7 @@ def test_progress_bar_on_a_terminal(tmp_path):
     work = tmp_path / 'tty'
     cmd = [sys.executable, os.path.join(TOOLS, 'run_train.py'), '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}']
     cmd += ['SOLVER.MAX_EPOCHS=2', 'SOLVER.MAX_STEPS=60', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=10']
+    cmd += ['SOLVER.TRAIN_DATA.SPLIT=trainval']
     master, slave = pty.openpty()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=tool_env())
     os.close(slave)

@@ -72,7 +72,7 @@ def test_user_solver_and_hook_from_imports(tmp_path, digits_args):
     )
     assert res.returncode == 0, res.stderr
     name, steps, total, acc = marker.read_text().split()
-    assert name == 'XxxSolver' and int(steps) == int(total) == 45 and 0 < float(acc) <= 1
+    assert name == 'XxxSolver' and int(steps) == int(total) == 41 and 0 < float(acc) <= 1
 
 
 def test_import_flag_with_py_path(tmp_path, digits_args):

@@ -336,6 +336,8 @@ class BaseSolver:
         if epoch is not None:
             self.max_epochs = epoch
         self.failed = None
+        if not self.resumed_from and 'train' in self.datas:
+            checkpoint_state.refuse_to_mix_runs(self)
         if self.is_main:  # a training run starts: config.yaml, env.json, code_snapshot/ (run_records.py)
             write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
             self.metrics_log.write_start(self, self.resumed_from)

@@ -123,8 +123,11 @@ def restarted():
     return any(int(os.environ.get(name) or 0) > 0 for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
 
 
-def _refuse_to_mix_runs(solver):
-    """A fresh run never writes into a WORK_DIR holding another run's checkpoints (rank 0 looks, all raise)."""
+def refuse_to_mix_runs(solver):
+    """A fresh training run never writes into a WORK_DIR holding another run's checkpoints (rank 0 looks, all raise).
+
+    Evaluation, inference and export from that folder are fine: only ``solve`` asks.
+    """
     folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
     taken = broadcast_object(latest_checkpoint(folder) if solver.is_main else None)
     if taken is not None:
@@ -145,7 +148,6 @@ def resume_path(solver):
     """
     resume_from = solver.resume_from or ('auto' if restarted() else '')
     if not resume_from:
-        _refuse_to_mix_runs(solver)
         return None
     if resume_from == 'auto':
         folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
