@@ -13,17 +13,15 @@ import torch
 import yaml
 from conftest import REPO, run_tool, tool_env
 from helpers import blob_solver_cfg, build_solver, write_blobs
+from optimization_support import GradCaptureHook
 from test_checkpoint_resume import assert_same
 
 import tasks.pinn  # noqa: F401  (registers PoissonPINN)
-from scepter_like.model.base import BaseModel
 from scepter_like.model.loss_aggregators.pcgrad import project_conflicting
-from scepter_like.model.registry import MODELS
-from scepter_like.solver.hooks.hook import Hook
-from scepter_like.solver.hooks.registry import HOOKS
 
 POISSON_CFG = os.path.join(REPO, 'configs', 'pinn', 'poisson2d.yaml')
 SUPPORT = os.path.join(REPO, 'tests', 'ckpt_support.py')
+OWN_SUPPORT = os.path.join(REPO, 'tests', 'optimization_support.py')
 LBFGS = {'NAME': 'LBFGS', 'LEARNING_RATE': 1.0, 'MAX_ITER': 1, 'MAX_EVAL': 10, 'LINE_SEARCH_FN': 'strong_wolfe'}
 
 
@@ -39,21 +37,6 @@ def poisson_cfg(work_dir, steps, **solver_keys):
     solver['EVAL_HOOKS'] = []
     solver.update(solver_keys)
     return cfg
-
-
-@HOOKS.register_class()
-class GradCaptureHook(Hook):
-    """Keeps the gradients every after_backward sees, and the train batches."""
-
-    def __init__(self, cfg, logger=None):
-        super().__init__(cfg, logger)
-        self.grads, self.batches = [], []
-
-    def before_iter(self, solver):
-        self.batches.append({k: v.clone() for k, v in solver.step.batch.items()})
-
-    def after_backward(self, solver):
-        self.grads.append([p.grad.clone() for p in solver.unwrapped_model.parameters()])
 
 
 def full_batch(solver):
@@ -117,21 +100,6 @@ def test_the_optimizer_switches_at_its_step_and_the_schedule_follows(tmp_path):
     # Adam under StepLR for 3 epochs (halved before each later epoch), then L-BFGS at its own constant lr
     assert seen == [('Adam', 0.001), ('Adam', 0.0005), ('Adam', 0.00025)] + [('LBFGS', 0.5)] * 3
     assert solver.progress.phase == 1 and solver.lr_scheduler is None
-
-
-@MODELS.register_class()
-class TwoTargetsModel(BaseModel):
-    """A linear map pulled towards +1 and -1 at once: two loss terms whose gradients conflict."""
-
-    def __init__(self, cfg, logger=None):
-        super().__init__(cfg, logger)
-        self.net = torch.nn.Linear(8, 1)
-
-    def forward(self, img, label=None):
-        out = self.net(img)
-        if not self.training:
-            return {'out': out}
-        return {'loss_up': (out - 1).pow(2).mean(), 'loss_down': (out + 1).pow(2).mean()}
 
 
 def test_pcgrad_in_the_solver_steps_with_the_projected_gradient(tmp_path):
@@ -259,3 +227,24 @@ def test_bad_optimization_settings_are_one_error_line(case, tmp_path):
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and re.search(pattern, lines[0]), res.stderr[-2000:]
     assert ' step ' not in res.stdout
+
+
+def test_lbfgs_and_pcgrad_under_two_process_torchrun(tmp_path):
+    """Both ranks take the same line-search path (the closure's loss is averaged) and end with equal weights."""
+    from test_distributed import torchrun
+
+    cfg = poisson_cfg(
+        tmp_path / 'run',
+        6,
+        OPTIMIZER_PHASES=[{'AT_STEP': 3, 'OPTIMIZER': LBFGS}],
+        LOSS_AGGREGATOR={'NAME': 'PCGrad'},
+        TRAIN_HOOKS=[{'NAME': 'BackwardHook'}, {'NAME': 'GradCaptureHook'}, {'NAME': 'WeightDumpHook'}],
+    )
+    path = tmp_path / 'job.yaml'
+    path.write_text(yaml.safe_dump(cfg))
+    proc, logs = torchrun(str(path), ['--import', OWN_SUPPORT], str(tmp_path), 'lbfgs')
+    assert proc.returncode == 0, proc.stderr[-3000:] + str(logs)
+    dumps = [torch.load(tmp_path / 'run' / f'weights-rank{r}.pt', weights_only=True) for r in (0, 1)]
+    assert dumps[0]['optimizer'] == 'LBFGS' and dumps[0]['func_evals'] == dumps[1]['func_evals'] > 3
+    for a, b in zip(dumps[0]['params'], dumps[1]['params']):
+        assert torch.equal(a, b)
