@@ -141,9 +141,8 @@ class BaseSolver:
         self.model = None
         self.optimizer = None
         self.lr_scheduler = None
-        self.phases = None  # OptimizerPhases, once init_opti ran
+        self.phases = OptimizerPhases(cfg)  # SOLVER.OPTIMIZER (phase 0) and OPTIMIZER_PHASES
         self.optimizer_takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
-        self.loss_aggregator = None
         self.metrics = []
         self.epoch_outputs = {}
         self._file_handler = None
@@ -243,19 +242,22 @@ class BaseSolver:
         return None
 
     def init_opti(self):
-        """The loss aggregator, and the optimizer and LR scheduler of phase 0 (every phase is checked here)."""
+        """The optimizer and LR scheduler of phase 0 (every phase is checked here) and the loss aggregator."""
         cfg = self.cfg
         if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
             raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
-        self.loss_aggregator = LOSS_AGGREGATORS.build(
-            cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}, logger=self.logger, weights=self.loss_weights, seed=self.seed
-        )
-        self.phases = OptimizerPhases(cfg)
         if cfg.OPTIMIZER is not None:
             params = self._trained_parameters()
             if 'train' in self.datas:
                 self.phases.check(self.progress, self.autocast_dtype, params, self.logger)
             self.use_optimizer_phase(0, params)
+        _ = self.loss_aggregator  # built now, so that a bad LOSS_AGGREGATOR fails before training
+
+    @functools.cached_property
+    def loss_aggregator(self):
+        """The LOSS_AGGREGATORS entry that turns the model's ``loss_*`` terms into the loss (Sum by default)."""
+        agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
+        return LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=self.loss_weights, seed=self.seed)
 
     def _trained_parameters(self):
         return [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
