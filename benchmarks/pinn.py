@@ -1,23 +1,22 @@
 #!/usr/bin/env python
 """The Poisson PINN of ``configs/pinn/poisson2d.yaml``: a hand-written PyTorch script against the toolkit, one process.
 
-``python benchmarks/pinn.py [--adam-steps N] [--lbfgs-steps N] [--chunk-steps N] [--hand-lbfgs] [--json FILE]``
+``python benchmarks/pinn.py [--adam-steps 2000] [--lbfgs-steps 1000] [--turn-steps 50] [--json FILE]``
 
-Both sides use the same network (2 -> 4x64 tanh -> 1, Glorot normal, seeded by ENV.SEED:
-the script checks the initial weights are equal), the same 2,000 + 400 collocation points
-(the hand side takes the arrays of the config's CollocationPoints draw), full batch, and
-the same 101x101 evaluation grid.  The hand side is plain PyTorch: ``autograd.grad`` for
-the Laplacian, Adam steps, then ``torch.optim.LBFGS.step(closure)`` one iteration per step.
+Both sides run the config's whole recipe: Adam (lr 1e-3) then L-BFGS (one iteration per
+step, strong-Wolfe line search, ``MAX_EVAL`` and ``HISTORY_SIZE`` as the config has them),
+full batch, on the same network (2 -> 4x64 tanh -> 1, Glorot normal, seeded by ENV.SEED:
+the script checks that the initial weights are equal) and the same 2,000 + 400 collocation
+points (the hand side takes the arrays of the toolkit's CollocationPoints draw).  The hand
+side is plain PyTorch: ``autograd.grad`` for the Laplacian, ``Adam.step()``, then
+``LBFGS.step(closure)``.  The toolkit side is ``tools/run_train.py``'s path (``load_config``,
+``SOLVERS.build``, ``set_up_pre``, ``set_up``, ``solve``) with BackwardHook and LogHook
+(every 100 steps), the switch done by ``SOLVER.OPTIMIZER_PHASES``, one evaluation at the end.
 
-The toolkit side runs ``tools/run_train.py``'s path on the config (``load_config``,
-``SOLVERS.build``, ``set_up_pre``, ``set_up``, ``solve``) with BackwardHook and LogHook,
-evaluating once at the end.  The two sides take turns every CHUNK_STEPS steps under
-``interleaved.StepClock`` (both see the same machine at the same moments), over the
-phases in TOOLKIT_PHASES — the ones the toolkit can run today.  ``--hand-lbfgs`` then
-runs the rest of the hand-written recipe alone (its L-BFGS phase) and reports its error.
-
-Printed: the relative L2 error of both sides on the grid, the mean step times and the
-ratio toolkit / hand (median over chunk pairs of their mean step times, and over all steps).
+The two take turns every TURN_STEPS steps under ``common.StepClock`` (both see the same
+machine at the same moments).  Printed: the relative L2 error of both on the 101x101 grid,
+the wall time of each side's steps, and the ratio toolkit / hand (total step time, and the
+median over turn pairs of their mean step times), for each phase and in all.
 """
 
 import argparse
@@ -26,7 +25,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from argparse import Namespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,38 +32,34 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [REPO, HERE]
 
 import torch  # noqa: E402
-from interleaved import StepClock  # noqa: E402
+from common import StepClock  # noqa: E402
 
 from scepter_like.cli import load_config  # noqa: E402
 from scepter_like.solver import SOLVERS  # noqa: E402
 from scepter_like.utils.logger import get_logger  # noqa: E402
 
 CFG = os.path.join(REPO, 'configs', 'pinn', 'poisson2d.yaml')
-PHASE_STEPS = {'adam': 2000, 'lbfgs': 1000}
-TOOLKIT_PHASES = ('adam',)  # add 'lbfgs' once the solver switches optimizers (its keys: toolkit_overrides)
 LOG_INTERVAL = 100
-# Closure evaluations per L-BFGS step (1 + the line search's).  torch's default, max_iter * 5 // 4,
-# is 1 for max_iter=1: the line search gets no evaluation and every step after the first stalls.
-LBFGS_MAX_EVAL = 25
 
 
-def toolkit_overrides(work_dir, phases, steps):
-    """run_train overrides: the phases' steps, evaluation at the end only, BackwardHook and LogHook."""
-    total = sum(steps[p] for p in phases)
+def toolkit_overrides(work_dir, adam_steps, lbfgs_steps):
+    total = adam_steps + lbfgs_steps
     return [
         f'SOLVER.WORK_DIR={work_dir}',
         f'SOLVER.MAX_EPOCHS={total}',
         f'SOLVER.EVAL_INTERVAL={total}',
+        f'SOLVER.OPTIMIZER_PHASES.0.AT_STEP={adam_steps}',
         f'SOLVER.TRAIN_HOOKS=[{{NAME: BackwardHook}}, {{NAME: LogHook, LOG_INTERVAL: {LOG_INTERVAL}}}]',
         'SOLVER.EVAL_HOOKS=[]',
+        'SOLVER.CODE_SNAPSHOT=false',
     ]
 
 
 class HandPINN:
-    """The hand-written PINN, resumable in chunks of steps: Adam steps, then one L-BFGS iteration per step."""
+    """The hand-written PINN, run in turns of steps: Adam steps, then one L-BFGS iteration per step."""
 
-    def __init__(self, solver, steps):
-        self.steps = steps
+    def __init__(self, solver, adam_steps):
+        self.adam_steps = adam_steps
         data = solver.datas['train'].dataset.arrays
         boundary = data['on_boundary']
         self.x_int = data['x'][~boundary].clone().requires_grad_(True)
@@ -73,6 +67,8 @@ class HandPINN:
         self.k_pi = solver.cfg.MODEL.K * torch.pi
         self.f = -2 * self.k_pi**2 * self.exact(self.x_int.detach())
         self.grid = solver.datas['eval'].dataset.arrays['x']
+        self.lbfgs_args = {k.lower(): v for k, v in solver.cfg.OPTIMIZER_PHASES[0].OPTIMIZER.items() if k != 'NAME'}
+        self.lbfgs_args['lr'] = self.lbfgs_args.pop('learning_rate')
         torch.manual_seed(solver.seed)
         layers, width = [], 2
         for _ in range(4):
@@ -106,27 +102,19 @@ class HandPINN:
 
     def run(self, steps):
         for _ in range(steps):
-            if self.done < self.steps['adam']:
+            if self.done < self.adam_steps:
                 self.adam.zero_grad(set_to_none=True)
                 loss = self.loss()
                 loss.backward()
                 self.adam.step()
             else:
                 if self.lbfgs is None:
-                    self.lbfgs = torch.optim.LBFGS(
-                        self.net.parameters(),
-                        lr=1.0,
-                        max_iter=1,
-                        max_eval=LBFGS_MAX_EVAL,
-                        history_size=50,
-                        line_search_fn='strong_wolfe',
-                    )
+                    self.lbfgs = torch.optim.LBFGS(self.net.parameters(), **self.lbfgs_args)
                 loss = self.lbfgs.step(self.closure)
             self.done += 1
             if self.done % LOG_INTERVAL == 0:
                 print(f'hand step {self.done} loss {loss.item():.4g}', file=sys.stderr)
-            if self.clock is not None:
-                self.clock.tick()
+            self.clock.tick()
 
     @torch.no_grad()
     def relative_l2(self):
@@ -134,66 +122,65 @@ class HandPINN:
         return ((u - ref).norm() / ref.norm()).item()
 
 
-def measure(folder, phases, steps, chunk_steps, hand_lbfgs):
+def phase_figures(hand_turns, toolkit_turns):
+    """Total step seconds of each side and the ratios, over the given (paired) turns."""
+    pairs = [(h, t) for h, t in zip(hand_turns, toolkit_turns) if h and t]
+    hand_s, toolkit_s = sum(sum(h) for h, _ in pairs), sum(sum(t) for _, t in pairs)
+    return {
+        'turns': len(pairs),
+        'hand_s': hand_s,
+        'toolkit_s': toolkit_s,
+        'ratio_total': toolkit_s / hand_s,
+        'ratio_turn_means': statistics.median(statistics.mean(t) / statistics.mean(h) for h, t in pairs),
+    }
+
+
+def measure(folder, adam_steps, lbfgs_steps, turn_steps):
     logger = get_logger('scepter_like.bench', stream=sys.stderr)
-    args = Namespace(cfg=CFG, overrides=toolkit_overrides(os.path.join(folder, 'work'), phases, steps), imports=[])
-    solver = SOLVERS.build(load_config(args).SOLVER, logger=logger)
+    overrides = toolkit_overrides(os.path.join(folder, 'work'), adam_steps, lbfgs_steps)
+    solver = SOLVERS.build(load_config(Namespace(cfg=CFG, overrides=overrides, imports=[])).SOLVER, logger=logger)
     solver.set_up_pre()
     solver.set_up()
-    hand = HandPINN(solver, steps)
+    hand = HandPINN(solver, adam_steps)
     same_init = all(torch.equal(a, b) for a, b in zip(hand.net.parameters(), solver.unwrapped_model.parameters()))
-    hand.clock = StepClock(chunk_steps)
-    clock = StepClock(chunk_steps, on_chunk_end=lambda: hand.run(chunk_steps))
+    hand.clock = StepClock(turn_steps)
+    clock = StepClock(turn_steps, on_turn_end=lambda: hand.run(turn_steps))
     solver.register_callback_on_iter_end(clock.tick)
     solver.solve()
     solver.close()
-    chunks = {'hand': hand.clock.timed_chunks(), 'toolkit': clock.timed_chunks()}
-    every = {name: [d for chunk in c for d in chunk] for name, c in chunks.items()}
-    means = {name: statistics.mean(d) * 1e3 for name, d in every.items()}
-    pairs = [statistics.mean(t) / statistics.mean(h) for h, t in zip(chunks['hand'], chunks['toolkit'])]
-    result = {
-        'phases': list(phases),
+    adam_turns = adam_steps // turn_steps  # turn_steps divides adam_steps: no turn mixes the phases
+    hand_turns, toolkit_turns = hand.clock.turns, clock.turns
+    return {
         'steps_each': hand.done,
         'same_initial_weights': same_init,
         'relative_l2': {'hand': hand.relative_l2(), 'toolkit': solver.epoch_outputs['eval']['relative_l2']},
-        'mean_step_ms': means,
-        'ratio_chunk_means': statistics.median(pairs),
-        'ratio_mean_step': means['toolkit'] / means['hand'],
+        'adam': phase_figures(hand_turns[:adam_turns], toolkit_turns[:adam_turns]),
+        'lbfgs': phase_figures(hand_turns[adam_turns:], toolkit_turns[adam_turns:]),
+        'all': phase_figures(hand_turns, toolkit_turns),
     }
-    if hand_lbfgs and hand.done < sum(steps.values()):
-        hand.clock, start = None, time.perf_counter()
-        hand.run(sum(steps.values()) - hand.done)
-        result['hand_full_recipe'] = {
-            'steps': hand.done,
-            'relative_l2': hand.relative_l2(),
-            'rest_wall_s': time.perf_counter() - start,
-        }
-    return result
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--adam-steps', type=int, default=PHASE_STEPS['adam'])
-    parser.add_argument('--lbfgs-steps', type=int, default=PHASE_STEPS['lbfgs'])
-    parser.add_argument('--chunk-steps', type=int, default=50, help='steps per turn')
-    parser.add_argument('--hand-lbfgs', action='store_true', help='then run the hand side’s remaining phases alone')
+    parser.add_argument('--adam-steps', type=int, default=2000)
+    parser.add_argument('--lbfgs-steps', type=int, default=1000)
+    parser.add_argument('--turn-steps', type=int, default=50, help='steps per turn (must divide --adam-steps)')
     parser.add_argument('--json', default='')
     args = parser.parse_args(argv)
+    if args.adam_steps % args.turn_steps:
+        parser.error('--turn-steps must divide --adam-steps, so that no turn mixes the two phases')
     torch.set_num_threads(1)
-    steps = {'adam': args.adam_steps, 'lbfgs': args.lbfgs_steps}
     with tempfile.TemporaryDirectory(prefix='scepter_bench_pinn_') as folder:
-        r = measure(folder, TOOLKIT_PHASES, steps, args.chunk_steps, args.hand_lbfgs)
-    m = r['mean_step_ms']
-    print(f'phases {"+".join(r["phases"])}, {r["steps_each"]} steps each', end=', ')
+        r = measure(folder, args.adam_steps, args.lbfgs_steps, args.turn_steps)
+    print(f'{r["steps_each"]} steps each ({args.adam_steps} Adam + {args.lbfgs_steps} L-BFGS),', end=' ')
     print(f'same initial weights: {r["same_initial_weights"]}')
     print(f'relative L2   hand {r["relative_l2"]["hand"]:.3e}   toolkit {r["relative_l2"]["toolkit"]:.3e}')
-    print(f'mean step ms  hand {m["hand"]:.2f}   toolkit {m["toolkit"]:.2f}')
-    print(f'wall-time ratio toolkit / hand: {r["ratio_chunk_means"]:.3f} (chunk pairs)', end='  ')
-    print(f'{r["ratio_mean_step"]:.3f} (all steps)')
-    if 'hand_full_recipe' in r:
-        h = r['hand_full_recipe']
-        print(f'hand full recipe ({h["steps"]} steps): relative L2 {h["relative_l2"]:.3e}', end=', ')
-        print(f'the rest took {h["rest_wall_s"]:.1f} s')
+    for name in ('adam', 'lbfgs', 'all'):
+        p = r[name]
+        print(
+            f'{name:5s}  step time hand {p["hand_s"]:.1f} s  toolkit {p["toolkit_s"]:.1f} s'
+            f'  ratio {p["ratio_total"]:.3f} (total)  {p["ratio_turn_means"]:.3f} (median of {p["turns"]} turn pairs)'
+        )
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(r, f, indent=1)

@@ -240,7 +240,8 @@ def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
 
 # -- the Poisson task through run_train ------------------------------------------------------
 def poisson_run(work, *overrides):
-    """A 4-step run of the Poisson config on 80 points and an 11x11 grid, evaluated and checkpointed every 2."""
+    """A 4-step run of the Poisson config (2 Adam, 2 L-BFGS) on 80 points and an 11x11 grid, evaluated and
+    checkpointed every 2."""
     res = run_tool(
         'run_train.py',
         '--cfg',
@@ -255,6 +256,7 @@ def poisson_run(work, *overrides):
         'SOLVER.EVAL_DATA.BATCH_SIZE=50',
         'SOLVER.TRAIN_HOOKS.2.INTERVAL=2',
         'SOLVER.TRAIN_HOOKS.2.KEEP_LAST=0',
+        'SOLVER.OPTIMIZER_PHASES.0.AT_STEP=2',  # 2 Adam steps, then 2 L-BFGS
         *overrides,
     )
     assert res.returncode == 0, res.stderr[-3000:]

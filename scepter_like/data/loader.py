@@ -46,6 +46,12 @@ class DataBundle:
         self.batch_size = batch_size
         self.seed = seed
 
+    def set_epoch(self, pass_index):
+        """Shuffle for pass ``pass_index``, and let a dataset that redraws its samples (``set_epoch``) do so."""
+        self.sampler.set_epoch(pass_index)
+        if hasattr(self.dataset, 'set_epoch'):
+            self.dataset.set_epoch(pass_index)
+
     def num_batches(self):
         """Batches in a whole pass on this rank (equal on every rank in train mode)."""
         n = self.sampler.rank_length()

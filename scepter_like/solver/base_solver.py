@@ -26,11 +26,12 @@ import torch
 from scepter_like.data.loader import build_data
 from scepter_like.errors import ConfigError, DataError, Preempted
 from scepter_like.metric.registry import METRICS
+from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss, loss_terms
 from scepter_like.model.registry import MODELS
-from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
 from scepter_like.solver import checkpoint_state
-from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.solver.environment import DTYPES, default_dtype, resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
+from scepter_like.solver.optimization import OptimizerPhases, takes_closure
 from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
@@ -93,6 +94,15 @@ class BaseSolver:
         'LR_SCHEDULER': {'value': None, 'description': 'an LR_SCHEDULERS config'},
         'METRICS': {'value': [], 'description': 'METRICS configs for eval and test'},
         'LOSS_WEIGHTS': {'value': {}, 'description': 'weights of the loss_* terms summed into loss (default 1.0)'},
+        'LOSS_AGGREGATOR': {
+            'value': None,
+            'description': "a LOSS_AGGREGATORS config balancing the model's loss_* terms (none: Sum by LOSS_WEIGHTS)",
+        },
+        'OPTIMIZER_PHASES': {
+            'value': [],
+            'description': 'later optimizer phases, e.g. [{AT_STEP: 2000, OPTIMIZER: {NAME: LBFGS}}] (optimization.py)',
+        },
+        'DTYPE': {'value': 'float32', 'description': 'dtype of the model and the data', 'choices': list(DTYPES)},
         'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1', 'choices': PARALLEL_MODES},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
@@ -108,6 +118,7 @@ class BaseSolver:
         self.resume_from = cfg.RESUME_FROM
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
+        self.dtype = DTYPES[cfg.DTYPE]
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.step = StepState()
         self.stop_signals = StopSignals()  # installed while solve() runs
@@ -130,6 +141,8 @@ class BaseSolver:
         self.model = None
         self.optimizer = None
         self.lr_scheduler = None
+        self.phases = OptimizerPhases(cfg)  # SOLVER.OPTIMIZER (phase 0) and OPTIMIZER_PHASES
+        self.optimizer_takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
         self.metrics = []
         self.epoch_outputs = {}
         self._file_handler = None
@@ -148,8 +161,9 @@ class BaseSolver:
 
     def set_up(self):
         """Data, model, metrics, device placement, optimizer; resume if asked; then the run records."""
-        self.construct_data()
-        self.construct_model()
+        with default_dtype(self.dtype):  # data and parameters are made in SOLVER.DTYPE
+            self.construct_data()
+            self.construct_model()
         self.construct_metrics()
         self.model_to_device()
         self.init_opti()
@@ -165,6 +179,8 @@ class BaseSolver:
         self.progress.accumulate_steps = settings['accumulate_steps']
         self.autocast_dtype = settings['autocast_dtype']
         self.stop_on_nonfinite_loss = settings['stop_on_nonfinite_loss']
+        if self.autocast_dtype is not None and self.dtype is not torch.float32:
+            raise ConfigError(f'{self.cfg.path_of("DTYPE")}: {self.cfg.DTYPE} cannot run under AMP; turn USE_AMP off')
 
     def hooks_by_key(self):
         """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
@@ -226,13 +242,42 @@ class BaseSolver:
         return None
 
     def init_opti(self):
-        if self.cfg.OPTIMIZER is not None:
-            params = [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
-            self.optimizer = OPTIMIZERS.build(self.cfg.OPTIMIZER, logger=self.logger, params=params)
-        if self.cfg.LR_SCHEDULER is not None:
-            if self.optimizer is None:
-                raise ConfigError(f'{self.cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
-            self.lr_scheduler = LR_SCHEDULERS.build(self.cfg.LR_SCHEDULER, logger=self.logger, optimizer=self.optimizer)
+        """The optimizer and LR scheduler of phase 0 (every phase is checked here) and the loss aggregator."""
+        cfg = self.cfg
+        if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
+            raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
+        if cfg.OPTIMIZER is not None:
+            params = self._trained_parameters()
+            if 'train' in self.datas:
+                self.phases.check(self.progress, self.autocast_dtype, params, self.logger)
+            self.use_optimizer_phase(0, params)
+        _ = self.loss_aggregator  # built now, so that a bad LOSS_AGGREGATOR fails before training
+
+    @functools.cached_property
+    def loss_aggregator(self):
+        """The LOSS_AGGREGATORS entry that turns the model's ``loss_*`` terms into the loss (Sum by default)."""
+        agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
+        return LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=self.loss_weights, seed=self.seed)
+
+    def _trained_parameters(self):
+        return [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
+
+    def use_optimizer_phase(self, index, params=None):
+        """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
+        self.optimizer, self.lr_scheduler = self.phases.build(index, params or self._trained_parameters(), self.logger)
+        self.optimizer_takes_closure = takes_closure(self.optimizer)
+        self.progress.phase = index
+
+    def _enter_due_phase(self):
+        """Switch to the optimizer phase due at this step boundary, if it is not the current one."""
+        due = self.phases.due(self.progress)
+        if due != self.progress.phase:
+            self.use_optimizer_phase(due)
+            self.logger.info(
+                f'optimizer phase {due} of {len(self.phases) - 1} from step {self.progress.total_iter}:'
+                f' {self.cfg.OPTIMIZER_PHASES[due - 1].OPTIMIZER.NAME}'
+                + (f' with {self.lr_scheduler.__class__.__name__}' if self.lr_scheduler is not None else '')
+            )
 
     # -- views of the loop's state (scepter's names) ------------------------------------------------
     epoch = _view('progress', 'epoch', 'The current epoch, 0-based.')
@@ -396,8 +441,10 @@ class BaseSolver:
 
     def solve_train(self):
         self.mode = 'train'
-        # each pass over the data shuffles anew, whatever the hooks (DistSamplerHook makes the same call)
-        self.datas['train'].sampler.set_epoch(self.progress.pass_index)
+        self._enter_due_phase()
+        # each pass over the data shuffles (and a sampled dataset redraws) anew, whatever the hooks
+        with default_dtype(self.dtype):
+            self.datas['train'].set_epoch(self.progress.pass_index)
         self.before_epoch()
         self.run_train()
         self.after_epoch()
@@ -430,18 +477,20 @@ class BaseSolver:
         self.before_all_iter()
         batches = bundle.iterate(first, stop) if first < stop else iter(())
         run_step, before_iter, after_iter = self.run_step_train, self.before_iter, self.after_iter
-        rank, to_device = self.rank, self.device.type != 'cpu'
+        rank, to_device = self.rank, self.moves_batches
         accumulating, counts_optimizer_steps = progress.accumulate_steps > 1, self.optimizer is not None
-        signals, device = self.stop_signals, self.device
+        signals, device, phases = self.stop_signals, self.device, self.phases
         t0 = time.perf_counter()
         for batch_idx, batch in enumerate(batches, progress.iters['train']):
             self.data_time = time.perf_counter() - t0
             if to_device:
                 batch = self.transfer_data_to_device(batch)
+            if progress.total_iter >= phases.next_step:
+                self._enter_due_phase()
             if accumulating:
-                step.begin(*progress.accumulation_group())
+                step.begin(progress.total_iter, batch, *progress.accumulation_group())
             else:
-                step.begin()
+                step.begin(progress.total_iter, batch)
             before_iter()
             run_step(batch, batch_idx, progress.total_iter, rank)
             progress.iters['train'] += 1
@@ -463,7 +512,7 @@ class BaseSolver:
         bundle = self.datas[self._mode]
         self.progress.epoch_iters[self._mode] = bundle.num_batches()
         self.before_all_iter()
-        to_device = self.device.type != 'cpu'
+        to_device = self.moves_batches
         for batch_idx, batch in enumerate(bundle.iterate()):
             if to_device:
                 batch = self.transfer_data_to_device(batch)
@@ -483,9 +532,20 @@ class BaseSolver:
     def run_test(self):
         self._run_no_grad_loop(self.run_step_test)
 
+    @property
+    def moves_batches(self):
+        """Whether batches need ``transfer_data_to_device`` (another device, or a SOLVER.DTYPE other than float32)."""
+        return self.device.type != 'cpu' or self.dtype is not torch.float32
+
     def transfer_data_to_device(self, batch):
-        device = self.device
-        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        """The batch on this rank's device, its floating tensors in SOLVER.DTYPE when that is not float32."""
+        device, cast = self.device, None if self.dtype is torch.float32 else self.dtype
+        return {
+            k: v.to(device, dtype=cast if v.is_floating_point() else None, non_blocking=True)
+            if isinstance(v, torch.Tensor)
+            else v
+            for k, v in batch.items()
+        }
 
     def forward_context(self):
         """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps and autocast under AMP.
@@ -493,7 +553,10 @@ class BaseSolver:
         ``no_sync`` only needs the forward: it decides whether the backward that follows
         all-reduces the gradients.  Without either, one shared null context.
         """
-        no_sync = not self.step.sync_grads and hasattr(self.model, 'no_sync')
+        # an aggregator that does its own backward (PCGrad) reduces the gradients itself
+        no_sync = (not self.step.sync_grads or self.loss_aggregator.performs_backward) and hasattr(
+            self.model, 'no_sync'
+        )
         if not no_sync and self.autocast_dtype is None:
             return _NULL_CONTEXT
         stack = contextlib.ExitStack()
@@ -509,32 +572,34 @@ class BaseSolver:
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.step.loss`` for BackwardHook."""
-        with self.forward_context():
-            results = forward_checked(self.model, batch_data)
+        results = self.train_forward(batch_data)
         self.step.loss = self.total_loss(results)
         self.step.outputs = detached_outputs(results)
         return results
 
-    def total_loss(self, results):
-        """``results['loss']`` (a dict's), else its ``loss_*`` terms summed with LOSS_WEIGHTS (1.0 by default).
+    def train_forward(self, batch_data):
+        """The model's train outputs for a batch (also how a closure optimizer re-evaluates the step's loss)."""
+        with self.forward_context():
+            return forward_checked(self.model, batch_data)
 
-        The summed loss is put back into ``results['loss']`` so it is logged beside its terms.
+    def total_loss(self, results):
+        """``results['loss']`` (a dict's), else its ``loss_*`` terms through LOSS_AGGREGATOR (Sum: by LOSS_WEIGHTS).
+
+        The aggregated loss is put back into ``results['loss']``, beside each term's weight
+        (``weight_<term>``), so the log shows them; the terms stay in ``self.step.terms``.
         """
         loss = results.get('loss')
         if loss is not None:
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise DataError(f"the model's 'loss' must be a scalar tensor, got {_describe(loss)}; reduce it (mean)")
+            if self.cfg.LOSS_AGGREGATOR is not None:
+                raise ConfigError(
+                    f'{self.cfg.path_of("LOSS_AGGREGATOR")}: the model returns one loss, no loss_* terms to balance;'
+                    ' return the terms (loss_<name>) instead, or drop LOSS_AGGREGATOR'
+                )
             return loss
-        terms = {k: v for k, v in results.items() if k.startswith('loss_')}
-        if not terms:
-            raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
-        unknown = [k for k in self.loss_weights if k not in terms]
-        if unknown:
-            raise ConfigError(
-                f'{self.cfg.path_of("LOSS_WEIGHTS")}: the model returns no {unknown}; its terms are {sorted(terms)}'
-            )
-        loss = results['loss'] = sum(v * self.loss_weights.get(k, 1.0) for k, v in terms.items())
-        return loss
+        self.step.terms = loss_terms(results)
+        return aggregate_loss(self.loss_aggregator, results, self.step.index)
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model

@@ -40,6 +40,7 @@ def collect_training_state(solver):
         'model': model_state_dict(solver.model),
         'optimizer': optimizer_state_dict(solver.optimizer) if solver.optimizer is not None else None,
         'lr_scheduler': solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None,
+        'loss_aggregator': solver.loss_aggregator.state_dict() if solver.loss_aggregator is not None else None,
         'solver': progress_state(solver),
         'hooks': {key: hook.state_dict() for key, hook in solver.hooks_by_key().items()},
         'rng': rng,
@@ -56,9 +57,18 @@ def restore_training_state(solver, ckpt, source):
     if not isinstance(ckpt, dict) or ckpt.get('format') != FORMAT_VERSION or 'solver' not in ckpt:
         raise CheckpointError(f'{source} is not a scepter_like training checkpoint; give one from CheckpointHook')
     load_model_state(solver.model, ckpt['model'], source)
+    phase = ckpt['solver'].get('phase', 0)
+    if solver.optimizer is not None and phase != solver.progress.phase:
+        if phase >= len(solver.phases):
+            raise CheckpointError(
+                f'{source} was saved in optimizer phase {phase}; this config has {len(solver.phases)} phase(s)'
+                ' (SOLVER.OPTIMIZER_PHASES)'
+            )
+        solver.use_optimizer_phase(phase)  # the optimizer (and scheduler) whose state the checkpoint holds
     for name, obj, load in (
         ('optimizer', solver.optimizer, load_optimizer_state),
         ('lr_scheduler', solver.lr_scheduler, lambda o, s: o.load_state_dict(s)),
+        ('loss_aggregator', solver.loss_aggregator, lambda o, s: o.load_state_dict(s)),
     ):
         if obj is not None and ckpt.get(name) is not None:
             try:

@@ -1,4 +1,6 @@
-"""The ENV config section: seeding, threads, device and the distributed process group."""
+"""The ENV config section (seeding, threads, device, the distributed process group); the run's dtype."""
+
+import contextlib
 
 import torch
 
@@ -15,6 +17,20 @@ ENV_PARA_DICT = {
     'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait'},
     'NUM_THREADS': {'value': 0, 'description': 'torch intra-op threads per process (0: torch default)'},
 }
+
+
+DTYPES = {'float32': torch.float32, 'float64': torch.float64}  # SOLVER.DTYPE
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """torch's default dtype set to ``dtype`` inside, restored after (what SOLVER.DTYPE builds under)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def resolve_env(solver_cfg):

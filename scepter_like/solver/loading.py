@@ -29,6 +29,8 @@ _TRAINING_ONLY = {
     'MAX_EPOCHS': 1,
     'OPTIMIZER': None,
     'LR_SCHEDULER': None,
+    'OPTIMIZER_PHASES': [],
+    'LOSS_AGGREGATOR': None,
     'TRAIN_HOOKS': [],
     'RESUME_FROM': '',
     'LOG_FILE': '',

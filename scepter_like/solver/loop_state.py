@@ -35,6 +35,7 @@ class TrainingProgress:
         self.last_eval_epoch = -1  # the epoch whose evaluation epoch_outputs['eval'] holds
         self.stop_reason = None  # set by request_stop: training ends at the next step boundary
         self.stop_signal = 0  # the signal every rank agreed to stop on (preemption.StopSignals)
+        self.phase = 0  # the optimizer phase in use (SOLVER.OPTIMIZER_PHASES; optimization.py)
 
     # -- the data of an epoch ---------------------------------------------------------------
     @property
@@ -114,6 +115,7 @@ class TrainingProgress:
             'optimizer_steps': self.optimizer_steps,
             'eval_pending': finished and eval_pending,
             'last_eval_epoch': self.last_eval_epoch,
+            'phase': self.phase,
         }
 
     def load_state_dict(self, state):
@@ -122,6 +124,7 @@ class TrainingProgress:
         self.total_iter = state['total_iter']
         self.optimizer_steps = state['optimizer_steps']
         self.last_eval_epoch = state.get('last_eval_epoch', -1)
+        self.phase = state.get('phase', 0)
         self.epoch_finished = False
         if state['eval_pending']:
             # the evaluation after the last finished epoch was cut off: solve() runs it first
@@ -132,24 +135,43 @@ class TrainingProgress:
 class StepState:
     """What one train step produces and decides; ``begin`` resets it before each step.
 
-    ``sync_grads``: this step's backward all-reduces the gradients (the last micro-batch of
-    an accumulation group); ``group_size``: micro-batches averaged into the optimizer step;
-    ``steps_optimizer``: the optimizer steps after this step's backward; ``loss``: the
-    training loss the step left for BackwardHook; ``outputs``: the step's outputs, detached.
+    ``index``: the step's 0-based number among all train steps; ``batch``: its batch (a
+    closure optimizer evaluates it again); ``sync_grads``: this step's backward all-reduces
+    the gradients (the last micro-batch of an accumulation group); ``group_size``:
+    micro-batches averaged into the optimizer step; ``steps_optimizer``: the optimizer steps
+    after this step's backward; ``loss``: the training loss the step left for BackwardHook;
+    ``terms``: the ``loss_*`` terms it was aggregated from (PCGrad differentiates each);
+    ``outputs``: the step's outputs, detached.
     """
 
-    __slots__ = ('loss', 'outputs', 'sync_grads', 'group_size', 'steps_optimizer', 'probe_wanted')
+    __slots__ = (
+        'index',
+        'batch',
+        'loss',
+        'terms',
+        'outputs',
+        'sync_grads',
+        'group_size',
+        'steps_optimizer',
+        'probe_wanted',
+    )
 
     def __init__(self):
+        self.index = 0
+        self.batch = None
         self.loss = None
+        self.terms = None
         self.outputs = {}
         self.sync_grads = True
         self.group_size = 1
         self.steps_optimizer = True
         self.probe_wanted = False
 
-    def begin(self, group_size=1, steps_optimizer=True):
+    def begin(self, index=0, batch=None, group_size=1, steps_optimizer=True):
+        self.index = index
+        self.batch = batch
         self.loss = None
+        self.terms = None
         self.sync_grads = steps_optimizer
         self.group_size = group_size
         self.steps_optimizer = steps_optimizer

@@ -6,7 +6,7 @@ from scepter_like.errors import ConfigError, TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_BACKWARD, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.parallel import full_tensor
-from scepter_like.utils.distributed import all_reduce_max
+from scepter_like.utils.distributed import all_reduce_max, all_reduce_sum, get_world_size
 
 _AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -21,7 +21,12 @@ class BackwardHook(Hook):
     loop plans the groups (``solver.step``: ``group_size``, ``steps_optimizer``) and, under
     DDP, runs the non-final micro-steps' forward under ``no_sync``.
 
-    On an optimizer step: unscale (fp16), the ``after_backward`` stage, clip, step.
+    On an optimizer step: unscale (fp16), the ``after_backward`` stage, clip, step.  A closure
+    optimizer (L-BFGS) is stepped with a closure whose first evaluation is the step's own
+    forward and backward (already done); later ones recompute the same batch's loss
+    (``solver.train_forward``), backward and clip it.  Under DDP the closure returns the loss
+    averaged over ranks, so every rank's line search takes the same path.  A loss aggregator
+    that differentiates each term itself (PCGrad) replaces ``loss.backward()``.
 
     Non-finite losses: NONFINITE_POLICY 'stop' (the default) ends the run with a
     TrainingError when LogHook's line (which reads the loss anyway: no extra sync) shows a
@@ -94,27 +99,41 @@ class BackwardHook(Hook):
         loss = step.take_loss()
         if loss is None:
             return
-        if step.group_size > 1:
-            loss = loss / step.group_size
         if self.skip_nonfinite:
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
         # no_sync, where due, was applied to the forward (solver.forward_context)
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        self._backward(solver, loss, step.terms, step.group_size)
         if not step.steps_optimizer:
             return
-        self._optimizer_step(solver)
+        self._optimizer_step(solver, loss)
         if self._empty_cache_every and solver.total_iter % self._empty_cache_every == 0:
             torch.cuda.empty_cache()
 
-    def _optimizer_step(self, solver):
+    def _backward(self, solver, loss, terms, group_size=1):
+        """Add the gradients of ``loss / group_size`` (scaled under fp16) to ``.grad``."""
+
+        def prepared(value):
+            value = value / group_size if group_size > 1 else value
+            return self.scaler.scale(value) if self.scaler is not None else value
+
+        aggregator = solver.loss_aggregator
+        if terms and aggregator.performs_backward:  # PCGrad: each term's gradient, projected
+            aggregator.backward({k: prepared(v) for k, v in terms.items()}, solver.step.index, self._params)
+        else:
+            prepared(loss).backward()
+
+    def _clip(self, solver):
+        if self.gradient_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, self.gradient_clip)
+            solver.log_scalar('grad_norm', full_tensor(norm))  # a DTensor under FSDP
+
+    def _optimizer_step(self, solver, loss):
         optimizer = solver.optimizer
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)  # after_backward hooks and clipping see the true gradients
         solver.after_backward()
-        if self.gradient_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self._params, self.gradient_clip)
-            solver.log_scalar('grad_norm', full_tensor(norm))  # a DTensor under FSDP
+        self._clip(solver)
         if self.skip_nonfinite and self._skip_this_step(solver):
             optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
@@ -123,9 +142,27 @@ class BackwardHook(Hook):
         if self.scaler is not None:
             self.scaler.step(optimizer)
             self.scaler.update()
+        elif solver.optimizer_takes_closure:
+            optimizer.step(self._closure(solver, loss))
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    def _closure(self, solver, loss):
+        """The closure a closure optimizer calls: first the step's own loss, then fresh evaluations of its batch."""
+        pending = [loss]
+
+        def closure():
+            if pending:
+                return _agreed(pending.pop().detach())
+            solver.optimizer.zero_grad(set_to_none=True)
+            step = solver.step
+            again = solver.total_loss(solver.train_forward(step.batch))
+            self._backward(solver, again, step.terms)
+            self._clip(solver)
+            return _agreed(again.detach())
+
+        return closure
 
     def _skip_this_step(self, solver):
         """One decision for all ranks: skip when any rank saw a non-finite loss in this group."""
@@ -160,3 +197,9 @@ class BackwardHook(Hook):
             self._scaler_state = state['scaler']
             if self.scaler is not None:
                 self.scaler.load_state_dict(state['scaler'])
+
+
+def _agreed(loss):
+    """``loss``, averaged over ranks under DDP (a closure optimizer decides from it on every rank alike)."""
+    world = get_world_size()
+    return all_reduce_sum(loss.clone()) / world if world > 1 else loss

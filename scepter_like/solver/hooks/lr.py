@@ -7,7 +7,10 @@ step the scheduled rates are put back, so chainable schedulers never see warmed 
 The scheduler steps once per optimizer step (SET_BY_EPOCH false) or once per epoch
 (true) — never per micro-batch, never twice: the epoch step happens at the next
 ``before_epoch`` (after that epoch's evaluation, so ReduceLROnPlateau gets its metric)
-and is remembered in the hook's state across a resume.
+and is remembered in the hook's state across a resume.  When the run switches optimizer
+(SOLVER.OPTIMIZER_PHASES), the new optimizer's learning rates are the scheduled ones from
+then on, under the new phase's scheduler (constant without one); warmup, counted in epochs
+or optimizer steps of the whole run, still applies while it lasts.
 """
 
 import math
@@ -40,6 +43,7 @@ class LrHook(Hook):
         self.start_ratio = None
         self.last_epoch = 0
         self.seen_steps = 0
+        self.phase = 0  # the optimizer phase sched_lrs belong to
         self._warmup_steps = 0
 
     def before_solve(self, solver):
@@ -69,6 +73,12 @@ class LrHook(Hook):
             return solver.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
         return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
+    def _follow_phase(self, solver):
+        """After an optimizer switch, schedule from the new optimizer's learning rates."""
+        if solver.progress.phase != self.phase:
+            self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
+            self.phase = solver.progress.phase
+
     def _apply(self, solver):
         """Set each group's LR: the scheduled LR times the warmup factor."""
         p = self._progress(solver)
@@ -92,6 +102,7 @@ class LrHook(Hook):
     def before_epoch(self, solver):
         if not self.by_epoch:
             return
+        self._follow_phase(solver)
         if solver.epoch > self.last_epoch:
             self._step_scheduler(solver)
             self.last_epoch = solver.epoch
@@ -106,6 +117,7 @@ class LrHook(Hook):
         if solver.optimizer_steps == self.seen_steps:
             return
         self.seen_steps = solver.optimizer_steps
+        self._follow_phase(solver)
         self._step_scheduler(solver)
         self._apply(solver)
 
@@ -115,6 +127,7 @@ class LrHook(Hook):
             'start_ratio': self.start_ratio,
             'last_epoch': self.last_epoch,
             'seen_steps': self.seen_steps,
+            'phase': self.phase,
         }
 
     def load_state_dict(self, state):
@@ -122,3 +135,4 @@ class LrHook(Hook):
         self.start_ratio = state['start_ratio']
         self.last_epoch = state['last_epoch']
         self.seen_steps = state['seen_steps']
+        self.phase = state.get('phase', 0)
