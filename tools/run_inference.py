@@ -43,7 +43,7 @@ def test_data_batches(solver, batch_size):
 
 def infer_with_config(args, logger):
     """Outputs of the config's model with the checkpoint's weights, on --input or TEST_DATA."""
-    from scepter_like.solver.loading import build_solver_with_weights, read_npz, resolve_weights_path
+    from scepter_like.solver.loading import build_solver_with_weights, model_inputs, read_npz, resolve_weights_path
     from scepter_like.solver.predict import predict_batches
 
     cfg = load_config(args)
@@ -54,7 +54,7 @@ def infer_with_config(args, logger):
     solver = build_solver_with_weights(cfg, weights, logger, data_modes=() if arrays else ('test',))
     try:
         if arrays is not None:
-            inputs = solver.unwrapped_model.inputs_from_arrays(arrays, args.input)
+            inputs = model_inputs(solver.unwrapped_model, arrays, args.input)
             outputs = solver.predict(inputs, batch_size=args.batch_size)
         else:
             batches = test_data_batches(solver, args.batch_size)

@@ -105,11 +105,15 @@ def model_from_weights(weights, logger):
     return model.to(inference_device()).eval()
 
 
-def read_model_inputs(path, model):
-    """The arrays of ``path`` (an .npz) as ``model`` takes them (``BaseModel.inputs_from_arrays``)."""
-    arrays = read_npz(path)
+def model_inputs(model, arrays, source):
+    """``arrays`` (of the file ``source``) as ``model`` takes them (``BaseModel.inputs_from_arrays``; else as is)."""
     convert = getattr(model, 'inputs_from_arrays', None)
-    return convert(arrays, path) if convert is not None else arrays
+    return convert(arrays, source) if convert is not None else arrays
+
+
+def read_model_inputs(path, model):
+    """The arrays of ``path`` (an .npz) as ``model`` takes them."""
+    return model_inputs(model, read_npz(path), path)
 
 
 def evaluate(solver):
