@@ -69,12 +69,24 @@ def load_config(args):
     imports = list(declared) + list(args.imports)
     if imports:
         cfg['IMPORTS'] = imports
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    import_user_modules(imports, base_dir=os.getcwd())
+    import_modules(imports)
     if 'SOLVER' not in cfg or cfg.SOLVER is None:
         raise ConfigError(f'{args.cfg}: no SOLVER section; add SOLVER with a NAME')
     return cfg
+
+
+def import_modules(imports):
+    """Import ``imports`` (module names or .py paths) the way configs' IMPORTS are: from the working directory."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    import_user_modules(imports, base_dir=os.getcwd())
+
+
+def refuse_config_options(args, tool):
+    """For a tool run without ``--cfg``: options that only a config gives meaning to are an error."""
+    if args.print_config or args.overrides:
+        given = '--print-config' if args.print_config else f'override {args.overrides[0]!r}'
+        raise ConfigError(f'{given} needs --cfg; without it {tool} builds the model the checkpoint describes')
 
 
 def run(main, argv=None):

@@ -52,12 +52,14 @@ def _resolve_data(cfg):
 
 def checked_config(cfg):
     """A copy of ``cfg`` (a root Config) with every component resolved; raises the usual ConfigErrors."""
+    from scepter_like.solver.compile import compile_settings
     from scepter_like.solver.environment import resolve_env
 
     cfg = Config(copy.deepcopy(cfg.to_dict()))
     solvers, lists, singles, model_registries = _registries()
     _, solver_cfg = solvers.resolve(cfg.SOLVER)
     resolve_env(solver_cfg)
+    compile_settings(solver_cfg)
     for key, registry in lists.items():
         for entry in solver_cfg.get(key) or []:
             registry.resolve(entry)

@@ -248,6 +248,10 @@ class Registry:
     def names(self):
         return sorted(self._entries)
 
+    def name_of(self, obj):
+        """The first name ``obj`` is registered under, or None."""
+        return next((name for name, entry in self._entries.items() if entry is obj), None)
+
     def _add(self, name, obj):
         """Register ``obj`` as ``name``; a taken name is replaced with a one-line warning (scepter's rule)."""
         if not isinstance(name, str) or not name:

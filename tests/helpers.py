@@ -3,6 +3,7 @@
 import logging
 
 import numpy as np
+import torch
 
 from scepter_like.config import Config
 from scepter_like.solver import SOLVERS
@@ -43,3 +44,21 @@ def build_solver(cfg_dict, set_up=True):
         solver.set_up_pre()
         solver.set_up()
     return solver
+
+
+def assert_same(a, b, where='checkpoint'):
+    """Every tensor equal (torch.equal) and every plain value equal, recursively."""
+    assert type(a) is type(b), where
+    if isinstance(a, torch.Tensor):
+        same = a.dtype == b.dtype and torch.equal(a, b)
+        assert same, where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f'{where}.{key}')
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f'{where}[{i}]')
+    else:
+        assert a == b, where

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, run_tool, tool_env
-from helpers import write_blobs
+from helpers import assert_same, write_blobs
 
 SUPPORT = os.path.join(REPO, 'tests', 'ckpt_support.py')
 STEPS_PER_EPOCH = 6  # 96 blobs / batch 16
@@ -81,24 +81,6 @@ def latest_step(work_dir):
         name = f.read().strip()
     ckpt = torch.load(os.path.join(folder, name), weights_only=True)
     return name, ckpt['solver']['total_iter']
-
-
-def assert_same(a, b, where='checkpoint'):
-    """Every tensor equal (torch.equal) and every plain value equal, recursively."""
-    assert type(a) is type(b), where
-    if isinstance(a, torch.Tensor):
-        same = a.dtype == b.dtype and torch.equal(a, b)
-        assert same, where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f'{where}.{key}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f'{where}[{i}]')
-    else:
-        assert a == b, where
 
 
 def final_state(work_dir):

@@ -1,5 +1,6 @@
 """Mesh regression (tasks/mesh_regression): message passing, graph batches, statistics, bad input."""
 
+import glob
 import json
 import os
 import socket
@@ -11,6 +12,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, run_tool, tool_env
+from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
 from scepter_like.config import Config
@@ -232,3 +234,169 @@ def test_make_mesh_dataset_writes_the_same_files_for_the_same_options(tmp_path):
     splits = [line.split(',')[3] for line in (tmp_path / 'a' / 'manifest.csv').read_text().splitlines()[1:]]
     assert sorted(set(splits)) == ['test', 'train', 'val'] and splits.count('train') == 2
     assert_one_error_line(run_tool('make_mesh_dataset.py', '--out', tmp_path / 'a', *args), 'already there')
+
+
+# -- self-describing checkpoints: inference and export from the file alone ------------------------
+
+
+@pytest.fixture(scope='module')
+def trained_mesh(tiny_manifest, tmp_path_factory):
+    """(config path, work dir) of a one-epoch MeshGraphNet run with an epoch checkpoint.
+
+    EVAL_DATA has batches of one graph, the batches run_inference feeds, so the same
+    arithmetic runs in both (a batch of several graphs may sum in another order).
+    """
+    tmp = tmp_path_factory.mktemp('mesh_trained')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
+    cfg = mesh_config(tiny_manifest, tmp / 'run', TRAIN_HOOKS=hooks)
+    cfg['SOLVER']['EVAL_DATA']['BATCH_SIZE'] = 1
+    path = write_config(tmp / 'cfg.yaml', cfg)
+    res = run_tool('run_train.py', '--cfg', path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return path, tmp / 'run'
+
+
+def split_files(manifest, split):
+    rows = [line.split(',') for line in open(manifest).read().splitlines()[1:]]
+    return [os.path.join(os.path.dirname(manifest), row[4]) for row in rows if row[3] == split]
+
+
+def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny_manifest, trained_mesh, tmp_path):
+    """No --cfg: the model comes from the checkpoint's description; the val sample files go in as users write them."""
+    _, work = trained_mesh
+    lines = [json.loads(line) for line in (work / 'metrics.jsonl').read_text().splitlines()]
+    evaluated = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
+    checkpoint = work / 'checkpoints' / 'ldm_step-epoch-1.pth'
+    description = torch.load(checkpoint, weights_only=True)['model_description']
+    assert description['architecture'] == 'MeshGraphNet' and description['imports'] == ['tasks.mesh_regression.models']
+    assert 'STATS' not in description['config'] and len(description['stats']['feature_mean']) == 6
+
+    metric = MeshRMSEMetric(Config({'KEYS': ['pred', 'target']}))
+    outputs = []
+    for i, sample in enumerate(split_files(tiny_manifest, 'val')):  # the eval order: the manifest's
+        out = tmp_path / f'y{i}.npz'
+        res = run_tool('run_inference.py', '--checkpoint', work, '--input', sample, '--output', out, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        with np.load(out) as y:
+            outputs.append(dict(y))
+        assert outputs[-1]['pred'].shape == outputs[-1]['target'].shape == (len(np.load(sample)['points']), 3)
+        metric.update({k: torch.from_numpy(v) for k, v in outputs[-1].items()})
+    assert metric.compute()['rmse'] == evaluated  # exact
+
+    # export without --cfg: the .safetensors carries the description too, and infers the same
+    exported = tmp_path / 'export' / 'mgn.safetensors'
+    res = run_tool('export.py', '--checkpoint', checkpoint, '--format', 'safetensors', '--output', exported)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not exported.with_suffix('.yaml').exists()  # no config to write beside it
+    res = run_tool('run_inference.py', '--checkpoint', exported, '--input', split_files(tiny_manifest, 'val')[0],
+                   '--output', tmp_path / 'z.npz')  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(tmp_path / 'z.npz') as z:
+        np.testing.assert_array_equal(z['pred'], outputs[0]['pred'])
+
+
+def test_checkpoint_of_another_architecture_is_one_error_line(trained_mesh, tmp_path):
+    """AGGREGATION changes no weight shape: without the description check the weights would load silently."""
+    cfg, work = trained_mesh
+    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', work, 'SOLVER.MODEL.AGGREGATION=mean',
+                   f'SOLVER.WORK_DIR={work}', 'SOLVER.MODEL.MLP_LAYERS=2')  # fmt: skip
+    assert_one_error_line(res, 'another architecture', "AGGREGATION 'sum' (the config: 'mean')", 'MLP_LAYERS 1')
+    # other config keys may differ: a data key is no architecture
+    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', work, f'SOLVER.WORK_DIR={work}',
+                   'SOLVER.EVAL_DATA.BATCH_SIZE=2')  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_unknown_compile_key_is_one_error_line(tiny_manifest, tmp_path):
+    cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run'))
+    res = run_tool('run_train.py', '--cfg', cfg, 'SOLVER.COMPILE.ENABLED=true', 'SOLVER.COMPILE.FULL_GRAPH=true')
+    assert_one_error_line(res, 'SOLVER.COMPILE.FULL_GRAPH: unknown key', 'did you mean FULLGRAPH')
+    assert not (tmp_path / 'run' / 'checkpoints').exists()
+
+
+# -- resume and distributed with variable-size graph batches --------------------------------------
+
+RESUME_DATA = {
+    'SEED': 5,
+    'SUBJECTS': 6,
+    'PHASES': 2,
+    'PCA_MODES': 2,
+    'LEVELS': [1, 2],
+    'VAL_SUBJECTS': 1,
+    'TEST_SUBJECTS': 1,
+}  # fmt: skip  (8 training graphs of 42 and 162 vertices)
+
+
+@pytest.fixture(scope='module')
+def resume_manifest(tmp_path_factory):
+    spec = GenerationSpec(**{k.lower(): v for k, v in RESUME_DATA.items()})
+    return write_dataset(tmp_path_factory.mktemp('mesh_resume') / 'data', spec)
+
+
+def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_path):
+    """Batches of 2 shuffled graphs (84, 204 or 324 vertices), 4 steps an epoch, 3 epochs; SIGKILLed after
+    steps 7 and 11, each time resumed (RESUME_FROM=auto) from the mid-epoch step checkpoint before it."""
+    support = os.path.join(REPO, 'tests', 'ckpt_support.py')
+    hooks = [
+        {'NAME': 'BackwardHook', 'GRADIENT_CLIP': 1.0},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'STEP_INTERVAL': 3, 'KEEP_LAST': 2, 'SAVE_LAST': True},
+        {'NAME': 'KillHook'},
+    ]
+    cfg = mesh_config(resume_manifest, tmp_path / 'unused', TRAIN_HOOKS=hooks, MAX_EPOCHS=3)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'CosineAnnealingLR', 'T_MAX': 12}
+    cfg['ENV']['DETERMINISTIC'] = True
+    path = write_config(tmp_path / 'cfg.yaml', cfg)
+
+    def train(work, kill='', resume=False):
+        args = ['--cfg', path, '--import', support, f'SOLVER.WORK_DIR={work}']
+        return run_tool('run_train.py', *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []),
+                        env=tool_env(SCEPTER_TEST_KILL_AT=kill))  # fmt: skip
+
+    assert train(tmp_path / 'alone').returncode == 0
+    folder = tmp_path / 'chain' / 'checkpoints'
+    resumed = {1: 'ldm_step-step-6.pth at epoch 1, iter 2, step 6', 2: 'ldm_step-step-9.pth at epoch 2, iter 1, step 9'}
+    for i, kill in enumerate(['train:7', 'train:11', '']):
+        res = train(tmp_path / 'chain', kill, resume=i > 0)
+        assert res.returncode == (-9 if kill else 0), res.stderr[-3000:]
+        if i > 0:
+            assert f'resumed from {folder}/{resumed[i]}\n' in res.stdout, res.stdout[-3000:]
+
+    def final(work):
+        ckpt = torch.load(work / 'checkpoints' / 'ldm_step-last.pth', weights_only=True)
+        ckpt.pop('meta')
+        return ckpt
+
+    assert_same(final(tmp_path / 'alone'), final(tmp_path / 'chain'))
+
+
+def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_manifest, tmp_path):
+    """2-process torchrun, batches of one graph per rank (sizes differ between ranks), COMPILE (aot_eager) after
+    the DDP wrap, accumulation of 2 under DDP's no_sync, bf16 autocast; rank 1's loss is NaN at step 3."""
+    probe = os.path.join(REPO, 'tests', 'dist_probe.py')
+    hooks = [
+        {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2, 'USE_AMP': True, 'NONFINITE_POLICY': 'skip'},
+        {'NAME': 'DistProbeHook', 'OUT': str(tmp_path / 'probe'), 'NAN_STEPS': [3], 'NAN_RANK': 1},
+    ]
+    cfg = mesh_config(resume_manifest, tmp_path / 'run', TRAIN_HOOKS=hooks, MAX_EPOCHS=2, EVAL_DATA=None, METRICS=[])
+    cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 1
+    cfg['SOLVER']['COMPILE'] = {'ENABLED': True, 'BACKEND': 'aot_eager', 'DYNAMIC': True}  # one graph for all sizes
+    path = write_config(tmp_path / 'cfg.yaml', cfg)
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={port}']
+    cmd += ['--log-dir', str(tmp_path / 'logs'), '--redirects', '3']
+    cmd += [os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', path, '--import', probe]
+    res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs = [open(f).read() for f in sorted(glob.glob(str(tmp_path / 'logs' / '*' / 'attempt_0' / '*' / 'stdout.log')))]
+    assert len(logs) == 2
+    for log in logs:
+        assert 'non-finite loss at step 4: optimizer step skipped (1 in a row, 1 in all)' in log, log[-3000:]
+    assert 'torch.compile: first forward of MeshGraphNet' in logs[0] and 'running eager' not in logs[0]
+    ranks = [torch.load(tmp_path / 'probe' / f'rank{r}.pt', weights_only=False) for r in (0, 1)]
+    for r in ranks:  # 8 graphs / 2 ranks = 4 micro-steps an epoch: 2 optimizer steps, each one all-reduce
+        assert (r['total_iter'], r['optimizer_steps'], r['allreduces'], r['failed']) == (8, 4, 4, None)
+    assert_same(ranks[0]['weights'], ranks[1]['weights'], 'weights')
+    assert all(torch.isfinite(v).all() for v in ranks[0]['weights'].values())

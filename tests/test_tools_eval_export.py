@@ -165,6 +165,37 @@ def test_export_onnx_matches_torch(trained, tmp_path):
     np.testing.assert_allclose(onnx_logits, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_inference_and_export_without_cfg_build_the_model_the_checkpoint_describes(trained, tmp_path):
+    from scepter_like.utils.checkpoint import read_safetensors_metadata
+
+    work, ckpt = trained
+    desc = torch.load(ckpt, weights_only=True)['model_description']
+    assert desc['architecture'] == 'Classifier' and desc['config']['BACKBONE']['HIDDEN_DIMS'] == [256, 256]
+    assert 'scepter_like.model.classifier' in desc['imports'] and 'PRETRAINED_MODEL' not in desc['config']
+    images = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}').datas['test'].dataset.arrays['img'][:20]
+    np.savez(tmp_path / 'x.npz', img=images.numpy())
+    common = ['--checkpoint', ckpt, '--input', tmp_path / 'x.npz']
+    res = run_tool('run_inference.py', *common, '--output', tmp_path / 'alone.npz', cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_tool('run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *common,
+                   '--output', tmp_path / 'with_cfg.npz')  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(tmp_path / 'alone.npz') as alone, np.load(tmp_path / 'with_cfg.npz') as with_cfg:
+        np.testing.assert_array_equal(alone['logits'], with_cfg['logits'])
+
+    out = tmp_path / 'export' / 'digits.safetensors'
+    res = run_tool('export.py', '--checkpoint', ckpt, '--format', 'safetensors', '--output', out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(read_safetensors_metadata(out)['model_description']) == desc
+
+    torch.save(torch.load(ckpt, weights_only=True)['model'], tmp_path / 'bare.pth')  # a state dict: no description
+    res = run_tool('run_inference.py', '--checkpoint', tmp_path / 'bare.pth', '--input', tmp_path / 'x.npz',
+                   '--output', tmp_path / 'bare.npz')  # fmt: skip
+    _one_error_line(res, r'bare\.pth does not describe its model .*give --cfg')
+    res = run_tool('export.py', *common[:2], '--format', 'onnx', '--output', tmp_path / 'x.onnx', 'SOLVER.MAX_EPOCHS=2')
+    _one_error_line(res, r"override 'SOLVER.MAX_EPOCHS=2' needs --cfg")
+
+
 @pytest.mark.parametrize('tool', ['run_eval.py', 'export.py'])
 def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool, tmp_path):
     work, ckpt = trained

@@ -1,12 +1,15 @@
 #!/usr/bin/env python
-"""Export: ``python tools/export.py --cfg FILE --checkpoint PATH --format safetensors|onnx --output OUT``.
+"""Export: ``python tools/export.py [--cfg FILE] --checkpoint PATH --format safetensors|onnx --output OUT``.
 
-``safetensors``: the model weights as OUT (``.safetensors``) and the config beside it
-(OUT with ``.yaml``), ready for ``run_eval --cfg OUT.yaml --checkpoint OUT`` or as
-MODEL.PRETRAINED_MODEL.  ``onnx``: the model's eval-mode forward with named inputs and
-outputs and a dynamic batch dimension, checked with onnxruntime against torch on sample
-inputs (``--input x.npz``, else the first samples of TEST_DATA or EVAL_DATA) within
-``--atol`` / ``--rtol`` before it is written.  Files are written atomically (rank 0).
+``safetensors``: the model weights as OUT (``.safetensors``), the model's description in its
+metadata, and with ``--cfg`` the config beside it (OUT with ``.yaml``), ready for
+``run_eval --cfg OUT.yaml --checkpoint OUT`` or as MODEL.PRETRAINED_MODEL.  ``onnx``: the
+model's eval-mode forward with named inputs and outputs and a dynamic batch dimension
+(every dimension the export finds dynamic for a model with INPUT_BATCHING 'whole'),
+checked with onnxruntime against torch on sample inputs (``--input x.npz``, else the first
+samples of TEST_DATA or EVAL_DATA) within ``--atol`` / ``--rtol`` before it is written.
+Without ``--cfg`` the model is the one the checkpoint describes (ONNX then needs
+``--input``).  Files are written atomically (rank 0).
 """
 
 import os
@@ -14,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from scepter_like.cli import load_config, make_parser, run  # noqa: E402
+from scepter_like.cli import import_modules, load_config, make_parser, refuse_config_options, run  # noqa: E402
 from scepter_like.errors import ConfigError  # noqa: E402
 
 FORMATS = ('safetensors', 'onnx')
@@ -38,67 +41,102 @@ def config_path_beside(output):
     return os.path.splitext(output)[0] + '.yaml'
 
 
-def export_safetensors(solver, cfg, weights, output):
+def export_safetensors(model, weights, output, cfg=None):
+    """``model``'s weights and description as ``output``; with ``cfg``, the config beside it."""
+    from scepter_like.model.description import description_metadata
     from scepter_like.utils.checkpoint import atomic_write_text, save_safetensors
 
-    save_safetensors(solver.unwrapped_model.state_dict(), output, metadata={'format': 'pt', 'source': weights})
+    state = model.state_dict()
+    save_safetensors(state, output, metadata={'format': 'pt', 'source': weights, **description_metadata(model)})
+    if cfg is None:
+        print(f'wrote {output} ({len(state)} tensors; the model description is in its metadata)')
+        return
     cfg_path = config_path_beside(output)
     atomic_write_text(cfg_path, cfg.dump())
-    print(f'wrote {output} ({len(solver.unwrapped_model.state_dict())} tensors) and its config {cfg_path}')
+    print(f'wrote {output} ({len(state)} tensors) and its config {cfg_path}')
 
 
-def sample_inputs(solver, input_path):
-    """A dict of CPU tensors: the arrays of ``input_path``, else the first rows of TEST_DATA / EVAL_DATA."""
+def sample_inputs(model, input_path, solver=None):
+    """A dict of CPU tensors: the arrays of ``input_path`` as the model takes them, else the first samples
+    of TEST_DATA / EVAL_DATA (the first batch, for a model with INPUT_BATCHING 'whole')."""
     from scepter_like.data.collate import collate
-    from scepter_like.solver.loading import read_npz
-    from scepter_like.solver.predict import as_tensors
+    from scepter_like.solver.loading import read_model_inputs
+    from scepter_like.solver.predict import as_tensors, input_batching
 
+    rows = input_batching(model) == 'rows'
     if input_path:
-        return as_tensors(read_npz(input_path))
+        return as_tensors(read_model_inputs(input_path, model), rows=rows)
     bundle = solver.datas.get('test') or solver.datas.get('eval')
+    if not rows:
+        return as_tensors(next(bundle.iterate()), rows=False)
     dataset = bundle.dataset
-    rows = min(SAMPLE_ROWS, len(dataset))
-    return as_tensors(collate([dataset[i] for i in range(rows)]))
+    return as_tensors(collate([dataset[i] for i in range(min(SAMPLE_ROWS, len(dataset)))]))
 
 
-def export_onnx_file(solver, args):
+def export_onnx_file(model, args, solver=None):
     from scepter_like.solver.onnx_export import export_onnx
 
-    sample = sample_inputs(solver, args.input)
-    model = solver.unwrapped_model.cpu()
+    sample = sample_inputs(model, args.input, solver)
+    model = model.cpu()
     inputs, outputs, diff = export_onnx(model, sample, args.output, atol=args.atol, rtol=args.rtol)
     print(
-        f'wrote {args.output}: inputs {inputs}, outputs {outputs}, dynamic batch;'
+        f'wrote {args.output}: inputs {inputs}, outputs {outputs}, dynamic shapes;'
         f' onnxruntime vs torch max abs diff {diff:.3g} (atol {args.atol:g}, rtol {args.rtol:g})'
     )
 
 
-def main(argv):
-    args = make_export_parser().parse_args(argv)
+def export_with_config(args, logger):
+    from scepter_like.solver.loading import build_solver_with_weights, resolve_weights_path
+
     cfg = load_config(args)
-    if args.print_config:
-        print(cfg.dump(), end='')
-        return 0
     data_modes = ()
     if args.format == 'onnx' and not args.input:
         if cfg.SOLVER.get('TEST_DATA') is None and cfg.SOLVER.get('EVAL_DATA') is None:
             raise ConfigError('ONNX export needs sample inputs: give --input x.npz or a TEST_DATA / EVAL_DATA')
         data_modes = ('test',) if cfg.SOLVER.get('TEST_DATA') is not None else ('eval',)
-    from scepter_like.solver.loading import build_solver_with_weights, resolve_weights_path
-    from scepter_like.utils.launch_env import process_rank
-    from scepter_like.utils.logger import get_logger
-
-    logger = get_logger(rank=process_rank())
     weights = resolve_weights_path(args.checkpoint)
     solver = build_solver_with_weights(cfg, weights, logger, data_modes=data_modes)
     try:
         if solver.is_main:
             if args.format == 'safetensors':
-                export_safetensors(solver, cfg, weights, args.output)
+                export_safetensors(solver.unwrapped_model, weights, args.output, cfg)
             else:
-                export_onnx_file(solver, args)
+                export_onnx_file(solver.unwrapped_model, args, solver)
     finally:
         solver.close()
+
+
+def export_from_checkpoint(args, logger):
+    from scepter_like.solver.loading import model_from_weights, resolve_weights_path
+    from scepter_like.utils.launch_env import process_rank
+
+    refuse_config_options(args, 'export')
+    if args.format == 'onnx' and not args.input:
+        raise ConfigError('without --cfg (no data to take samples from) ONNX export needs --input x.npz')
+    import_modules(args.imports)
+    weights = resolve_weights_path(args.checkpoint)
+    model = model_from_weights(weights, logger)
+    if process_rank() != 0:
+        return
+    if args.format == 'safetensors':
+        export_safetensors(model, weights, args.output)
+    else:
+        export_onnx_file(model, args)
+
+
+def main(argv):
+    args = make_export_parser().parse_args(argv)
+    if args.cfg and args.print_config:
+        print(load_config(args).dump(), end='')
+        return 0
+    from scepter_like.utils.launch_env import process_rank
+    from scepter_like.utils.logger import get_logger
+
+    logger = get_logger(rank=process_rank())
+    if args.cfg:
+        export_with_config(args, logger)
+    else:
+        export_from_checkpoint(args, logger)
     return 0
 
 

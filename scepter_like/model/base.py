@@ -1,6 +1,15 @@
-"""BaseModel: the keys every model accepts, whatever its own are."""
+"""BaseModel: the keys every model accepts, whatever its own are, and how a model describes itself."""
 
 import torch
+
+
+def _without_pretrained(value):
+    """A plain config (dicts, lists) without the PRETRAINED_* keys at any level: what fixes a model, not its start."""
+    if isinstance(value, dict):
+        return {k: _without_pretrained(v) for k, v in value.items() if not str(k).startswith('PRETRAINED_')}
+    if isinstance(value, (list, tuple)):
+        return [_without_pretrained(v) for v in value]
+    return value
 
 
 class BaseModel(torch.nn.Module):
@@ -14,6 +23,10 @@ class BaseModel(torch.nn.Module):
 
     ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
     after building the model, so finetuning is one config key.
+
+    Every checkpoint and ``.safetensors`` export carries ``describe()``, from which
+    ``from_description`` builds the model again without the training config (see
+    ``scepter_like.model.description``).
     """
 
     para_dict = {
@@ -22,8 +35,46 @@ class BaseModel(torch.nn.Module):
     }
     # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)
     COMPILE_INCOMPATIBLE = None
+    # None: a checkpoint fits a config naming the same architecture; else the config keys that fix the
+    # architecture too (a checkpoint whose values differ is refused, naming them)
+    ARCH_KEYS = None
+    # how predict() and tools/run_inference.py batch the arrays given to them: 'rows' (every array has one
+    # sample axis first, cut into batches) or 'whole' (the arrays are one batch as they stand, e.g. a graph's
+    # features [V, F] and edge_index [2, E]: one forward)
+    INPUT_BATCHING = 'rows'
 
     def __init__(self, cfg, logger=None):
         super().__init__()
         self.cfg = cfg
         self.logger = logger
+
+    def describe(self):
+        """A plain dict (JSON-able): the MODELS name, the modules that register it, its config without PRETRAINED_*.
+
+        A subclass adds what else rebuilding needs (MeshModel: its normalisation statistics)
+        and overrides ``from_description`` to match.
+        """
+        from scepter_like.model.description import architecture_name, registering_modules
+
+        config = self.cfg.to_dict() if hasattr(self.cfg, 'to_dict') else dict(self.cfg or {})
+        config.pop('NAME', None)
+        return {
+            'architecture': architecture_name(self),
+            'imports': registering_modules(self),
+            'config': _without_pretrained(config),
+        }
+
+    @classmethod
+    def from_description(cls, desc):
+        """The model ``desc`` (a ``describe()`` dict) describes, with fresh weights; load its state dict next."""
+        from scepter_like.model.registry import MODELS
+
+        return MODELS.build({'NAME': desc['architecture'], **desc['config']})
+
+    def inputs_from_arrays(self, arrays, source='the input'):
+        """The batch keys ``forward`` takes, from the arrays of an input file (``run_inference --input``).
+
+        The default takes the arrays as they are (named by batch key); a model whose users hold
+        samples in another layout (MeshModel: the dataset's sample files) converts them here.
+        """
+        return arrays

@@ -29,6 +29,7 @@ from scepter_like.metric.registry import METRICS
 from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss, loss_terms
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
+from scepter_like.solver.compile import compile_model, compile_settings
 from scepter_like.solver.environment import DTYPES, default_dtype, resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
 from scepter_like.solver.optimization import OptimizerPhases, takes_closure
@@ -105,6 +106,7 @@ class BaseSolver:
         'DTYPE': {'value': 'float32', 'description': 'dtype of the model and the data', 'choices': list(DTYPES)},
         'PARALLEL': {'value': 'ddp', 'description': 'data parallelism when WORLD_SIZE > 1', 'choices': PARALLEL_MODES},
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
+        'COMPILE': {'value': {}, 'description': 'torch.compile: ENABLED, BACKEND, MODE, DYNAMIC, FULLGRAPH, STRICT'},
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
 
@@ -120,6 +122,7 @@ class BaseSolver:
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.dtype = DTYPES[cfg.DTYPE]
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
+        self.compile_settings = compile_settings(cfg)
         self.step = StepState()
         self.stop_signals = StopSignals()  # installed while solve() runs
         self._mode = 'train'
@@ -233,9 +236,10 @@ class BaseSolver:
         self.metrics = [METRICS.build(entry, logger=self.logger) for entry in entries]
 
     def model_to_device(self, tg_model_ins=None):
-        """Move to this rank's device and wrap for DDP; returns the result when given a model."""
+        """Move to this rank's device, wrap (DDP / FSDP), compile (SOLVER.COMPILE); returns it when given one."""
         model = self.model if tg_model_ins is None else tg_model_ins
         wrapped = wrap_model(model, self.dist_info, self.cfg.PARALLEL, self.cfg.FIND_UNUSED_PARAMETERS)
+        compile_model(wrapped, self.compile_settings, self.logger)
         if tg_model_ins is not None:
             return wrapped
         self.model = wrapped
@@ -694,14 +698,9 @@ class BaseSolver:
         ``data`` is a batch dict; each value is cut to its first element along the batch dim,
         and ``keys`` (all when empty) selects the model inputs.  The log then shows FLOP/s.
         """
-        from scepter_like.utils.flops import count_flops, first_sample, format_flops
+        from scepter_like.utils.flops import register_flops
 
-        inputs = first_sample(data, keys or [])
-        if self.device.type != 'cpu':
-            inputs = self.transfer_data_to_device(inputs)
-        self.model_flops = count_flops(self.unwrapped_model, inputs)
-        self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self.model_flops)}')
-        return self.model_flops
+        return register_flops(self, data, keys)
 
     # -- callbacks: plain functions called with the solver after the stage's hooks ----------------
     def register_stage_callback(self, stage, fn, mode='train'):

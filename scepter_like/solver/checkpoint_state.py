@@ -1,8 +1,9 @@
 """What a checkpoint holds, and putting it back.
 
 One dict of tensors and plain values (so ``torch.load(weights_only=True)`` reads it):
-model (unwrapped), optimizer, LR scheduler, solver progress, every hook's state (the
-grad scaler lives in BackwardHook's), and the RNG states of every rank; plus meta.
+model (unwrapped), its description (``scepter_like.model.description``: what rebuilds the
+model without the config), optimizer, LR scheduler, solver progress, every hook's state
+(the grad scaler lives in BackwardHook's), and the RNG states of every rank; plus meta.
 """
 
 import os
@@ -12,8 +13,9 @@ import torch
 
 import scepter_like
 from scepter_like.errors import CheckpointError, ConfigError
+from scepter_like.model.description import check_architecture, describe
 from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
-from scepter_like.utils.checkpoint import CHECKPOINT_DIR, latest_checkpoint, load_torch_file
+from scepter_like.utils.checkpoint import CHECKPOINT_DIR, MODEL_DESCRIPTION_KEY, latest_checkpoint, load_torch_file
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
@@ -38,6 +40,7 @@ def collect_training_state(solver):
             'time': time.time(),
         },
         'model': model_state_dict(solver.model),
+        MODEL_DESCRIPTION_KEY: describe(solver.unwrapped_model),
         'optimizer': optimizer_state_dict(solver.optimizer) if solver.optimizer is not None else None,
         'lr_scheduler': solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None,
         'loss_aggregator': solver.loss_aggregator.state_dict() if solver.loss_aggregator is not None else None,
@@ -56,6 +59,8 @@ def restore_training_state(solver, ckpt, source):
     """Put ``ckpt`` (as collected above) back into ``solver``; a mismatch is a CheckpointError."""
     if not isinstance(ckpt, dict) or ckpt.get('format') != FORMAT_VERSION or 'solver' not in ckpt:
         raise CheckpointError(f'{source} is not a scepter_like training checkpoint; give one from CheckpointHook')
+    fix = 'resume with the config of the run that wrote it, or start a new WORK_DIR'
+    check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
     load_model_state(solver.model, ckpt['model'], source)
     phase = ckpt['solver'].get('phase', 0)
     if solver.optimizer is not None and phase != solver.progress.phase:

@@ -4,16 +4,22 @@ The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
 ``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
 OPTIMIZER, LR_SCHEDULER, TRAIN_HOOKS, RESUME_FROM, the log file (and MAX_EPOCHS is 1), and
 MODEL.PRETRAINED_MODEL (the given weights replace it).  The weights come from a training
-checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly.
-EVAL_HOOKS and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
+checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
+(and, where the file describes its model, be of the config's architecture).  EVAL_HOOKS
+and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
+
+Without a config, ``model_from_weights`` builds the model the file describes
+(``scepter_like.model.description``): inference and export need nothing else.
 """
 
 import copy
 import os
 
 import numpy as np
+import torch
 
 from scepter_like.errors import CheckpointError, DataError
+from scepter_like.model.description import check_architecture, model_from_description, parse_description
 from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import (
@@ -21,8 +27,9 @@ from scepter_like.utils.checkpoint import (
     atomic_write,
     latest_checkpoint,
     load_state_dict_checked,
-    load_weights_file,
+    load_weights_and_description,
 )
+from scepter_like.utils.launch_env import read_launch_env
 
 EVAL_MODES = ('eval', 'test')
 _TRAINING_ONLY = {
@@ -68,13 +75,47 @@ def inference_config(cfg, data_modes=EVAL_MODES):
 
 def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
     """A set-up solver of ``inference_config(cfg, data_modes)`` holding the model weights of ``weights``."""
-    state = load_weights_file(weights, eval_weights=True)  # a bad file fails before anything is built
+    # a bad file fails before anything is built
+    state, description = load_weights_and_description(weights, eval_weights=True)
     solver = SOLVERS.build(inference_config(cfg, data_modes).SOLVER, logger=logger)
     solver.set_up_pre()
     solver.set_up()
+    fix = 'give the config of the run that wrote it, or leave out --cfg to build the model the file describes'
+    check_architecture(description, solver.unwrapped_model, weights, fix)
     load_state_dict_checked(solver.unwrapped_model, state, weights)
     logger.info(f'loaded model weights from {weights}')
     return solver
+
+
+def inference_device():
+    """cuda:LOCAL_RANK where CUDA is available, else the CPU (what a solver would pick)."""
+    return torch.device('cuda', read_launch_env().local_rank) if torch.cuda.is_available() else torch.device('cpu')
+
+
+def model_from_weights(weights, logger):
+    """The model the file ``weights`` describes, with its weights, in eval mode on ``inference_device()``."""
+    state, description = load_weights_and_description(weights, eval_weights=True)
+    if description is None:
+        raise CheckpointError(
+            f'{weights} does not describe its model (a bare state dict, or a file written before checkpoints'
+            ' described their models); give --cfg with the config of the run that wrote it'
+        )
+    description = parse_description(description, weights)
+    model = model_from_description(description, weights)
+    load_state_dict_checked(model, state, weights)
+    logger.info(f'built {description["architecture"]} from the description in {weights} and loaded its weights')
+    return model.to(inference_device()).eval()
+
+
+def model_inputs(model, arrays, source):
+    """``arrays`` (of the file ``source``) as ``model`` takes them (``BaseModel.inputs_from_arrays``; else as is)."""
+    convert = getattr(model, 'inputs_from_arrays', None)
+    return convert(arrays, source) if convert is not None else arrays
+
+
+def read_model_inputs(path, model):
+    """The arrays of ``path`` (an .npz) as ``model`` takes them."""
+    return model_inputs(model, read_npz(path), path)
 
 
 def evaluate(solver):

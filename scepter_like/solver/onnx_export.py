@@ -5,7 +5,10 @@ named inputs and outputs.  The inputs are the batch keys the model cannot run wi
 (found by leaving each one out of a sample batch); the outputs are its per-sample
 tensors.  The batch dimension is dynamic.  The exported graph is run by onnxruntime on
 the sample and on a smaller batch, and must match torch within ``atol`` / ``rtol``
-before the file is written (atomically).  onnx, onnxscript and onnxruntime are the
+before the file is written (atomically).  A model with INPUT_BATCHING 'whole' (a graph:
+features [V, F], edge_index [2, E]) has no batch dimension to cut: every dimension the
+exporter finds dynamic stays so (``torch.export.Dim.AUTO``), its outputs are all its
+non-scalar tensors, and the check runs on the sample as it is.  onnx, onnxscript and onnxruntime are the
 optional extra ``onnx``; they are imported only here.
 """
 
@@ -13,7 +16,7 @@ import numpy as np
 import torch
 
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.solver.predict import forward_checked
+from scepter_like.solver.predict import forward_checked, input_batching
 from scepter_like.utils.checkpoint import atomic_write
 
 DEFAULT_ATOL = 1e-5
@@ -59,12 +62,13 @@ def _import_onnxruntime():
 def export_onnx(model, sample, path, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL, logger=None):
     """Export ``model`` (eval mode) to ``path`` and check it; returns (inputs, outputs, max abs diff).
 
-    ``sample`` is a dict of CPU tensors with at least 2 samples.  A mismatch beyond the
-    tolerance raises RuntimeError and writes nothing.
+    ``sample`` is a dict of CPU tensors with at least 2 samples (any batch, for INPUT_BATCHING
+    'whole').  A mismatch beyond the tolerance raises RuntimeError and writes nothing.
     """
     ort = _import_onnxruntime()
-    rows = len(next(iter(sample.values())))
-    if rows < 2:
+    whole = input_batching(model) == 'whole'
+    rows = None if whole else len(next(iter(sample.values())))
+    if not whole and rows < 2:
         raise DataError(f'ONNX export needs a sample batch of at least 2 rows (for a dynamic batch), got {rows}')
     was_training = model.training
     model.eval()
@@ -72,25 +76,33 @@ def export_onnx(model, sample, path, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL, logge
         input_names = required_inputs(model, sample)
         with torch.no_grad():
             out = forward_checked(model, {k: sample[k] for k in input_names})
-        output_names = [k for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() > 0 and len(v) == rows]
+        output_names = [
+            k for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() > 0 and (whole or len(v) == rows)
+        ]
         if not output_names:
             raise DataError(f'the model returns no per-sample tensor to export; it returns {sorted(out)}')
         wrapper = NamedIOWrapper(model, input_names, output_names).eval()
         args = tuple(sample[k] for k in input_names)
-        batch = torch.export.Dim('batch')
+        if whole:
+            auto = torch.export.Dim.AUTO
+            dims = tuple(dict.fromkeys(range(sample[k].dim()), auto) for k in input_names)
+        else:
+            batch = torch.export.Dim('batch')
+            dims = tuple({0: batch} for _ in input_names)
         program = torch.onnx.export(
             wrapper,
             args,
             input_names=input_names,
             output_names=output_names,
-            dynamic_shapes=(tuple({0: batch} for _ in input_names),),  # one spec per *tensors entry
+            dynamic_shapes=(dims,),  # one spec per *tensors entry
             dynamo=True,
             verbose=False,
         )
         blob = program.model_proto.SerializeToString()
         session = ort.InferenceSession(blob, providers=['CPUExecutionProvider'])
         max_diff = 0.0
-        for n in (rows, max(1, rows // 2)):  # the sample, and another batch size
+        # the sample, and another batch size (a whole batch cannot be cut)
+        for n in (None,) if whole else (rows, max(1, rows // 2)):
             feed = {k: sample[k][:n] for k in input_names}
             with torch.no_grad():
                 expected = [t.numpy() for t in wrapper(*feed.values())]

@@ -3,6 +3,9 @@
 A dict of equally long arrays goes in, cut into batches and fed to ``model(**batch)`` in
 eval mode under ``no_grad``; the per-sample tensors of every output dict come back
 concatenated as numpy arrays.  The model's previous train / eval mode is restored.
+A model whose class sets ``INPUT_BATCHING = 'whole'`` (a graph model: features [V, F] and
+edge_index [2, E] share no sample axis) gets the arrays as one batch, in one forward, and
+every non-scalar output comes back.
 """
 
 import contextlib
@@ -13,15 +16,28 @@ import torch
 
 from scepter_like.errors import DataError
 
+BATCHINGS = ('rows', 'whole')
 
-def as_tensors(inputs):
-    """``{key: tensor}`` from a dict of numpy arrays, tensors or nested lists, all equally long."""
+
+def input_batching(model):
+    """``model``'s INPUT_BATCHING ('rows' unless its class declares 'whole'); anything else is a DataError."""
+    batching = getattr(type(getattr(model, 'module', model)), 'INPUT_BATCHING', 'rows')
+    if batching not in BATCHINGS:
+        raise DataError(f'{type(model).__name__}.INPUT_BATCHING must be one of {BATCHINGS}, got {batching!r}')
+    return batching
+
+
+def as_tensors(inputs, rows=True):
+    """``{key: tensor}`` from a dict of numpy arrays, tensors or nested lists; with ``rows``, all equally long."""
     if not isinstance(inputs, dict) or not inputs:
         raise DataError('predict needs a non-empty dict of arrays (batch key -> array)')
     tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
     lengths = {k: (len(v) if v.dim() else 0) for k, v in tensors.items()}
-    if len(set(lengths.values())) != 1 or 0 in lengths.values():
-        raise DataError(f'predict inputs must be arrays with one equally long first (sample) dimension; got {lengths}')
+    if rows and (len(set(lengths.values())) != 1 or 0 in lengths.values()):
+        raise DataError(
+            f'predict inputs must be arrays with one equally long first (sample) dimension; got {lengths}'
+            " (a model whose inputs are one batch as they stand, e.g. a graph, sets INPUT_BATCHING = 'whole')"
+        )
     return tensors
 
 
@@ -78,20 +94,26 @@ def forward_checked(model, batch):
 
 
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext):
-    """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time."""
+    """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time.
+
+    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).
+    """
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
+    if input_batching(model) == 'whole':
+        return predict_batches(model, [as_tensors(inputs, rows=False)], device, autocast, rows=False)
     tensors = as_tensors(inputs)
     n = len(next(iter(tensors.values())))
     batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
     return predict_batches(model, batches, device, autocast)
 
 
-def predict_batches(model, batches, device, autocast=contextlib.nullcontext):
+def predict_batches(model, batches, device, autocast=contextlib.nullcontext, rows=True):
     """Outputs of ``model`` over an iterable of batch dicts, concatenated in order.
 
-    Outputs whose first dimension is not the batch (scalars such as a loss) are left out.
-    ``autocast`` makes the context each forward runs in (the solver's AMP setting).
+    With ``rows``, outputs whose first dimension is not the batch's (scalars such as a
+    loss) are left out; without, only scalars are.  ``autocast`` makes the context each
+    forward runs in (the solver's AMP setting).
     """
     was_training = model.training
     model.eval()
@@ -100,11 +122,11 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext):
         with torch.no_grad():
             for batch in batches:
                 batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-                rows = len(next(iter(batch.values())))
+                n = len(next(iter(batch.values()))) if rows else None
                 with autocast():
                     out = forward_checked(model, batch)
                 for key, value in out.items():
-                    if isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == rows:
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and (n is None or len(value) == n):
                         # numpy has no bfloat16: such outputs (AMP) come back as float32
                         value = value.detach().cpu()
                         pieces.setdefault(key, []).append(value.float() if value.dtype == torch.bfloat16 else value)

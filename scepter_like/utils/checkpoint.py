@@ -16,6 +16,7 @@ import torch
 from scepter_like.errors import CheckpointError
 
 TMP_PREFIX = '.tmp.'
+MODEL_DESCRIPTION_KEY = 'model_description'  # see scepter_like.model.description
 
 
 def _fsync_dir(folder):
@@ -147,6 +148,15 @@ def load_weights_file(path, eval_weights=False):
     With ``eval_weights``, a training checkpoint gives the weights its evaluation used
     (``eval_model``: e.g. the EMA, when EMAHook evaluates with it) instead of the raw ones.
     """
+    return load_weights_and_description(path, eval_weights)[0]
+
+
+def load_weights_and_description(path, eval_weights=False):
+    """(state dict, the model description the file carries or None): see ``load_weights_file``.
+
+    The description is a checkpoint's ``model_description`` entry or a ``.safetensors``
+    file's metadata of that name (JSON text); ``scepter_like.model.description`` reads it.
+    """
     if not os.path.isfile(path):
         raise CheckpointError(f'weights file not found: {path}; check the path')
     if path.endswith('.safetensors'):
@@ -154,16 +164,17 @@ def load_weights_file(path, eval_weights=False):
         from safetensors.torch import load_file
 
         try:
-            return load_file(path)
+            return load_file(path), read_safetensors_metadata(path).get(MODEL_DESCRIPTION_KEY)
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f'{path} is not a valid .safetensors file ({str(e).splitlines()[0]})') from None
     data = load_torch_file(path)
+    description = data.get(MODEL_DESCRIPTION_KEY) if isinstance(data, dict) else None
     if eval_weights and isinstance(data, dict) and isinstance(data.get('eval_model'), dict):
-        return data['eval_model']
+        return data['eval_model'], description
     if isinstance(data, dict) and isinstance(data.get('model'), dict):
-        return data['model']
+        return data['model'], description
     if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
-        return data
+        return data, None
     raise CheckpointError(f'{path} holds no model weights (expected a state dict or a checkpoint with "model")')
 
 

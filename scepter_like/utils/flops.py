@@ -62,6 +62,16 @@ def count_flops(model, inputs):
         model.train(was_training)
 
 
+def register_flops(solver, data, keys=None):
+    """``solver.register_flops``: the FLOPs per sample of its model on ``data``'s first sample, kept and logged."""
+    inputs = first_sample(data, keys or [])
+    if solver.device.type != 'cpu':
+        inputs = solver.transfer_data_to_device(inputs)
+    solver.model_flops = count_flops(solver.unwrapped_model, inputs)
+    solver.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(solver.model_flops)}')
+    return solver.model_flops
+
+
 def format_flops(value):
     """``1.23 GFLOP``-style text."""
     for unit, scale in (('T', 1e12), ('G', 1e9), ('M', 1e6), ('K', 1e3)):

@@ -7,6 +7,15 @@ import sys
 
 from scepter_like.errors import ConfigError
 
+FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file: this prefix + its stem
+
+
+def importable_name(module_name):
+    """What ``import_user_modules`` takes to import ``module_name`` again: the name, or the .py file it came from."""
+    if module_name.startswith(FILE_MODULE_PREFIX):
+        return getattr(sys.modules.get(module_name), '__file__', None) or module_name
+    return module_name
+
 
 def import_user_modules(names, base_dir=None):
     """Import each dotted module name or ``.py`` path (relative paths from ``base_dir`` or cwd)."""
@@ -25,7 +34,7 @@ def _import_one(name, base_dir):
             path = os.path.abspath(name)
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
-        mod_name = '_scepter_user_' + os.path.splitext(os.path.basename(path))[0]
+        mod_name = FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(path))[0]
         if mod_name in sys.modules and getattr(sys.modules[mod_name], '__file__', None) == path:
             return sys.modules[mod_name]
         spec = importlib.util.spec_from_file_location(mod_name, path)

@@ -53,21 +53,46 @@ def load_sample(path, row_text=''):
             arrays = {k: data[k] for k in SAMPLE_ARRAYS if k in data.files}
     except (OSError, ValueError) as e:
         raise DataError(f'{path}: not a readable .npz sample ({e})') from None
-    missing = [k for k in SAMPLE_ARRAYS if k not in arrays]
+    return sample_from_arrays(arrays, path)
+
+
+def sample_from_arrays(arrays, source, need_target=True):
+    """``{'features', 'edges'}`` (and ``'target'``) numpy arrays from a sample's arrays, checked.
+
+    ``arrays`` holds those of a sample file: ``points``, ``coefficients``, ``stage``,
+    ``edges`` and (needed with ``need_target``) ``target``.
+    """
+    needed = SAMPLE_ARRAYS if need_target or 'target' in arrays else tuple(k for k in SAMPLE_ARRAYS if k != 'target')
+    missing = [k for k in needed if k not in arrays]
     if missing:
-        raise DataError(f'{path}: the sample lacks arrays {missing}; it needs {list(SAMPLE_ARRAYS)}')
-    points, target, edges = arrays['points'], arrays['target'], arrays['edges']
+        raise DataError(f'{source}: the sample lacks arrays {missing}; it needs {list(needed)}')
+    points, edges = np.asarray(arrays['points']), np.asarray(arrays['edges'])
     n = len(points)
-    if points.ndim != 2 or points.shape[1] != 3 or target.ndim != 2 or len(target) != n:
-        raise DataError(f'{path}: points must be [V, 3] and target [V, D]; got {points.shape} and {target.shape}')
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise DataError(f'{source}: points must be [V, 3]; got {points.shape}')
     if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
-        raise DataError(f'{path}: edges must be [2, E] vertex indices below {n}')
+        raise DataError(f'{source}: edges must be [2, E] vertex indices below {n}')
     coefficients = np.asarray(arrays['coefficients'], dtype=np.float32).reshape(-1)
     stage = np.full((n, 1), float(arrays['stage']), dtype=np.float32)
     features = np.concatenate(
         [points.astype(np.float32), np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1
     )
-    return {'features': features, 'target': target.astype(np.float32), 'edges': edges.astype(np.int64)}
+    sample = {'features': features, 'edges': edges.astype(np.int64)}
+    if 'target' in arrays:
+        target = np.asarray(arrays['target'])
+        if target.ndim != 2 or len(target) != n:
+            raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
+        sample['target'] = target.astype(np.float32)
+    return sample
+
+
+def graph_item(sample, with_edges=True):
+    """A sample's item: ``features`` and ``target`` tensors, and ``edge_index`` (both directions of every edge)."""
+    item = {k: torch.from_numpy(sample[k]) for k in ('features', 'target') if k in sample}
+    if with_edges:
+        edges = torch.from_numpy(sample['edges'])
+        item['edge_index'] = torch.cat([edges, edges.flip(0)], dim=1)
+    return item
 
 
 def generation_spec(cfg):
@@ -140,15 +165,7 @@ class MeshDataset(torch.utils.data.Dataset):
                         f'{row["file"]}: {key} width {sample[key].shape[1]} differs from {rows[0]["file"]}'
                         f' ({first[key].shape[1]}); every sample needs the same PCA modes and target channels'
                     )
-        self.items = [self._item(s, cfg.WITH_EDGES) for s in self.samples]
-
-    @staticmethod
-    def _item(sample, with_edges):
-        item = {'features': torch.from_numpy(sample['features']), 'target': torch.from_numpy(sample['target'])}
-        if with_edges:
-            edges = torch.from_numpy(sample['edges'])
-            item['edge_index'] = torch.cat([edges, edges.flip(0)], dim=1)
-        return item
+        self.items = [graph_item(s, cfg.WITH_EDGES) for s in self.samples]
 
     def __len__(self):
         return len(self.items)

@@ -5,8 +5,11 @@ so every state dict carries them) and follow the model contract: in train mode
 ``model(**batch)`` returns ``{'loss'}`` (MSE of the normalised target); in eval / test
 mode ``{'pred', 'target'}`` in physical units (what MeshRMSEMetric reads).
 
-``describe()`` returns a plain dict (architecture, sizes, statistics) from which
-``MeshModel.from_description`` rebuilds the same model without the training config.
+``describe()`` adds the statistics the buffers hold to BaseModel's description
+(architecture, sizes), so ``from_description`` rebuilds the same model from a checkpoint
+without the training config.  For ``predict`` / ``tools/run_inference.py`` a sample is one
+graph, fed whole (INPUT_BATCHING 'whole'), and ``--input`` may be a sample file of the
+dataset as users write them (``inputs_from_arrays``).
 """
 
 import torch
@@ -16,6 +19,7 @@ from torch.nn import functional as F
 from scepter_like.errors import ConfigError, DataError, suggest
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import MODELS
+from tasks.mesh_regression.dataset import graph_item, sample_from_arrays
 from tasks.mesh_regression.stats import NormStats, load_stats
 
 ACTIVATIONS = {'relu': nn.ReLU, 'silu': nn.SiLU, 'gelu': nn.GELU, 'tanh': nn.Tanh}
@@ -102,7 +106,7 @@ class Normaliser(nn.Module):
 
 
 class MeshModel(BaseModel):
-    """What both mesh models share: statistics, the output contract, ``describe`` / ``from_description``."""
+    """What both mesh models share: statistics, the output contract, the description, graph inputs."""
 
     para_dict = {
         'STATS': {
@@ -111,7 +115,8 @@ class MeshModel(BaseModel):
         },
         'STATS_FILE': {'value': '', 'description': 'a stats.json to read when STATS is empty'},
     }
-    ARCH_KEYS = ()  # the config keys that fix the architecture (with the statistics)
+    ARCH_KEYS = ()  # the config keys that fix the architecture (with the statistics' widths)
+    INPUT_BATCHING = 'whole'  # a sample is one graph: features [V, F] and edge_index [2, E] in one forward
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
@@ -132,12 +137,12 @@ class MeshModel(BaseModel):
         return out
 
     def describe(self):
-        """A plain dict (JSON-able) from which ``from_description`` rebuilds this model."""
-        return {
-            'architecture': type(self).__name__,
-            'config': {key: self.cfg[key] for key in self.ARCH_KEYS},
-            'stats': self.normaliser.stats().to_dict(),
-        }
+        """BaseModel's description with the statistics the buffers hold (as loaded, e.g. from a checkpoint)."""
+        desc = super().describe()
+        for key in ('STATS', 'STATS_FILE'):
+            desc['config'].pop(key, None)
+        desc['stats'] = self.normaliser.stats().to_dict()
+        return desc
 
     @classmethod
     def from_description(cls, desc):
@@ -149,6 +154,15 @@ class MeshModel(BaseModel):
         if not (isinstance(model_cls, type) and issubclass(model_cls, cls)):
             raise DataError(f'architecture {name!r} is not a {cls.__name__}')
         return MODELS.build({'NAME': name, **desc['config'], 'STATS': desc['stats']})
+
+    def inputs_from_arrays(self, arrays, source='the input'):
+        """A sample file of the dataset (points, coefficients, stage, edges, optional target) as the batch of one graph.
+
+        Arrays already named by batch key (``features``, ``edge_index``) pass as they are.
+        """
+        if 'features' in arrays:
+            return arrays
+        return graph_item(sample_from_arrays(arrays, source, need_target=False))
 
 
 class MessagePassingBlock(nn.Module):

@@ -117,10 +117,12 @@ class EMAHook(Hook):
         if self._swap is not None:
             self._swap.swap_back()
         if self.export and solver.failed is None and solver.is_main and self.ema:
+            from scepter_like.model.description import description_metadata
             from scepter_like.utils.checkpoint import save_safetensors
 
             path = os.path.join(solver.work_dir, 'ema', f'{self.export_name}.safetensors')
             meta = {'ema_updates': self.updates, 'decay': self.decay, 'optimizer_steps': solver.optimizer_steps}
+            meta.update(description_metadata(solver.unwrapped_model))
             save_safetensors(self.ema, path, metadata=meta)
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 

@@ -143,10 +143,12 @@ class SWAHook(Hook):
         solver.unwrapped_model.load_state_dict(weights)
         solver.logger.info(f'SWA: the model now holds the average of {self.n_averaged} epochs')
         if self.export and solver.is_main:
+            from scepter_like.model.description import description_metadata
             from scepter_like.utils.checkpoint import save_safetensors
 
             path = os.path.join(solver.work_dir, 'swa', f'{self.export_name}.safetensors')
-            save_safetensors(weights, path, metadata={'swa_epochs': self.n_averaged})
+            meta = {'swa_epochs': self.n_averaged, **description_metadata(solver.unwrapped_model)}
+            save_safetensors(weights, path, metadata=meta)
             solver.logger.info(f'SWA weights exported to {path}')
 
     def state_dict(self):

@@ -1,0 +1,120 @@
+"""Self-describing weights: the model description every checkpoint and ``.safetensors`` export carries.
+
+A description is a plain dict of dicts, lists, strings and numbers, so a checkpoint still
+loads with ``torch.load(weights_only=True)`` and safetensors' string metadata holds it as
+JSON.  ``BaseModel.describe`` writes it:
+
+- ``architecture``: the MODELS name of the model;
+- ``imports``: the modules that register the model and its registered parts (a dotted name,
+  or the path of a ``.py`` file imported by path), imported before building it, so a tool
+  needs neither the training config nor its IMPORTS;
+- ``config``: the model's config without the PRETRAINED_* keys;
+- whatever else a model needs to be rebuilt (MeshModel: ``stats``, its normalisation statistics).
+
+``model_from_description`` builds the model back (fresh weights: load the state dict next);
+``check_architecture`` refuses weights whose architecture differs from a config's model.
+"""
+
+import json
+
+from scepter_like.errors import CheckpointError
+from scepter_like.model.registry import LOSSES, MODELS
+from scepter_like.utils.checkpoint import MODEL_DESCRIPTION_KEY
+from scepter_like.utils.imports import import_user_modules, importable_name
+
+_REQUIRED = ('architecture', 'imports', 'config')
+
+
+def architecture_name(model):
+    """The MODELS name ``model`` was built by (its config's NAME), else the one its class is registered under."""
+    name = model.cfg.get('NAME') if hasattr(model.cfg, 'get') else None
+    return name or MODELS.name_of(type(model)) or type(model).__name__
+
+
+def registering_modules(model):
+    """The modules that register ``model``'s class and the classes of its registered parts, the model's first."""
+    modules = []
+    for part in model.modules():
+        cls = type(part)
+        if MODELS.name_of(cls) is not None or LOSSES.name_of(cls) is not None:
+            name = importable_name(cls.__module__)
+            if name not in modules:
+                modules.append(name)
+    return modules
+
+
+def describe(model):
+    """``model.describe()`` checked to be plain data (a JSON round trip), or None for a model that has none."""
+    describe_fn = getattr(model, 'describe', None)
+    if describe_fn is None:
+        return None
+    desc = describe_fn()
+    try:
+        return json.loads(json.dumps(desc, allow_nan=True))
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f'{type(model).__name__}.describe() must return plain dicts, lists, str and numbers: {e}'
+        ) from None
+
+
+def description_metadata(model):
+    """The safetensors metadata entry of ``model``'s description (``{}`` for a model without one)."""
+    desc = describe(model)
+    return {} if desc is None else {MODEL_DESCRIPTION_KEY: json.dumps(desc)}
+
+
+def parse_description(value, source):
+    """A description from a checkpoint (a dict) or safetensors metadata (JSON text); CheckpointError if malformed."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise CheckpointError(f'{source}: its {MODEL_DESCRIPTION_KEY} metadata is not JSON ({e})') from None
+    if not isinstance(value, dict) or any(key not in value for key in _REQUIRED):
+        raise CheckpointError(
+            f'{source}: {MODEL_DESCRIPTION_KEY} lacks {list(_REQUIRED)}; it was not written by describe()'
+        )
+    return value
+
+
+def model_from_description(desc, source):
+    """The model ``desc`` describes, built after importing its ``imports``; fresh weights."""
+    import_user_modules(desc['imports'])
+    name = desc['architecture']
+    if name not in MODELS:
+        raise CheckpointError(
+            f'{source} describes a {name}, which {desc["imports"]} do not register in MODELS; give the module'
+            ' that does with --import, or --cfg with the training config'
+        )
+    return MODELS.get(name).from_description(desc)
+
+
+def architecture_differences(saved, model):
+    """What differs between the architecture a file describes (``saved``) and ``model``'s (``[]``: none).
+
+    The MODELS names are compared, and for a model class that declares ``ARCH_KEYS`` the
+    values of those config keys; other config keys (a loss weight, a data key) may differ.
+    """
+    own = describe(model)
+    if own is None:
+        return []
+    if saved['architecture'] != own['architecture']:
+        return [f'architecture {saved["architecture"]} (the config: {own["architecture"]})']
+    keys = getattr(type(model), 'ARCH_KEYS', None) or ()
+    missing = '(not set)'
+    return [
+        f'{key} {saved["config"].get(key, missing)!r} (the config: {own["config"].get(key, missing)!r})'
+        for key in keys
+        if saved['config'].get(key, missing) != own['config'].get(key, missing)
+    ]
+
+
+def check_architecture(saved, model, source, fix):
+    """A CheckpointError naming each difference when ``saved`` (a description, or None) is not ``model``'s."""
+    if saved is None:
+        return
+    differences = architecture_differences(parse_description(saved, source), model)
+    if differences:
+        raise CheckpointError(
+            f"{source} holds another architecture than the config's model: {', '.join(differences)}; {fix}"
+        )

@@ -1,0 +1,27 @@
+"""Test-only registrations for the torch.compile tests (imported in process, or by tools with ``--import``).
+
+- the torch.compile backend ``scepter_test_failing``, which raises on every graph it is given:
+  a compile failure that shows at the first forward, as real ones do;
+- ``EagerOnlyClassifier``: a Classifier whose class declares COMPILE_INCOMPATIBLE.
+"""
+
+import torch._dynamo
+
+from scepter_like.model.classifier import Classifier
+from scepter_like.model.registry import MODELS
+
+FAILING_BACKEND = 'scepter_test_failing'
+INCOMPATIBLE_REASON = 'its forward calls a C extension dynamo cannot trace'
+
+
+def _failing_backend(graph_module, example_inputs):
+    raise RuntimeError('the test backend refuses every graph')
+
+
+if FAILING_BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(_failing_backend, name=FAILING_BACKEND)
+
+
+@MODELS.register_class()
+class EagerOnlyClassifier(Classifier):
+    COMPILE_INCOMPATIBLE = INCOMPATIBLE_REASON
