@@ -79,6 +79,8 @@ def test_float64_casts_float32_data_and_trains(tmp_path):
     solver.close()
     assert all(p.dtype == torch.float64 for p in solver.unwrapped_model.parameters())
     assert torch.get_default_dtype() == torch.float32  # the run's dtype did not leak out of set-up
+    logits = solver.predict({'img': solver.datas['eval'].dataset.arrays['img'][:5].numpy()})['logits']
+    assert logits.dtype == 'float64' and logits.shape == (5, 3)  # float32 inputs are cast for the model
     assert 0.0 <= solver.epoch_outputs['eval']['accuracy'] <= 1.0
 
 

@@ -118,10 +118,14 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
     was_training = model.training
     model.eval()
     pieces = {}
+    cast = _input_dtype(model)
     try:
         with torch.no_grad():
             for batch in batches:
-                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                batch = {
+                    k: v.to(device, dtype=cast if v.is_floating_point() else None) if isinstance(v, torch.Tensor) else v
+                    for k, v in batch.items()
+                }
                 n = len(next(iter(batch.values()))) if rows else None
                 with autocast():
                     out = forward_checked(model, batch)
@@ -133,3 +137,11 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
     finally:
         model.train(was_training)
     return {k: torch.cat(v).numpy() for k, v in pieces.items()}
+
+
+def _input_dtype(model):
+    """What floating inputs are cast to: the model's floating dtype when it is not float32 (SOLVER.DTYPE), else None."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return None if p.dtype == torch.float32 else p.dtype
+    return None
