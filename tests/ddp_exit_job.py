@@ -5,9 +5,9 @@ process group down and ends the process, as every tool does after a run, without
 cost of a solver.  The job leaves one last all-reduce in flight as it returns (as a
 collective nobody waited for would), so gloo's thread may drop that tensor's last
 reference while the process exits: the moment the interpreter-shutdown race needs.
-Without ``cli.run``'s ``os._exit`` about one worker exit in six aborts here
-(``terminate called without an active exception``, SIGABRT); ``tests/test_preemption.py``
-launches it a few dozen times and requires exit 0 from every worker.
+Without ``cli.run``'s ``os._exit`` about half the launches of 8 workers have a worker
+that aborts (``terminate called without an active exception``, SIGABRT; docs/clusters.md);
+``tests/test_preemption.py`` launches it 4 times and requires exit 0 from every worker.
 """
 
 import os

@@ -1,5 +1,8 @@
-"""Preemption and clusters: a stop signal checkpoints at a step boundary and the resume is bit-exact;
-SLURM's variables launch a job; torchrun's elastic restart resumes by itself; a torchrun job exits 0.
+"""Preemption and clusters (docs/clusters.md): a stop signal checkpoints at a step boundary and
+the resume is bit-exact (SIGTERM, SIGUSR1, a first SIGINT; one process and two torchrun ranks);
+a second SIGINT, a signal in set-up and a signal during a checkpoint write; SLURM's variables
+launch a job and its requeue resumes; torchrun's elastic restart resumes by itself; a torchrun
+job exits 0 every time.
 
 The single-process job is the kill-and-resume job of ``test_checkpoint_resume`` (Dropout MLP,
 AdamW, per-step cosine schedule, step / epoch / best / last checkpoints, a hook with state).
