@@ -31,6 +31,7 @@ bench: setup  # the figures of benchmarks/results/ (run on an idle machine; ~15 
 	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/checkpoint.py
 	$(PY) benchmarks/ddp.py
+	$(PY) benchmarks/preemption.py
 
 clean:
 	rm -rf $(VENV) work_dir

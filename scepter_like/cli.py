@@ -89,6 +89,11 @@ def refuse_config_options(args, tool):
         raise ConfigError(f'{given} needs --cfg; without it {tool} builds the model the checkpoint describes')
 
 
+def _rank_prefix():
+    rank = os.environ.get('RANK')
+    return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
+
+
 def run(main, argv=None):
     """Run ``main(argv)`` under the error contract; returns the exit status.
 
@@ -106,11 +111,11 @@ def run(main, argv=None):
         if debug:
             traceback.print_exc()
         message = ' '.join(str(e).split('\n'))
-        rank = os.environ.get('RANK')
-        prefix = f'[rank {rank}] ' if rank not in (None, '', '0') else ''
-        print(f'{prefix}error: {message}', file=sys.stderr, flush=True)
+        print(f'{_rank_prefix()}error: {message}', file=sys.stderr, flush=True)
         status = EXIT_USER_ERROR
-    except Preempted as e:  # the solver logged it (with how to resume)
+    except Preempted as e:  # a stop in training was logged by the solver (with how to resume)
+        if e.checkpoint is None:  # a stop during set-up: said here
+            print(f'{_rank_prefix()}{e}', file=sys.stderr, flush=True)
         status = e.exit_status
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)

@@ -37,22 +37,31 @@ class TrainingError(UserError):
 
 
 class Preempted(Exception):
-    """Training stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after writing a checkpoint marked ``latest``.
+    """Training stopped on a signal (SIGTERM, SIGUSR1, SIGINT): after writing a checkpoint marked
+    ``latest``, or during set-up, before any train step, with no checkpoint (``checkpoint`` None).
 
-    Not a mistake: the tools log it and exit with ``128 + signum``, the shell's status of
-    a signalled process, so a scheduler can tell it from success (0) and errors (1, 2).
+    Not a mistake: the tools exit with ``128 + signum``, the shell's status of a signalled
+    process, so a scheduler can tell it from success (0) and errors (1, 2).
     """
 
-    def __init__(self, signum, step, checkpoint):
+    def __init__(self, signum, step=None, checkpoint=None):
         import signal
 
         self.signum = signum
         self.step = step
         self.checkpoint = checkpoint
-        super().__init__(
-            f'stopped by {signal.Signals(signum).name} after step {step}; checkpoint {checkpoint} is latest;'
-            ' rerun with SOLVER.RESUME_FROM=auto to continue'
-        )
+        name = signal.Signals(signum).name
+        if checkpoint is None:
+            message = (
+                f'stopped by {name} during set-up, before training began; no checkpoint written'
+                ' (latest, if any, is as it was); rerun the same command to go on'
+            )
+        else:
+            message = (
+                f'stopped by {name} after step {step}; checkpoint {checkpoint} is latest;'
+                ' rerun with SOLVER.RESUME_FROM=auto to continue'
+            )
+        super().__init__(message)
 
     @property
     def exit_status(self):

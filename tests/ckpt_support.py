@@ -12,6 +12,9 @@ With ``SCEPTER_TEST_TEAR_SAVE=N`` the N-th ``torch.save`` of the process writes 
 bytes and then SIGKILLs the process: a crash in the middle of a checkpoint write.  With
 ``SCEPTER_TEST_KILL_BEFORE_COMMIT=N`` the process SIGKILLs itself just before the N-th
 checkpoint is fsynced and moved into place: a crash after the write, before the commit.
+The process sends itself a signal with ``SCEPTER_TEST_SIGNAL_AT`` (as a train step begins),
+``SCEPTER_TEST_SIGNAL_IN_SAVE`` (half-way into a ``torch.save``'s file) and
+``SCEPTER_TEST_SIGNAL_IN_SET_UP`` (while the train data is built).
 """
 
 import io
@@ -28,7 +31,8 @@ from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
 SIGNAL_ENV = 'SCEPTER_TEST_SIGNAL_AT'  # 'SIGTERM:N': the process signals itself when train step N+1 begins
-SIGNAL_IN_SAVE_ENV = 'SCEPTER_TEST_SIGNAL_IN_SAVE'  # 'SIGTERM:N': ... inside its N-th torch.save, mid-write
+SIGNAL_IN_SAVE_ENV = 'SCEPTER_TEST_SIGNAL_IN_SAVE'  # 'SIGTERM:N' / 'SIGTERM:TEXT': ... mid-write of a torch.save
+SIGNAL_IN_SET_UP_ENV = 'SCEPTER_TEST_SIGNAL_IN_SET_UP'  # 'SIGTERM': ... while the train data is built
 TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
 COMMIT_ENV = 'SCEPTER_TEST_KILL_BEFORE_COMMIT'
 
@@ -65,14 +69,26 @@ def _kill_before_commit_number(n):
 
 
 def _signal_in_save(spec):
-    name, _, n = spec.partition(':')
+    """``NAME:N``: signal the N-th torch.save; ``NAME:TEXT``: the first whose file name holds TEXT.
+
+    The signal comes with half the file written; the rest follows if the handler returns.
+    """
+    name, _, which = spec.partition(':')
     real_save, count = torch.save, [0]
 
     def save(obj, f, *args, **kwargs):
         count[0] += 1
-        if count[0] == int(n):
-            os.kill(os.getpid(), getattr(signal, name))  # the handler runs here, mid-save
-        return real_save(obj, f, *args, **kwargs)
+        chosen = count[0] == int(which) if which.isdigit() else which in os.path.basename(str(f))
+        if not chosen:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        with open(f, 'wb') as out:
+            out.write(data[: len(data) // 2])
+            out.flush()
+            os.kill(os.getpid(), getattr(signal, name))  # the handler runs here, mid-write
+            out.write(data[len(data) // 2 :])
 
     torch.save = save
 
@@ -121,6 +137,8 @@ class RecordingNpzDataset(NpzDataset):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.record = cfg.RECORD
+        if os.environ.get(SIGNAL_IN_SET_UP_ENV):
+            os.kill(os.getpid(), getattr(signal, os.environ[SIGNAL_IN_SET_UP_ENV]))
 
     def __getitems__(self, indices):
         with open(self.record, 'a') as f:

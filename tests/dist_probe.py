@@ -13,6 +13,7 @@
 import os
 import signal
 import sys
+import time
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -64,7 +65,10 @@ class DistProbeHook(Hook):
         'NAN_STEPS': {'value': [], 'description': 'steps (1-based) whose loss becomes NaN on NAN_RANK'},
         'NAN_RANK': {'value': 1, 'description': 'the rank that sees the NaN'},
         'KILL_AT_STEP': {'value': 0, 'description': 'rank 0 SIGKILLs torchrun and every worker at this step'},
-        'SIGNAL_AT_STEP': {'value': 0, 'description': 'send SIGNAL to SIGNAL_TARGET after this train step'},
+        'SIGNAL_AT_STEP': {
+            'value': 0,
+            'description': 'send SIGNAL to SIGNAL_TARGET in this train step (after_iter) and wait until it arrives',
+        },
         'SIGNAL': {'value': 'SIGTERM', 'description': 'the signal of SIGNAL_AT_STEP'},
         'SIGNAL_TARGET': {
             'value': 'rank1',
@@ -132,8 +136,10 @@ class DistProbeHook(Hook):
             signum = getattr(signal, self.signal)
             if self.signal_target == 'launcher' and solver.rank == 0:
                 os.kill(os.getppid(), signum)
+                self._wait_for_signal(solver)  # torchrun forwards it: this rank has it before step N ends
             elif self.signal_target == 'rank1' and solver.rank == 1:
                 os.kill(os.getpid(), signum)
+                self._wait_for_signal(solver)
         restart = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
         if step == self.worker_kill_at and solver.rank == 1 and restart == 0:
             for hook in solver.hooks_dict['train']:  # the checkpoint before the kill lands first
@@ -142,6 +148,12 @@ class DistProbeHook(Hook):
             os.kill(os.getpid(), signal.SIGKILL)
         if step in self.nan_steps and solver.rank == self.nan_rank and solver.loss is not None:
             solver.loss = solver.loss * float('nan')
+
+    @staticmethod
+    def _wait_for_signal(solver, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not solver.stop_signals.received and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def after_solve(self, solver):
         if not self.out:

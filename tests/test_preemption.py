@@ -1,5 +1,8 @@
-"""Preemption and clusters: a stop signal checkpoints at a step boundary and the resume is bit-exact;
-SLURM's variables launch a job; torchrun's elastic restart resumes by itself; a torchrun job exits 0.
+"""Preemption and clusters (docs/clusters.md): a stop signal checkpoints at a step boundary and
+the resume is bit-exact (SIGTERM, SIGUSR1, a first SIGINT; one process and two torchrun ranks);
+a second SIGINT, a signal in set-up and a signal during a checkpoint write; SLURM's variables
+launch a job and its requeue resumes; torchrun's elastic restart resumes by itself; a torchrun
+job exits 0 every time.
 
 The single-process job is the kill-and-resume job of ``test_checkpoint_resume`` (Dropout MLP,
 AdamW, per-step cosine schedule, step / epoch / best / last checkpoints, a hook with state).
@@ -12,21 +15,49 @@ import sys
 
 import pytest
 import torch
-from ckpt_support import SIGNAL_ENV, SIGNAL_IN_SAVE_ENV
+from ckpt_support import SIGNAL_ENV, SIGNAL_IN_SAVE_ENV, SIGNAL_IN_SET_UP_ENV
 from conftest import REPO, tool_env
 from helpers import write_blobs
 from test_checkpoint_resume import SUPPORT, TOTAL, assert_same, final_state, job_config, served, train
-from test_distributed import RUN_TRAIN, TIMEOUT, assert_state_equal, blob_cfg, free_port, load, probe_hook, torchrun
+from test_distributed import (
+    RUN_TRAIN,
+    TIMEOUT,
+    assert_state_equal,
+    blob_cfg,
+    free_port,
+    load,
+    probe_hook,
+    rank_logs,
+    torchrun,
+)
 
 from scepter_like.utils.checkpoint import latest_checkpoint
 from scepter_like.utils.launch_env import first_host, read_launch_env
 
 
-def run_signalled(cfg, work, record, spec, env_name=SIGNAL_ENV):
+def run_job(cfg, work, record, *overrides, **env):
+    """tools/run_train.py on the job with ``env`` added (the signal points of ckpt_support.py)."""
     args = ['--cfg', cfg, '--import', SUPPORT, f'SOLVER.WORK_DIR={work}', f'SOLVER.TRAIN_DATA.RECORD={record}']
     return subprocess.run(
-        [sys.executable, RUN_TRAIN, *args], env=tool_env(**{env_name: spec}), capture_output=True, text=True
+        [sys.executable, RUN_TRAIN, *args, *overrides],
+        env=tool_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
     )
+
+
+def checkpoint_files(work):
+    folder = work / 'checkpoints'
+    return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+
+def latest_name(work):
+    return os.path.basename(latest_checkpoint(str(work / 'checkpoints')))
+
+
+def saved_step(work, name):
+    return torch.load(work / 'checkpoints' / name, weights_only=True)['solver']['total_iter']
 
 
 @pytest.fixture(scope='module')
@@ -38,37 +69,80 @@ def alone(tmp_path_factory):
     return cfg, final_state(tmp / 'alone')
 
 
-@pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
-def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(alone, tmp_path, name):
+# SLURM's requeue of the job: the same command, RESUME_FROM left empty, SLURM_RESTART_COUNT > 0
+SLURM_REQUEUE = {'SLURM_JOB_ID': 5, 'SLURM_PROCID': 0, 'SLURM_NTASKS': 1, 'SLURM_RESTART_COUNT': 1}
+
+
+@pytest.mark.parametrize(
+    'name, resume_overrides, resume_env',
+    [('SIGTERM', ['SOLVER.RESUME_FROM=auto'], {}), ('SIGUSR1', [], SLURM_REQUEUE)],
+    ids=['SIGTERM-resume-auto', 'SIGUSR1-slurm-requeue'],
+)
+def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
+    alone, tmp_path, name, resume_overrides, resume_env
+):
     cfg, reference = alone
     work = tmp_path / 'chain'
-    res = run_signalled(cfg, work, tmp_path / 'a.rec', f'{name}:9')  # arrives as step 10 begins
+    res = run_job(cfg, work, tmp_path / 'a.rec', **{SIGNAL_ENV: f'{name}:9'})  # arrives as step 10 begins
     signum = getattr(signal, name)
     assert res.returncode == 128 + signum, res.stderr[-3000:]
     assert f'stopped by {name} after step 10' in res.stdout and 'RESUME_FROM=auto' in res.stdout
     assert len(served(tmp_path / 'a.rec')) == 10  # step 10 ran to its end, no batch after it
-    latest = latest_checkpoint(str(work / 'checkpoints'))
-    assert os.path.basename(latest) == 'preempted-step-10.pth'
-    assert torch.load(latest, weights_only=True)['solver']['total_iter'] == 10
-    res = train(cfg, work, tmp_path / 'b.rec', resume=True)
+    assert latest_name(work) == 'preempted-step-10.pth' and saved_step(work, 'preempted-step-10.pth') == 10
+    # a requeued SLURM job resumes by itself: without it, this WORK_DIR would be refused (exit 2)
+    res = run_job(cfg, work, tmp_path / 'b.rec', *resume_overrides, **resume_env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'resumed from' in res.stdout and 'preempted-step-10.pth' in res.stdout
     assert len(served(tmp_path / 'b.rec')) == TOTAL - 10
     assert_same(reference, final_state(work))
 
 
-def test_a_signal_during_a_checkpoint_write_lets_it_finish(alone, tmp_path):
+def test_a_first_sigint_stops_gracefully_and_a_signal_in_its_checkpoint_write_lets_it_finish(alone, tmp_path):
+    cfg, reference = alone
+    work = tmp_path / 'w'
+    signals = {SIGNAL_ENV: 'SIGINT:9', SIGNAL_IN_SAVE_ENV: 'SIGTERM:preempted'}  # SIGTERM half-way into the file
+    res = run_job(cfg, work, tmp_path / 'a.rec', **signals)
+    assert res.returncode == 130, res.stderr[-3000:]
+    assert 'stopped by SIGINT after step 10' in res.stdout and 'Traceback' not in res.stderr
+    assert not [n for n in checkpoint_files(work) if n.startswith('.tmp')]
+    assert latest_name(work) == 'preempted-step-10.pth' and saved_step(work, 'preempted-step-10.pth') == 10
+    res = train(cfg, work, tmp_path / 'b.rec', resume=True)  # the file is whole: the resume is bit-exact
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_same(reference, final_state(work))
+
+
+def test_a_second_sigint_stops_at_once_and_the_previous_latest_stays(alone, tmp_path):
+    """The second Ctrl-C comes half-way into the preempted checkpoint's file: that write is dropped."""
+    cfg, _ = alone
+    work = tmp_path / 'w'
+    res = run_job(cfg, work, tmp_path / 'a.rec', **{SIGNAL_ENV: 'SIGINT:9', SIGNAL_IN_SAVE_ENV: 'SIGINT:preempted'})
+    assert res.returncode == 130, res.stderr[-3000:]
+    assert 'interrupted' in res.stderr and 'stopped by' not in res.stdout and 'Traceback' not in res.stderr
+    names = checkpoint_files(work)
+    assert not [n for n in names if n.startswith('.tmp') or n.startswith('preempted')], names
+    assert latest_name(work) == 'ldm_step-step-8.pth' and saved_step(work, 'ldm_step-step-8.pth') == 8
+
+
+def test_a_signal_during_a_periodic_checkpoint_write_lets_it_finish(alone, tmp_path):
     cfg, _ = alone
     work = tmp_path / 'w'
     # the third torch.save is the best checkpoint after epoch 1's evaluation (step 6)
-    res = run_signalled(cfg, work, tmp_path / 'a.rec', 'SIGTERM:3', env_name=SIGNAL_IN_SAVE_ENV)
+    res = run_job(cfg, work, tmp_path / 'a.rec', **{SIGNAL_IN_SAVE_ENV: 'SIGTERM:3'})
     assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
-    folder = work / 'checkpoints'
-    names = sorted(os.listdir(folder))
+    names = checkpoint_files(work)
     assert not [n for n in names if n.startswith('.tmp')], names
-    best = torch.load(folder / 'ldm_step-best.pth', weights_only=True)  # the interrupted write completed
-    assert best['solver']['total_iter'] == 6
-    assert os.path.basename(latest_checkpoint(str(folder))) == 'preempted-step-7.pth'  # the next step boundary
+    assert saved_step(work, 'ldm_step-best.pth') == 6  # the interrupted write completed
+    assert latest_name(work) == 'preempted-step-7.pth'  # the next step boundary
+
+
+def test_a_signal_during_set_up_ends_the_run_at_once(alone, tmp_path):
+    """Nothing is trained yet: no checkpoint, one line, the signal's status (the train data is being built)."""
+    cfg, _ = alone
+    work = tmp_path / 'w'
+    res = run_job(cfg, work, tmp_path / 'a.rec', **{SIGNAL_IN_SET_UP_ENV: 'SIGTERM'})
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
+    assert 'stopped by SIGTERM during set-up' in res.stderr and 'Traceback' not in res.stderr
+    assert checkpoint_files(work) == [] and not os.path.exists(tmp_path / 'a.rec')  # no step ran
 
 
 def test_launch_env_reads_slurm_and_prefers_torchrun():
@@ -105,16 +179,21 @@ def blobs_job(tmp_path_factory):
     return tmp, config, load(tmp / 'ref' / 'checkpoints' / 'ldm_step-last.pth')
 
 
-@pytest.mark.parametrize('target', ['rank1', 'launcher'])
-def test_sigterm_under_torchrun_stops_every_rank_and_resumes_bit_exact(blobs_job, target):
+@pytest.mark.parametrize('target, name', [('rank1', 'SIGUSR1'), ('launcher', 'SIGTERM')])
+def test_a_stop_signal_under_torchrun_stops_every_rank_one_step_later_and_resumes_bit_exact(blobs_job, target, name):
+    """The signal reaches rank 1 during step 7 (or torchrun, which forwards it to both workers):
+    every rank stops after step 8, the step the agreement's all-reduce overlaps."""
     tmp, config, reference = blobs_job
-    cfg = config(f'sig-{target}', SIGNAL_AT_STEP=7, SIGNAL_TARGET=target)
+    cfg = config(f'sig-{target}', SIGNAL_AT_STEP=7, SIGNAL_TARGET=target, SIGNAL=name)
     proc, logs = torchrun(cfg, [], tmp, f'sig-{target}', new_session=True)
-    assert proc.returncode != 0  # torchrun reports its workers' (or its own) signalled stop
+    assert proc.returncode == 1  # torchrun's own status: its workers failed (138), or it got SIGTERM itself
+    if target == 'launcher':
+        assert 'death signal, shutting down workers' in proc.stderr  # torchrun forwarded it
+    else:
+        assert f'exitcode  : {128 + getattr(signal, name)}' in proc.stderr  # torchrun's report of rank 1
     work = tmp / f'sig-{target}'
-    latest = os.path.basename(latest_checkpoint(str(work / 'checkpoints')))
-    assert latest.startswith('preempted-step-'), (latest, proc.stderr[-2000:])
-    assert 'stopped by SIGTERM' in logs[0][0], logs[0][0][-2000:]
+    assert latest_name(work) == 'preempted-step-8.pth' and saved_step(work, 'preempted-step-8.pth') == 8
+    assert f'stopped by {name} after step 8' in logs[0][0], logs[0][0][-2000:]
     for rank in (0, 1):
         assert 'Traceback' not in logs[rank][1], logs[rank][1][-2000:]
     proc, logs = torchrun(cfg, ['SOLVER.RESUME_FROM=auto', 'SOLVER.TRAIN_HOOKS.2.SIGNAL_AT_STEP=0'], tmp, f'r-{target}')
@@ -160,11 +239,20 @@ def test_slurm_variables_launch_two_processes_without_torchrun(blobs_job):
     assert_state_equal(reference['model'], got['model'])  # the same run as under torchrun
 
 
-def test_a_finished_torchrun_job_exits_0_every_time(blobs_job):
-    """Interpreter shutdown used to race gloo's threads (SIGABRT now and then); the tools end with os._exit."""
-    tmp, config, _ = blobs_job
-    cfg = config('repeat')
-    for i in range(4):
-        proc, logs = torchrun(cfg, ['SOLVER.MAX_STEPS=2', f'SOLVER.WORK_DIR={tmp / f"repeat{i}"}'], tmp, f'rep{i}')
-        assert proc.returncode == 0, (i, proc.stderr[-2000:])
-        assert 'terminate called' not in logs[0][1] + logs[1][1]
+EXIT_JOB = os.path.join(REPO, 'tests', 'ddp_exit_job.py')
+EXIT_LAUNCHES, EXIT_WORKERS = 4, 8  # 32 worker exits
+
+
+def test_a_finished_torchrun_job_exits_0_every_time(tmp_path):
+    """Interpreter shutdown used to race gloo's threads, which DDP keeps alive (SIGABRT now and
+    then); the tools end such a process with os._exit.  The job makes the race likely."""
+    for i in range(EXIT_LAUNCHES):
+        log_dir = tmp_path / f'launch{i}'
+        cmd = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={EXIT_WORKERS}']
+        cmd += [f'--master_port={free_port()}', '--log-dir', str(log_dir), '--redirects', '3', EXIT_JOB]
+        proc = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=TIMEOUT)
+        logs = rank_logs(str(log_dir))
+        aborted = [rank for rank, (_, err) in logs.items() if 'terminate called' in err]
+        assert proc.returncode == 0 and not aborted, (i, aborted, proc.stderr[-2000:])
+        assert sorted(logs) == list(range(EXIT_WORKERS))
+        assert all('done' in out for out, _ in logs.values())

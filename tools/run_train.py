@@ -34,12 +34,13 @@ def main(argv):
 
     logger = get_logger(rank=process_rank())
     solver = SOLVERS.build(cfg.SOLVER, logger=logger)
-    try:
-        solver.set_up_pre()
-        solver.set_up()
-        solver.solve()
-    finally:
-        solver.close()
+    with solver.stop_signals:  # a stop signal in set-up ends the run now; in training at a step boundary
+        try:
+            solver.set_up_pre()
+            solver.set_up()
+            solver.solve()
+        finally:
+            solver.close()
     return 0
 
 

@@ -124,7 +124,7 @@ class BaseSolver:
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.compile_settings = compile_settings(cfg)
         self.step = StepState()
-        self.stop_signals = StopSignals()  # installed while solve() runs
+        self.stop_signals = StopSignals()  # run_train.py enters it before set-up; solve() for its loop
         self._mode = 'train'
 
         self.env_cfg = None
@@ -402,7 +402,7 @@ class BaseSolver:
             )
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
         try:
-            with self.stop_signals:
+            with self.stop_signals.training_loop():
                 if progress.epoch_finished:  # resumed between an epoch and its evaluation
                     if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
                         self.solve_eval()
