@@ -10,8 +10,9 @@
 The loop's state lives in ``solver.progress`` (``TrainingProgress``: counters, the epoch's
 window, accumulation groups, when training ends) and ``solver.step`` (``StepState``: what
 the current train step decided and produced).  scepter's names (``epoch``, ``iter``,
-``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them.
-Hooks change that state only through the methods under "requests from hooks".
+``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them,
+with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks change
+that state only through the methods under "requests from hooks".
 """
 
 import contextlib
@@ -19,7 +20,7 @@ import functools
 import logging
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 
 import torch
 
@@ -27,7 +28,8 @@ from scepter_like.data.loader import build_data
 from scepter_like.errors import ConfigError, DataError, Preempted
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
-from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
+from scepter_like.opt.lr_schedulers import build_lr_scheduler
+from scepter_like.opt.optimizers import build_optimizer
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
@@ -36,23 +38,17 @@ from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import open_work_dir, run_summary, write_run_records
+from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, settle_loop_settings
 from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
+from scepter_like.utils.distributed import broadcast_object
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
 _NULL_CONTEXT = contextlib.nullcontext()
 
 
-def _view(holder, name, doc=None, settable=True):
-    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
-
-    def get(solver):
-        return getattr(getattr(solver, holder), name)
-
-    def set_(solver, value):
-        setattr(getattr(solver, holder), name, value)
-
-    return property(get, set_ if settable else None, doc=doc)
+def _is_scalar(value):
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
 
 
 def _describe(value):
@@ -70,7 +66,7 @@ def _stage(stage):
 
 
 @SOLVERS.register_class()
-class BaseSolver:
+class BaseSolver(ScepterProtocol):
     para_dict = {
         'FILE_SYSTEM': {'value': None, 'description': 'accepted for scepter configs; files are always local'},
         'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
@@ -131,7 +127,7 @@ class BaseSolver:
         self.optimizer = None
         self.lr_scheduler = None
         self.metrics = []
-        self.epoch_outputs = {}
+        self.epoch_outputs = defaultdict(dict)  # mode -> {metric: float}; scepter's hooks index missing modes
         self._file_handler = None
         self.metrics_log = None  # rank 0: WORK_DIR/metrics.jsonl
         self.resumed_from = None
@@ -226,54 +222,22 @@ class BaseSolver:
         return None
 
     def init_opti(self):
+        """OPTIMIZER and LR_SCHEDULER, each built this project's way or scepter's (built, then called)."""
         if self.cfg.OPTIMIZER is not None:
-            params = [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
-            self.optimizer = OPTIMIZERS.build(self.cfg.OPTIMIZER, logger=self.logger, params=params)
+            self.optimizer = build_optimizer(self.cfg.OPTIMIZER, self.train_parameters(), logger=self.logger)
         if self.cfg.LR_SCHEDULER is not None:
             if self.optimizer is None:
                 raise ConfigError(f'{self.cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
-            self.lr_scheduler = LR_SCHEDULERS.build(self.cfg.LR_SCHEDULER, logger=self.logger, optimizer=self.optimizer)
+            self.lr_scheduler = build_lr_scheduler(self.cfg.LR_SCHEDULER, self.optimizer, logger=self.logger)
 
-    # -- views of the loop's state (scepter's names) ------------------------------------------------
-    epoch = _view('progress', 'epoch', 'The current epoch, 0-based.')
-    total_iter = _view('progress', 'total_iter', 'Train steps done (this step counted from its after_iter on).')
-    max_epochs = _view('progress', 'max_epochs')
-    max_steps = _view('progress', 'max_steps', settable=False)
-    num_folds = _view('progress', 'num_folds', settable=False)
-    optimizer_steps = _view('progress', 'optimizer_steps', settable=False)
-    accumulate_steps = _view('progress', 'accumulate_steps', settable=False)
-    last_eval_epoch = _view(
+    # -- views of the loop's state (scepter's names: ScepterProtocol) -------------------------------
+    optimizer_steps = state_view('progress', 'optimizer_steps', settable=False)
+    accumulate_steps = state_view('progress', 'accumulate_steps', settable=False)
+    last_eval_epoch = state_view(
         'progress', 'last_eval_epoch', 'The epoch whose evaluation epoch_outputs["eval"] holds.', False
     )
-    loss = _view(
-        'step', 'loss', "This step's training loss until BackwardHook uses it (scepter's hooks set it to None)."
-    )
-    iter_outputs = _view('step', 'outputs', "This step's outputs, detached.")
-    sync_grads = _view('step', 'sync_grads', settable=False)
-    in_accumulation = _view('step', 'in_accumulation', settable=False)
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, mode):
-        self._mode = mode
-        if self.model is not None:
-            self.model.train(mode == 'train')
-
-    @property
-    def iter(self):
-        """Steps done in the current mode's epoch."""
-        return self.progress.iters[self._mode]
-
-    @iter.setter
-    def iter(self, value):
-        self.progress.iters[self._mode] = value
-
-    @property
-    def epoch_max_iter(self):
-        return self.progress.epoch_iters[self._mode]
+    sync_grads = state_view('step', 'sync_grads', settable=False)
+    in_accumulation = state_view('step', 'in_accumulation', settable=False)
 
     @property
     def stop_requested(self):
@@ -345,10 +309,10 @@ class BaseSolver:
         self.before_solve()
         self.stages.rebuild()  # hooks settled their configuration in before_solve
         self.logger.info(run_summary(self))
-        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= self.total_iter
+        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= progress.total_iter
         if self.resumed_from and done:
             self.logger.warning(
-                f'{self.resumed_from} ends a finished run (step {self.total_iter}, MAX_EPOCHS {self.max_epochs},'
+                f'{self.resumed_from} ends a finished run (step {progress.total_iter}, MAX_EPOCHS {self.max_epochs},'
                 f' MAX_STEPS {self.max_steps}): nothing is left to train; only evaluation and test run'
             )
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
@@ -380,14 +344,14 @@ class BaseSolver:
         """Write the checkpoint of a signalled stop (every rank), mark it latest; the exception to raise."""
         from scepter_like.utils.checkpoint import CHECKPOINT_DIR, write_latest_pointer
 
-        name = f'preempted-step-{self.total_iter}.pth'
+        name = f'preempted-step-{self.progress.total_iter}.pth'
         folder = os.path.join(self.work_dir, CHECKPOINT_DIR)
         if self.is_main:
             os.makedirs(folder, exist_ok=True)
-        self.save_checkpoint(os.path.join(folder, name))
+        checkpoint_state.write_checkpoint(self, checkpoint_state.checkpoint_of(self), os.path.join(folder, name))
         if self.is_main:
             write_latest_pointer(folder, name)
-        stop = Preempted(self.progress.stop_signal, self.total_iter, os.path.join(folder, name))
+        stop = Preempted(self.progress.stop_signal, self.progress.total_iter, os.path.join(folder, name))
         self.logger.warning(str(stop))
         return stop
 
@@ -404,7 +368,7 @@ class BaseSolver:
 
     def solve_eval(self):
         self._solve_no_grad('eval')
-        self.progress.last_eval_epoch = self.epoch
+        self.progress.last_eval_epoch = self.progress.epoch
 
     def solve_test(self):
         self._solve_no_grad('test')
@@ -415,13 +379,23 @@ class BaseSolver:
         previous = self._mode
         self.mode = mode
         self.progress.iters[mode] = 0
+        self._outputs_recorded = False
         try:
             with torch.no_grad(), eval_context(self.model):
                 self.before_epoch()
                 self.run_eval() if mode == 'eval' else self.run_test()
+                if not self._outputs_recorded:  # a scepter-style run_eval filled _epoch_outputs itself
+                    self.record_epoch_outputs(broadcast_object(self.epoch_outputs[mode]))
                 self.after_epoch()
         finally:
             self.mode = previous
+
+    def record_epoch_outputs(self, outputs):
+        """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""
+        self.epoch_outputs[self._mode] = {k: float(v) if _is_scalar(v) else v for k, v in outputs.items()}
+        self._outputs_recorded = True
+        if self.metrics_log is not None:
+            self.metrics_log.write_epoch_outputs(self, self._mode)
 
     def run_train(self):
         progress, step = self.progress, self.step
@@ -448,7 +422,9 @@ class BaseSolver:
             progress.total_iter += 1
             if step.steps_optimizer and counts_optimizer_steps:
                 progress.optimizer_steps += 1
+            step.counted = True
             after_iter()
+            step.end()
             if step.steps_optimizer:  # a stop signal takes effect between optimizer steps, on every rank
                 progress.stop_signal = signals.agreed(device)
                 if progress.stop_signal:
@@ -460,21 +436,22 @@ class BaseSolver:
         self.after_all_iter()
 
     def _run_no_grad_loop(self, step_fn):
-        bundle = self.datas[self._mode]
-        self.progress.epoch_iters[self._mode] = bundle.num_batches()
+        mode, progress, step = self._mode, self.progress, self.step
+        bundle = self.datas[mode]
+        progress.epoch_iters[mode] = bundle.num_batches()
         self.before_all_iter()
         to_device = self.device.type != 'cpu'
         for batch_idx, batch in enumerate(bundle.iterate()):
             if to_device:
                 batch = self.transfer_data_to_device(batch)
-            self.step.begin()
+            step.begin()
             self.before_iter()
-            step_fn(batch, batch_idx, self.total_iter, self.rank)
-            self.iter += 1
+            step_fn(batch, batch_idx, progress.total_iter, self.rank)
+            progress.iters[mode] += 1
+            step.counted = True
             self.after_iter()
-        self.epoch_outputs[self._mode] = self.compute_epoch_outputs()
-        if self.metrics_log is not None:
-            self.metrics_log.write_epoch_outputs(self, self._mode)
+            step.end()
+        self.record_epoch_outputs(self.compute_epoch_outputs())
         self.after_all_iter()
 
     def run_eval(self):
@@ -569,8 +546,9 @@ class BaseSolver:
 
     # -- stages: each calls the current mode's hooks, or ``hooks`` in their order (scepter's form) --
     def _call(self, stage, hooks=None):
-        fns = self.stages.functions(self._mode, stage) if hooks is None else [getattr(h, stage) for h in hooks]
-        for fn in fns:
+        if hooks is not None:
+            return self._call_hook_list(stage, hooks)
+        for fn in self.stages.functions(self._mode, stage):
             fn(self)
 
     def after_solve(self, hooks=None):
@@ -656,28 +634,37 @@ class BaseSolver:
         self.register_stage_callback('after_iter', fn)
 
     # -- checkpoint state ------------------------------------------------------------------------
-    def save_checkpoint(self, path):
-        """Collect the full state (all ranks) and write it atomically (rank 0)."""
-        from scepter_like.utils.checkpoint import atomic_torch_save
+    def save_checkpoint(self, path=None):
+        """The full training state (a dict); with ``path`` also written there atomically (rank 0).
 
-        ckpt = checkpoint_state.collect_training_state(self)
-        if self.is_main:
-            atomic_torch_save(ckpt, path)
+        With a path every rank calls it (the RNG states of all ranks are gathered).  Without one,
+        scepter's ``save_checkpoint() -> dict`` (scepter's CheckpointHook calls it on rank 0
+        only), it takes no collective and holds this rank's RNG state alone.  A subclass
+        overriding it scepter's way decides what CheckpointHook writes (``checkpoint_state``).
+        """
+        ckpt = checkpoint_state.collect_training_state(self, every_rank=path is not None)
+        if path is not None:
+            checkpoint_state.write_checkpoint(self, ckpt, path)
         return ckpt
 
-    def load_checkpoint(self, path):
-        ckpt = checkpoint_state.load_checkpoint_file(path)
-        checkpoint_state.restore_training_state(self, ckpt, path)
-        return ckpt
+    def load_checkpoint(self, checkpoint):
+        """Restore a checkpoint file's path, or the dict it holds (scepter's ``load_checkpoint(dict)``)."""
+        if isinstance(checkpoint, (str, os.PathLike)):
+            source, checkpoint = checkpoint, checkpoint_state.load_checkpoint_file(checkpoint)
+        else:
+            source = 'the checkpoint'
+        checkpoint_state.restore_training_state(self, checkpoint, source)
+        return checkpoint
 
     def resume(self):
         """Resume from RESUME_FROM: a path, or 'auto' for the newest complete checkpoint in WORK_DIR."""
         path = checkpoint_state.resume_path(self)
         if path is None:
             return None
-        self.load_checkpoint(path)
+        checkpoint_state.restore(self, checkpoint_state.load_checkpoint_file(path), path)
         self.logger.info(
-            f'resumed from {path} at epoch {self.epoch}, iter {self.progress.iters["train"]}, step {self.total_iter}'
+            f'resumed from {path} at epoch {self.progress.epoch}, iter {self.progress.iters["train"]},'
+            f' step {self.progress.total_iter}'
         )
         return path
 

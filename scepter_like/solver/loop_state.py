@@ -136,9 +136,12 @@ class StepState:
     an accumulation group); ``group_size``: micro-batches averaged into the optimizer step;
     ``steps_optimizer``: the optimizer steps after this step's backward; ``loss``: the
     training loss the step left for BackwardHook; ``outputs``: the step's outputs, detached.
+    ``running``: a step is between ``begin`` and ``end``; ``counted``: its counts are in
+    (``TrainingProgress``), i.e. its ``after_iter`` hooks are running.  scepter's counter
+    views (``solver.iter``, ``solver.total_iter``, ``solver.epoch``) read these two.
     """
 
-    __slots__ = ('loss', 'outputs', 'sync_grads', 'group_size', 'steps_optimizer', 'probe_wanted')
+    __slots__ = ('loss', 'outputs', 'sync_grads', 'group_size', 'steps_optimizer', 'probe_wanted', 'running', 'counted')
 
     def __init__(self):
         self.loss = None
@@ -147,6 +150,8 @@ class StepState:
         self.group_size = 1
         self.steps_optimizer = True
         self.probe_wanted = False
+        self.running = False
+        self.counted = False
 
     def begin(self, group_size=1, steps_optimizer=True):
         self.loss = None
@@ -154,6 +159,12 @@ class StepState:
         self.group_size = group_size
         self.steps_optimizer = steps_optimizer
         self.probe_wanted = False
+        self.running = True
+        self.counted = False
+
+    def end(self):
+        """The step's ``after_iter`` hooks are done."""
+        self.running = self.counted = False
 
     def take_loss(self):
         """The loss, handed over once (BackwardHook's backward consumes it)."""

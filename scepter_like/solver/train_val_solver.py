@@ -57,6 +57,6 @@ class TrainValSolver(BaseSolver):
             out.update(metric.compute(self.device))
         if out:
             text = ', '.join(f'{k}: {v:.4f}' for k, v in out.items())
-            where = f'epoch {self.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
+            where = f'epoch {self.progress.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
             self.logger.info(f'{self.mode} {where} ({len(self.datas[self.mode].dataset)} samples): {text}')
         return out

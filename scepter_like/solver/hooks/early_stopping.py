@@ -58,9 +58,10 @@ class EarlyStoppingHook(Hook):
             self.bad_evals += 1
         stop = broadcast_object(self.bad_evals >= self.patience)
         if stop:
-            self.stopped_epoch = solver.epoch
+            self.stopped_epoch = solver.progress.epoch
             reason = (
-                f'early stopping after epoch {solver.epoch + 1}: {self.monitor} has not improved on {self.best:.6g}'
+                f'early stopping after epoch {solver.progress.epoch + 1}: {self.monitor} has not improved on'
+                f' {self.best:.6g}'
                 f' for {self.bad_evals} evaluation(s)'
             )
             solver.request_stop(reason)

@@ -66,7 +66,7 @@ class LrHook(Hook):
 
     def _progress(self, solver):
         if self.by_epoch:
-            return solver.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
+            return solver.progress.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
         return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
     def _apply(self, solver):
@@ -83,7 +83,7 @@ class LrHook(Hook):
                 group['lr'] = lr
             if isinstance(sched, ReduceLROnPlateau):
                 value = solver.epoch_outputs.get('eval', {}).get(self.plateau_metric)
-                if value is not None and solver.last_eval_epoch == solver.epoch - 1:  # a fresh evaluation only
+                if value is not None and solver.last_eval_epoch == solver.progress.epoch - 1:  # a fresh evaluation only
                     sched.step(value)
             else:
                 sched.step()
@@ -92,9 +92,9 @@ class LrHook(Hook):
     def before_epoch(self, solver):
         if not self.by_epoch:
             return
-        if solver.epoch > self.last_epoch:
+        if solver.progress.epoch > self.last_epoch:
             self._step_scheduler(solver)
-            self.last_epoch = solver.epoch
+            self.last_epoch = solver.progress.epoch
         self._apply(solver)
 
     def implements(self, stage):

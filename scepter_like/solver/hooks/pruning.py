@@ -47,7 +47,7 @@ class PruningHook(Hook):
 
     def after_all_iter(self, solver):
         value = solver.epoch_outputs['eval'][self.metric]
-        step = solver.epoch + 1
+        step = solver.progress.epoch + 1
         self.values[step] = value
         prune = False
         if self.trial is not None and solver.is_main:
