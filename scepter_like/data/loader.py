@@ -46,6 +46,12 @@ class DataBundle:
         self.batch_size = batch_size
         self.seed = seed
 
+    @property
+    def dataloader(self):
+        """scepter's name: the torch DataLoader; iterating it yields this rank's whole current pass."""
+        self.sampler.set_window(0, None)
+        return self.loader
+
     def num_batches(self):
         """Batches in a whole pass on this rank (equal on every rank in train mode)."""
         n = self.sampler.rank_length()

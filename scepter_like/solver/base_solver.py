@@ -101,7 +101,7 @@ class BaseSolver(ScepterProtocol):
         self.logger = logger or logging.getLogger('scepter_like')
         self.work_dir = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
-        self.resume_from = cfg.RESUME_FROM
+        self.resume_from = cfg.RESUME_FROM or None  # scepter's hooks test it against None
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
@@ -360,9 +360,9 @@ class BaseSolver(ScepterProtocol):
 
     def solve_train(self):
         self.mode = 'train'
-        # each pass over the data shuffles anew, whatever the hooks (DistSamplerHook makes the same call)
-        self.datas['train'].sampler.set_epoch(self.progress.pass_index)
         self.before_epoch()
+        # each pass over the data shuffles anew, whatever the hooks did (scepter's DistSamplerHook sets the epoch)
+        self.datas['train'].sampler.set_epoch(self.progress.pass_index)
         self.run_train()
         self.after_epoch()
 

@@ -95,10 +95,11 @@ class CheckpointHook(Hook):
                 solver.logger.warning(
                     f'removed {len(removed)} temporary file(s) of an interrupted save in {self.folder}'
                 )
-        if self.save_best and self.best_metric not in solver.metric_names('eval'):
+        names = solver.metric_names('eval')  # None: known after a first evaluation
+        if self.save_best and names is not None and self.best_metric not in names:
             raise ConfigError(
                 f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
-                f' the metrics give {solver.metric_names("eval")}'
+                f' the metrics give {names}'
             )
         if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
             if self.step_interval > 0:

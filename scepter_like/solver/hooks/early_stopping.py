@@ -40,7 +40,7 @@ class EarlyStoppingHook(Hook):
         if self not in solver.hooks_dict['eval']:
             raise ConfigError(f'{self.cfg.path}: EarlyStoppingHook watches evaluations; list it in SOLVER.EVAL_HOOKS')
         names = solver.metric_names('eval')
-        if self.monitor not in names:
+        if names is not None and self.monitor not in names:  # None: known after a first pass
             raise ConfigError(
                 f'{self.cfg.path_of("MONITOR")}: no eval metric is called {self.monitor!r}; the metrics give {names}'
             )

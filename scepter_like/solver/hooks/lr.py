@@ -51,7 +51,7 @@ class LrHook(Hook):
             if not self.by_epoch:
                 raise ConfigError('LrHook: ReduceLROnPlateau steps by epoch; set SET_BY_EPOCH: true')
             names = solver.metric_names('eval') if hasattr(solver, 'metric_names') else []
-            if self.plateau_metric not in names:
+            if names is not None and self.plateau_metric not in names:  # None: known after a first pass
                 raise ConfigError(
                     f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric;'
                     f' got {self.plateau_metric!r}, the metrics give {names}'
