@@ -15,44 +15,44 @@ with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks
 that state only through the methods under "requests from hooks".
 """
 
-import contextlib
 import functools
 import logging
 import os
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 
 import torch
 
 from scepter_like.data.loader import build_data
-from scepter_like.errors import ConfigError, DataError, Preempted
+from scepter_like.errors import ConfigError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.opt.lr_schedulers import build_lr_scheduler
 from scepter_like.opt.optimizers import build_optimizer
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.environment import resolve_env, set_up_environment
-from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
-from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
+from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs, step_loss
+from scepter_like.solver.parallel import (
+    PARALLEL_MODES,
+    autocast_context,
+    eval_context,
+    train_forward_context,
+    wrap_model,
+)
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import open_work_dir, run_summary, write_run_records
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
-from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, settle_loop_settings
-from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
+from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, call_every, settle_loop_settings
+from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
-_NULL_CONTEXT = contextlib.nullcontext()
 
 
 def _is_scalar(value):
     return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
-
-
-def _describe(value):
-    return f'a tensor of shape {list(value.shape)}' if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def _stage(stage):
@@ -63,6 +63,11 @@ def _stage(stage):
 
     call.__name__ = call.__qualname__ = stage
     return call
+
+
+def _callback_at(stage):
+    """``register_callback_on_*``: call ``fn(solver)`` at ``stage`` of train mode after that stage's hooks."""
+    return lambda solver, fn: solver.register_stage_callback(stage, fn)
 
 
 @SOLVERS.register_class()
@@ -183,28 +188,13 @@ class BaseSolver(ScepterProtocol):
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
                 progress.epoch_iters[mode] = self.datas[mode].num_batches()
         if 'train' in self.datas:
-            pass_batches = self.datas['train'].num_batches()
-            if pass_batches < progress.num_folds:
-                raise ConfigError(
-                    f'{self.cfg.path_of("NUM_FOLDS")}: {progress.num_folds} folds of a pass of {pass_batches}'
-                    ' batches would leave epochs without a batch; use fewer folds'
-                )
-            start, stop = progress.fold_window(pass_batches)
-            progress.epoch_iters['train'] = stop - start
+            progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
 
     def construct_model(self):
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
         self.model = MODELS.build(self.cfg.MODEL, logger=self.logger)
-        pretrained = self.cfg.MODEL.get('PRETRAINED_MODEL')
-        if pretrained:
-            state = load_weights_file(pretrained)
-            strict = self.cfg.MODEL.get('PRETRAINED_STRICT', True)
-            missing, unexpected = load_state_dict_checked(self.model, state, pretrained, strict=strict)
-            self.logger.info(
-                f'loaded pretrained weights from {pretrained}'
-                + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
-            )
+        load_pretrained(self.model, self.cfg.MODEL, self.logger)
 
     def construct_metrics(self):
         entries = self.cfg.METRICS or []
@@ -239,34 +229,18 @@ class BaseSolver(ScepterProtocol):
     sync_grads = state_view('step', 'sync_grads', settable=False)
     in_accumulation = state_view('step', 'in_accumulation', settable=False)
 
-    @property
-    def stop_requested(self):
-        return self.progress.stop_reason is not None
-
-    @property
-    def rank(self):
-        return self.dist_info.rank if self.dist_info else 0
-
-    @property
-    def world_size(self):
-        return self.dist_info.world_size if self.dist_info else 1
-
-    @property
-    def is_main(self):
-        return self.rank == 0
-
-    @property
-    def device(self):
-        return self.dist_info.device if self.dist_info else torch.device('cpu')
+    stop_requested = property(lambda self: self.progress.stop_reason is not None)
+    rank = property(lambda self: self.dist_info.rank if self.dist_info else 0)
+    world_size = property(lambda self: self.dist_info.world_size if self.dist_info else 1)
+    is_main = property(lambda self: self.rank == 0)
+    device = property(lambda self: self.dist_info.device if self.dist_info else torch.device('cpu'))
 
     @functools.cached_property
     def config_text(self):
         """The run's whole config as YAML, for checkpoint and export metadata (dumped once per run)."""
         return self.cfg.root.dump()
 
-    @property
-    def unwrapped_model(self):
-        return unwrap_model(self.model)
+    unwrapped_model = property(lambda self: unwrap_model(self.model))
 
     @property
     def batch_size(self):
@@ -325,7 +299,7 @@ class BaseSolver(ScepterProtocol):
                 while 'train' in self.datas and not progress.train_finished():
                     self.solve_train()
                     if progress.stop_signal:
-                        raise self._preempted()
+                        raise checkpoint_state.save_preempted(self)
                     if self._eval_due():
                         self.solve_eval()
                     if every_epoch and 'test' in self.datas:
@@ -339,21 +313,6 @@ class BaseSolver(ScepterProtocol):
             raise
         finally:
             self.after_solve()
-
-    def _preempted(self):
-        """Write the checkpoint of a signalled stop (every rank), mark it latest; the exception to raise."""
-        from scepter_like.utils.checkpoint import CHECKPOINT_DIR, write_latest_pointer
-
-        name = f'preempted-step-{self.progress.total_iter}.pth'
-        folder = os.path.join(self.work_dir, CHECKPOINT_DIR)
-        if self.is_main:
-            os.makedirs(folder, exist_ok=True)
-        checkpoint_state.write_checkpoint(self, checkpoint_state.checkpoint_of(self), os.path.join(folder, name))
-        if self.is_main:
-            write_latest_pointer(folder, name)
-        stop = Preempted(self.progress.stop_signal, self.progress.total_iter, os.path.join(folder, name))
-        self.logger.warning(str(stop))
-        return stop
 
     def _eval_due(self):
         return 'eval' in self.datas and self.progress.eval_due()
@@ -465,24 +424,11 @@ class BaseSolver(ScepterProtocol):
         return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def forward_context(self):
-        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps and autocast under AMP.
-
-        ``no_sync`` only needs the forward: it decides whether the backward that follows
-        all-reduces the gradients.  Without either, one shared null context.
-        """
-        no_sync = not self.step.sync_grads and hasattr(self.model, 'no_sync')
-        if not no_sync and self.autocast_dtype is None:
-            return _NULL_CONTEXT
-        stack = contextlib.ExitStack()
-        if no_sync:
-            stack.enter_context(self.model.no_sync())
-        stack.enter_context(self.autocast())
-        return stack
+        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps, autocast under AMP."""
+        return train_forward_context(self.model, self.step.sync_grads, self.autocast_dtype, self.device.type)
 
     def autocast(self):
-        if self.autocast_dtype is None:
-            return _NULL_CONTEXT
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+        return autocast_context(self.autocast_dtype, self.device.type)
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.step.loss`` for BackwardHook."""
@@ -493,25 +439,8 @@ class BaseSolver(ScepterProtocol):
         return results
 
     def total_loss(self, results):
-        """``results['loss']`` (a dict's), else its ``loss_*`` terms summed with LOSS_WEIGHTS (1.0 by default).
-
-        The summed loss is put back into ``results['loss']`` so it is logged beside its terms.
-        """
-        loss = results.get('loss')
-        if loss is not None:
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise DataError(f"the model's 'loss' must be a scalar tensor, got {_describe(loss)}; reduce it (mean)")
-            return loss
-        terms = {k: v for k, v in results.items() if k.startswith('loss_')}
-        if not terms:
-            raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
-        unknown = [k for k in self.loss_weights if k not in terms]
-        if unknown:
-            raise ConfigError(
-                f'{self.cfg.path_of("LOSS_WEIGHTS")}: the model returns no {unknown}; its terms are {sorted(terms)}'
-            )
-        loss = results['loss'] = sum(v * self.loss_weights.get(k, 1.0) for k, v in terms.items())
-        return loss
+        """``results['loss']``, else its ``loss_*`` terms summed with LOSS_WEIGHTS (``loop_state.step_loss``)."""
+        return step_loss(results, self.loss_weights, self.cfg.path_of('LOSS_WEIGHTS'))
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
@@ -556,23 +485,9 @@ class BaseSolver(ScepterProtocol):
 
         After a training error (which ``solve`` re-raises) their errors only go to the log.
         """
-        errors = []
         fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
-        for fn in fns:
-            try:
-                fn(self)
-            except Exception as e:
-                errors.append(e)
-        try:  # the train lines metrics.jsonl holds
-            if self.metrics_log is not None:
-                self.metrics_log.flush()
-        except OSError as e:
-            errors.append(e)
-        first = errors.pop(0) if errors and self.failed is None else None
-        for e in errors:
-            self.logger.error('after_solve failed after an earlier error', exc_info=e)
-        if first is not None:
-            raise first
+        flush = self.metrics_log.flush if self.metrics_log is not None else None  # the train lines it holds
+        call_every(fns + ([lambda solver: flush()] if flush else []), self, self.failed, self.logger)
 
     before_solve = _stage('before_solve')
     before_epoch = _stage('before_epoch')
@@ -583,36 +498,16 @@ class BaseSolver(ScepterProtocol):
     after_iter = _stage('after_iter')
     after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
 
-    def collect_log_vars(self):
-        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
-        ret = OrderedDict((k, v) for k, v in self.iter_outputs.items() if v.dim() == 0)
-        if self.optimizer is not None:
-            ret['lr'] = self.optimizer.param_groups[0]['lr']
-        return ret
-
-    # -- probes: data a step hands to ProbeDataHook ----------------------------------------------
-    def register_probe(self, probe_data):
-        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
-        if self.step.probe_wanted:
-            self._probes.update(probe_data)
-
-    def pop_probes(self):
-        """This step's probes, handed over once (the store is emptied)."""
-        probes, self._probes = self._probes, {}
-        return probes
-
     def register_flops(self, data, keys=None):
-        """Count the model's forward FLOPs per sample with fvcore; stored in ``self.model_flops``.
+        """The model's forward FLOPs per sample (fvcore), kept in ``model_flops``: the log then shows FLOP/s.
 
-        ``data`` is a batch dict; each value is cut to its first element along the batch dim,
-        and ``keys`` (all when empty) selects the model inputs.  The log then shows FLOP/s.
+        ``data`` is a batch dict (cut to its first sample); ``keys`` (all when empty) selects the inputs.
         """
         from scepter_like.utils.flops import count_flops, first_sample, format_flops
 
-        inputs = first_sample(data, keys or [])
-        if self.device.type != 'cpu':
-            inputs = self.transfer_data_to_device(inputs)
-        self.model_flops = count_flops(self.unwrapped_model, inputs)
+        self.model_flops = count_flops(
+            self.unwrapped_model, self.transfer_data_to_device(first_sample(data, keys or ()))
+        )
         self.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(self.model_flops)}')
         return self.model_flops
 
@@ -621,17 +516,10 @@ class BaseSolver(ScepterProtocol):
         """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
         self.stages.add_callback(mode, stage, fn)
 
-    def register_callback_on_epoch_begin(self, fn):
-        self.register_stage_callback('before_epoch', fn)
-
-    def register_callback_on_epoch_end(self, fn):
-        self.register_stage_callback('after_epoch', fn)
-
-    def register_callback_on_iter_begin(self, fn):
-        self.register_stage_callback('before_iter', fn)
-
-    def register_callback_on_iter_end(self, fn):
-        self.register_stage_callback('after_iter', fn)
+    register_callback_on_epoch_begin = _callback_at('before_epoch')
+    register_callback_on_epoch_end = _callback_at('after_epoch')
+    register_callback_on_iter_begin = _callback_at('before_iter')
+    register_callback_on_iter_end = _callback_at('after_iter')
 
     # -- checkpoint state ------------------------------------------------------------------------
     def save_checkpoint(self, path=None):
@@ -657,16 +545,8 @@ class BaseSolver(ScepterProtocol):
         return checkpoint
 
     def resume(self):
-        """Resume from RESUME_FROM: a path, or 'auto' for the newest complete checkpoint in WORK_DIR."""
-        path = checkpoint_state.resume_path(self)
-        if path is None:
-            return None
-        checkpoint_state.restore(self, checkpoint_state.load_checkpoint_file(path), path)
-        self.logger.info(
-            f'resumed from {path} at epoch {self.progress.epoch}, iter {self.progress.iters["train"]},'
-            f' step {self.progress.total_iter}'
-        )
-        return path
+        """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
+        return checkpoint_state.resume(self)
 
     def close(self):
         """Write out pending metrics.jsonl lines and detach the log file (the process group is the caller's)."""

@@ -18,9 +18,15 @@ from collections.abc import Mapping
 import torch
 
 import scepter_like
-from scepter_like.errors import CheckpointError, ConfigError
+from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
-from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_torch_save, latest_checkpoint, load_torch_file
+from scepter_like.utils.checkpoint import (
+    CHECKPOINT_DIR,
+    atomic_torch_save,
+    latest_checkpoint,
+    load_torch_file,
+    write_latest_pointer,
+)
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
@@ -173,6 +179,33 @@ def load_checkpoint_file(path):
             ' set MODEL.PRETRAINED_MODEL instead of RESUME_FROM'
         )
     return load_torch_file(path, map_location='cpu')
+
+
+def resume(solver):
+    """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
+    path = resume_path(solver)
+    if path is None:
+        return None
+    restore(solver, load_checkpoint_file(path), path)
+    progress = solver.progress
+    solver.logger.info(
+        f'resumed from {path} at epoch {progress.epoch}, iter {progress.iters["train"]}, step {progress.total_iter}'
+    )
+    return path
+
+
+def save_preempted(solver):
+    """Write the checkpoint of a signalled stop (every rank) and mark it latest; returns the Preempted to raise."""
+    name = f'preempted-step-{solver.progress.total_iter}.pth'
+    folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+    if solver.is_main:
+        os.makedirs(folder, exist_ok=True)
+    write_checkpoint(solver, checkpoint_of(solver), os.path.join(folder, name))
+    if solver.is_main:
+        write_latest_pointer(folder, name)
+    stop = Preempted(solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name))
+    solver.logger.warning(str(stop))
+    return stop
 
 
 def restarted():

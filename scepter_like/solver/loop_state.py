@@ -8,6 +8,8 @@ PRIORITY orders its work, never what it sees.
 
 import torch
 
+from scepter_like.errors import ConfigError, DataError
+
 MODES = ('train', 'eval', 'test')
 
 
@@ -46,6 +48,16 @@ class TrainingProgress:
         """Batches ``[start, stop)`` of a pass of ``pass_batches`` that the current epoch covers."""
         fold = self.epoch % self.num_folds
         return fold * pass_batches // self.num_folds, (fold + 1) * pass_batches // self.num_folds
+
+    def plan_folds(self, pass_batches, where='NUM_FOLDS'):
+        """The current epoch's share of a train pass of ``pass_batches``; a ConfigError when a fold would be empty."""
+        if pass_batches < self.num_folds:
+            raise ConfigError(
+                f'{where}: {self.num_folds} folds of a pass of {pass_batches} batches would leave epochs'
+                ' without a batch; use fewer folds'
+            )
+        start, stop = self.fold_window(pass_batches)
+        self.epoch_iters['train'] = stop - start
 
     def start_train_epoch(self, pass_batches):
         """Plan this train epoch; returns the pass's batch range ``[first, stop)`` still to run."""
@@ -175,6 +187,27 @@ class StepState:
     def in_accumulation(self):
         """An accumulation group is open: gradients of earlier micro-batches wait for the optimizer step."""
         return not self.steps_optimizer
+
+
+def step_loss(results, loss_weights, weights_path='SOLVER.LOSS_WEIGHTS'):
+    """``results['loss']``, else its ``loss_*`` terms summed with ``loss_weights`` (1.0 by default).
+
+    The summed loss is put back into ``results['loss']`` so it is logged beside its terms.
+    """
+    loss = results.get('loss')
+    if loss is not None:
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            shape = f'a tensor of shape {list(loss.shape)}' if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise DataError(f"the model's 'loss' must be a scalar tensor, got {shape}; reduce it (mean)")
+        return loss
+    terms = {k: v for k, v in results.items() if k.startswith('loss_')}
+    if not terms:
+        raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
+    unknown = [k for k in loss_weights if k not in terms]
+    if unknown:
+        raise ConfigError(f'{weights_path}: the model returns no {unknown}; its terms are {sorted(terms)}')
+    loss = results['loss'] = sum(v * loss_weights.get(k, 1.0) for k, v in terms.items())
+    return loss
 
 
 def detached_outputs(results):

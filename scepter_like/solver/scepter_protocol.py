@@ -229,6 +229,24 @@ class ScepterProtocol:
     def use_fsdp(self):
         return is_fsdp(self.model)
 
+    def collect_log_vars(self):
+        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
+        ret = OrderedDict((k, v) for k, v in self.step.outputs.items() if v.dim() == 0)
+        if self.optimizer is not None:
+            ret['lr'] = self.optimizer.param_groups[0]['lr']
+        return ret
+
+    # -- probes: what a step hands to ProbeDataHook -------------------------------------------------
+    def register_probe(self, probe_data):
+        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
+        if self.step.probe_wanted:
+            self._probes.update(probe_data)
+
+    def pop_probes(self):
+        """This step's probes, handed over once (the store is emptied)."""
+        probes, self._probes = self._probes, {}
+        return probes
+
     @property
     def probe_data(self):
         """This step's probes (``register_probe``), handed over once."""

@@ -119,6 +119,25 @@ def settle_loop_settings(cfg, train_hooks):
     return {name: value for name, (value, _) in settings.items()}
 
 
+def call_every(fns, solver, failed, logger):
+    """Call each ``fn(solver)`` even when one fails (so every ``after_solve`` finishes its writes).
+
+    The first error is raised unless ``failed`` (the error that ended training) is set;
+    the others only go to the log.
+    """
+    errors = []
+    for fn in fns:
+        try:
+            fn(solver)
+        except Exception as e:
+            errors.append(e)
+    first = errors.pop(0) if errors and failed is None else None
+    for e in errors:
+        logger.error('after_solve failed after an earlier error', exc_info=e)
+    if first is not None:
+        raise first
+
+
 class StageTable:
     def __init__(self, hooks_dict):
         self.hooks_dict = hooks_dict  # mode -> hooks sorted by PRIORITY (ties keep config order)

@@ -233,6 +233,21 @@ def safetensors_ready(state_dict):
     return {k: v.cpu() for k, v in tensors.items()}
 
 
+def load_pretrained(model, model_cfg, logger):
+    """Load MODEL.PRETRAINED_MODEL into ``model`` (strict unless PRETRAINED_STRICT is false), if it names a file."""
+    pretrained = model_cfg.get('PRETRAINED_MODEL')
+    if not pretrained:
+        return
+    state = load_weights_file(pretrained)
+    missing, unexpected = load_state_dict_checked(
+        model, state, pretrained, strict=model_cfg.get('PRETRAINED_STRICT', True)
+    )
+    logger.info(
+        f'loaded pretrained weights from {pretrained}'
+        + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
+    )
+
+
 def save_safetensors(state_dict, path, metadata=None):
     """Write ``state_dict`` as ``.safetensors`` atomically; ``metadata`` values become strings."""
     from safetensors.torch import save
