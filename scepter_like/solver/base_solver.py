@@ -470,8 +470,9 @@ class BaseSolver(ScepterProtocol):
         return {}
 
     def metric_names(self, mode='eval'):
-        """Names ``epoch_outputs[mode]`` will hold (none in BaseSolver, which computes no metrics)."""
-        return []
+        """Names ``epoch_outputs[mode]`` will hold: none in BaseSolver; None (known after a pass) for scepter's
+        ``_build_metrics`` entries, which a scepter-style ``run_eval`` runs."""
+        return None if any(isinstance(m, dict) for m in self.metrics) else []
 
     # -- stages: each calls the current mode's hooks, or ``hooks`` in their order (scepter's form) --
     def _call(self, stage, hooks=None):

@@ -105,8 +105,9 @@ class ScepterProtocol:
 
     @epoch.setter
     def epoch(self, value):
-        """``value`` epochs are done: training continues at the start of the next one (outside a step)."""
-        self.progress.epoch, self.progress.iters['train'], self.progress.epoch_finished = value, 0, False
+        """Training goes on at the start of epoch ``value``, counted from 1 (scepter's ``load_checkpoint`` sets
+        ``_epoch = saved epoch + 1``); the view reads ``value`` again from that epoch's first step on."""
+        self.progress.epoch, self.progress.iters['train'], self.progress.epoch_finished = max(value - 1, 0), 0, False
 
     _epoch = epoch
 
