@@ -81,7 +81,7 @@ def _outputs_entry(value):
 
 
 class ScepterProtocol:
-    """scepter's names on the solver.  Needs ``progress``, ``step``, ``_mode``, ``model``, ``hooks_dict``."""
+    """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
 
     use_pl = False  # PyTorch Lightning is not supported (ENV.USE_PL must be false)
 
