@@ -42,7 +42,7 @@ def solver_rate(data, steps, work_dir):
     barrier()
     seconds = time.perf_counter() - t0
     solver.close()
-    return solver.total_iter * BATCH * solver.world_size / seconds
+    return solver.progress.total_iter * BATCH * solver.world_size / seconds
 
 
 def hand_rate(data, steps):

@@ -21,6 +21,26 @@ REFERENCE = re.compile(r'\$\{([^${}]+)\}')
 ROOT_KEYS = ('ENV', 'SOLVER', 'IMPORTS')
 
 
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers with an exponent as YAML 1.2 does: ``5e-4`` and ``1e3`` are floats.
+
+    (YAML 1.1, which PyYAML implements, wants a dot and a signed exponent, ``5.0e-4``,
+    and reads ``5e-4`` as a string.)
+    """
+
+
+YamlLoader.add_implicit_resolver(
+    'tag:yaml.org,2002:float',
+    re.compile(r'^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$'),
+    list('-+0123456789.'),
+)
+
+
+def load_yaml(stream):
+    """YAML text (or a file object) to Python values, safely, numbers as YAML 1.2 reads them."""
+    return yaml.load(stream, Loader=YamlLoader)
+
+
 def _child_path(path, key):
     if isinstance(key, int):
         return f'{path}[{key}]'
@@ -183,7 +203,7 @@ def _read_yaml(path):
         raise ConfigError(f'config file not found: {path}; check the --cfg path')
     try:
         with open(path, encoding='utf-8') as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f)
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark else ''
@@ -251,7 +271,7 @@ def parse_override(text):
         raise ConfigError(f"override '{text}' has an empty key part; write KEY.PATH=VALUE")
     parts = [int(p) if p.isdigit() else p for p in key.split('.')]
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"override '{text}': the value is not valid YAML; quote it") from None
     return parts, value, append

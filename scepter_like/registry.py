@@ -24,7 +24,7 @@ NAME_KEY = 'NAME'
 _log = logging.getLogger(__name__)
 
 
-def _qualname(obj):
+def qualname(obj):
     return f'{getattr(obj, "__module__", "?")}.{getattr(obj, "__qualname__", repr(obj))}'
 
 
@@ -258,7 +258,7 @@ class Registry:
             raise RegistryError(f'{self.name}: a registered name must be a non-empty string, got {name!r}')
         old = self._entries.get(name)
         if old is not None and old is not obj:
-            _log.warning('%s: %r now names %s, replacing %s', self.name, name, _qualname(obj), _qualname(old))
+            _log.warning('%s: %r now names %s, replacing %s', self.name, name, qualname(obj), qualname(old))
         self._entries[name] = obj
         return obj
 

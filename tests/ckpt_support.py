@@ -112,7 +112,7 @@ class KillHook(Hook):
         self.step = int(step) if step else -1
 
     def _maybe_kill(self, solver):
-        if solver.mode == self.mode and solver.total_iter == self.step:
+        if solver.mode == self.mode and solver.progress.total_iter == self.step:
             for hook in solver.hooks_dict['train']:
                 if isinstance(hook, checkpoint_hook.CheckpointHook):
                     hook.writer.wait()
@@ -122,7 +122,7 @@ class KillHook(Hook):
         if solver.mode == 'train':
             self._maybe_kill(solver)
             name, _, step = os.environ.get(SIGNAL_ENV, '').partition(':')
-            if name and solver.total_iter == int(step):
+            if name and solver.progress.total_iter == int(step):
                 os.kill(os.getpid(), getattr(signal, name))
 
     def after_iter(self, solver):

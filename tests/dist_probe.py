@@ -125,11 +125,11 @@ class DistProbeHook(Hook):
     def after_backward(self, solver):
         grads = [_full(p.grad) for p in solver.unwrapped_model.parameters() if p.grad is not None]
         self.backward_norms.append(
-            (solver.total_iter, torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])))
+            (solver.progress.total_iter, torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])))
         )
 
     def after_iter(self, solver):
-        step = solver.total_iter
+        step = solver.progress.total_iter
         if step == self.kill_at and solver.rank == 0:
             self._kill_everything()
         if step == self.signal_at:
@@ -166,7 +166,7 @@ class DistProbeHook(Hook):
             'first_grads': self.first_grads,
             'weights': {k: _full(v) for k, v in solver.unwrapped_model.state_dict().items()},
             'metric_sums': [m._state.clone() if m._state is not None else None for m in solver.metrics],
-            'total_iter': solver.total_iter,
+            'total_iter': solver.progress.total_iter,
             'optimizer_steps': solver.optimizer_steps,
             'allreduces': self.allreduces,
             'backward_norms': self.backward_norms,

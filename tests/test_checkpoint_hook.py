@@ -70,7 +70,7 @@ def test_best_tracking_and_hook_state_survive_a_resume(tmp_path):
     if min(second[1:]) >= min(first):  # no later epoch beat the first run's best: the file stayed
         assert os.stat(best_path).st_mtime_ns == mtime
     counter = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CounterHook')
-    assert counter.steps == solver.total_iter == 24  # state_dict / load_state_dict carried the count
+    assert counter.steps == solver.progress.total_iter == 24  # state_dict / load_state_dict carried the count
     # before_save_checkpoint added a tensor to the file; after_load_checkpoint read it back
     assert torch.equal(counter.loaded_extra, torch.full((2,), 12.0))
     assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth', 'ldm_step-epoch-4.pth']
@@ -103,7 +103,9 @@ def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_
     npz = write_blobs(tmp_path / 'blobs.npz')
     solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks))
     grads = lambda s: [p.grad for p in s.unwrapped_model.parameters() if p.grad is not None]  # noqa: E731
-    solver.register_callback_on_iter_end(lambda s: seen.append((s.total_iter, s.in_accumulation, len(grads(s)))))
+    solver.register_callback_on_iter_end(
+        lambda s: seen.append((s.progress.total_iter, s.in_accumulation, len(grads(s))))
+    )
     solver.solve()
     # groups per 6-step epoch: steps 1-4 and 5-6; due at 3, 6, 9, 12 -> saved at 4, 6, 10, 12
     assert checkpoint_files(tmp_path) == ['latest'] + [f'ldm_step-step-{s}.pth' for s in (10, 12, 4, 6)]
@@ -153,8 +155,8 @@ def test_saves_finish_in_the_background_with_the_same_files(tmp_path, monkeypatc
     folder_b = tmp_path / 'async' / 'run' / 'checkpoints'
 
     def release(s):  # training went on while the first save (step 3) was not yet in place
-        if s.total_iter == 4 and not gate.is_set():
-            steps_when_released.append(s.total_iter)
+        if s.progress.total_iter == 4 and not gate.is_set():
+            steps_when_released.append(s.progress.total_iter)
             assert not (folder_b / 'latest').exists() and not (folder_b / 'ldm_step-step-3.pth').exists()
             assert any(name.startswith('.tmp.ldm_step-step-3.pth') for name in os.listdir(folder_b)) != async_save
             gate.set()

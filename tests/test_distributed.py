@@ -280,7 +280,7 @@ def test_resume_with_other_world_size_maps_position_and_warns(digits):
     for i, state in solver.optimizer.state_dict()['state'].items():
         assert_state_equal(state, ckpt['optimizer']['state'][i])
     # 30 batches of 2 x 16 = 960 samples into the epoch = 60 batches of 16
-    assert (solver.epoch, solver.iter, solver.total_iter) == (0, 60, 30)
+    assert (solver.progress.epoch, solver.progress.iters[solver.mode], solver.progress.total_iter) == (0, 60, 30)
 
 
 # -- a NaN on one rank; too many in a row ---------------------------------------------------------

@@ -59,7 +59,7 @@ def test_ema_is_the_closed_form_average_and_eval_uses_it(tmp_path):
     )
     solver = build_solver(cfg)
     recorded = []  # weights after each optimizer step
-    solver.register_callback_on_epoch_begin(lambda s: recorded.append(_weights(s)) if s.epoch == 0 else None)
+    solver.register_callback_on_epoch_begin(lambda s: recorded.append(_weights(s)) if s.progress.epoch == 0 else None)
     seen = {'steps': 0}
 
     def after_step(s):
@@ -136,7 +136,7 @@ def test_non_float_parameter_is_a_config_error_before_any_step(tmp_path):
     solver = build_solver(cfg)
     with pytest.raises(ConfigError, match=r'codebook .*register_buffer'):
         solver.solve()
-    assert solver.total_iter == 0
+    assert solver.progress.total_iter == 0
 
 
 def test_run_eval_path_uses_the_weights_training_evaluated_with(tmp_path):

@@ -26,7 +26,7 @@ class GradSeenHook(Hook):
     def after_backward(self, solver):
         grads = [p.grad.flatten() for p in solver.unwrapped_model.parameters() if p.grad is not None]
         logged = solver.iter_outputs.get('grad_norm')
-        self.seen.append((solver.total_iter, torch.linalg.vector_norm(torch.cat(grads)).item(), logged))
+        self.seen.append((solver.progress.total_iter, torch.linalg.vector_norm(torch.cat(grads)).item(), logged))
 
 
 @pytest.fixture
@@ -100,13 +100,13 @@ def test_request_stop_ends_training_at_the_step_boundary(blobs, tmp_path):
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=3))
 
     def stop_at_6(s):
-        if s.total_iter == 6:
+        if s.progress.total_iter == 6:
             s.request_stop('enough')
             s.request_stop('a later reason does not replace the first')
 
     solver.register_callback_on_iter_end(stop_at_6)
     solver.solve()
-    assert solver.total_iter == 6 and solver.stop_requested
+    assert solver.progress.total_iter == 6 and solver.stop_requested
     assert solver.progress.stop_reason == 'enough'
     assert solver.last_eval_epoch == 1  # the cut epoch is still evaluated
 
@@ -147,7 +147,7 @@ def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
 
     def poison(s):  # step 5's loss turns NaN, and with it the weights
-        if s.total_iter == 4:
+        if s.progress.total_iter == 4:
             with torch.no_grad():
                 next(s.unwrapped_model.parameters()).fill_(float('nan'))
 

@@ -256,6 +256,25 @@ def test_yaml11_exponent_without_a_dot_is_explained(things):
     assert things.build(yaml.safe_load('{NAME: Opt, WEIGHT_DECAY: 1.0e-3}')).cfg.WEIGHT_DECAY == 1e-3
 
 
+def test_config_files_and_overrides_read_exponent_numbers_as_yaml_1_2_does(tmp_path):
+    from scepter_like.config import apply_overrides, parse_override
+
+    path = tmp_path / 'opt.yaml'
+    path.write_text('OPT: {WEIGHT_DECAY: 5e-4, LR: 1E+2, STEPS: 2e5, NOTE: 5e, QUOTED: "1e-3", PLAIN: 1.0e-3}\n')
+    cfg = Config(cfg_file=str(path))
+    assert cfg.OPT.to_dict() == {
+        'WEIGHT_DECAY': 5e-4,
+        'LR': 100.0,
+        'STEPS': 2e5,
+        'NOTE': '5e',
+        'QUOTED': '1e-3',
+        'PLAIN': 1e-3,
+    }
+    assert parse_override('OPT.WEIGHT_DECAY=1e-3')[1] == 1e-3 and parse_override('OPT.N=1e3')[1] == 1000.0
+    apply_overrides(cfg, ['OPT.LR=3e-4'])
+    assert cfg.OPT.LR == 3e-4 and isinstance(cfg.OPT.LR, float)
+
+
 # -- names ---------------------------------------------------------------------------------------------
 def test_non_string_name_and_misuse_are_one_registry_error(things):
     with pytest.raises(
@@ -324,12 +343,12 @@ def test_scepter_style_hook_runs_through_run_train(tmp_path):
     assert not [n for n in os.listdir(tmp_path / 'run' / 'records') if n != 'steps.json']  # no temporary left
 
 
-def test_declared_range_and_yaml11_number_end_run_train_with_one_error_line(tmp_path):
+def test_declared_range_and_a_number_in_quotes_end_run_train_with_one_error_line(tmp_path):
     hook_file = write(tmp_path / 'record_hook.py', SCEPTER_HOOK_FILE)
     cfg = digits_with_hook(tmp_path)
     for override, message in [
         ('SOLVER.TRAIN_HOOKS.2.INTERVAL=0', 'error: SOLVER.TRAIN_HOOKS[2].INTERVAL: must be at least 1, got 0'),
-        ('SOLVER.OPTIMIZER.WEIGHT_DECAY=5e-4', 'write 5.0e-4'),
+        ('SOLVER.OPTIMIZER.WEIGHT_DECAY="5e-4"', "got '5e-4' (YAML 1.1 reads 5e-4 as a string); write 5.0e-4"),
     ]:
         res = run_tool('run_train.py', '--cfg', cfg, '--import', hook_file, override, cwd=tmp_path)
         assert res.returncode == 2, res.stderr[-2000:]
@@ -582,3 +601,404 @@ def test_we_reads_the_live_process_group_and_gather_data_collects_on_rank0(tmp_p
     assert rank0['nested'] == {'a': [0, 10], 'b': [0, 0, 1, 1]} and rank0['keys'] == ['a', 'b']
     assert rank0['objects'] == ['r0', 'r1']
     assert rank1 == {'tensor': None, 'nested': {'a': None, 'b': None}, 'keys': ['a', 'b'], 'objects': None}
+
+
+# -- scepter's solver protocol: counters --------------------------------------------------------------------
+def test_counter_views_have_scepters_offsets_and_progress_keeps_this_projects(tmp_path):
+    """The table in docs/porting_from_scepter.md ("Counters"), stage by stage."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    npz = write_blobs(tmp_path / 'blobs.npz', n=64)
+    data = {'NAME': 'NpzDataset', 'PATH': npz, 'KEY_MAP': {'x': 'img', 'y': 'label'}, 'BATCH_SIZE': 32}
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', TRAIN_DATA=data, EVAL_DATA=dict(data, BATCH_SIZE=64))
+    solver = build_solver(cfg)
+    seen, fired = [], {'steps': [], 'epochs': []}
+
+    def record(stage):
+        def fn(s):
+            p = s.progress
+            seen.append((s.mode, stage, s.epoch, s.iter, s.total_iter, p.epoch, p.iters[s.mode], p.total_iter))
+            if s.mode == 'train' and stage == 'after_iter' and (s.total_iter + 1) % 2 == 0:
+                fired['steps'].append(s.total_iter + 1)  # a ported hook's "(total_iter + 1) % INTERVAL"
+            if s.mode == 'train' and stage == 'after_epoch' and s.epoch % 1 == 0:
+                fired['epochs'].append(s.epoch)
+
+        return fn
+
+    for mode in ('train', 'eval'):
+        for stage in ('before_epoch', 'before_iter', 'after_iter', 'after_all_iter', 'after_epoch'):
+            solver.register_stage_callback(stage, record(stage), mode=mode)
+    assert (solver.epoch, solver.iter, solver.total_iter) == (0, 0, 0)
+    solver.solve()
+    # (mode, stage, scepter's epoch / iter / total_iter, progress.epoch / iters[mode] / total_iter)
+    assert seen == [
+        ('train', 'before_epoch', 0, 0, 0, 0, 0, 0),
+        ('train', 'before_iter', 1, 0, 0, 0, 0, 0),
+        ('train', 'after_iter', 1, 0, 0, 0, 1, 1),
+        ('train', 'before_iter', 1, 1, 1, 0, 1, 1),
+        ('train', 'after_iter', 1, 1, 1, 0, 2, 2),
+        ('train', 'after_all_iter', 1, 2, 2, 0, 2, 2),
+        ('train', 'after_epoch', 1, 2, 2, 0, 2, 2),
+        ('eval', 'before_epoch', 1, 0, 2, 0, 0, 2),
+        ('eval', 'before_iter', 1, 0, 2, 0, 0, 2),
+        ('eval', 'after_iter', 1, 0, 2, 0, 1, 2),
+        ('eval', 'after_all_iter', 1, 1, 2, 0, 1, 2),
+        ('eval', 'after_epoch', 1, 1, 2, 0, 1, 2),
+        ('train', 'before_epoch', 1, 0, 2, 1, 0, 2),
+        ('train', 'before_iter', 2, 0, 2, 1, 0, 2),
+        ('train', 'after_iter', 2, 0, 2, 1, 1, 3),
+        ('train', 'before_iter', 2, 1, 3, 1, 1, 3),
+        ('train', 'after_iter', 2, 1, 3, 1, 2, 4),
+        ('train', 'after_all_iter', 2, 2, 4, 1, 2, 4),
+        ('train', 'after_epoch', 2, 2, 4, 1, 2, 4),
+        ('eval', 'before_epoch', 2, 0, 4, 1, 0, 4),
+        ('eval', 'before_iter', 2, 0, 4, 1, 0, 4),
+        ('eval', 'after_iter', 2, 0, 4, 1, 1, 4),
+        ('eval', 'after_all_iter', 2, 1, 4, 1, 1, 4),
+        ('eval', 'after_epoch', 2, 1, 4, 1, 1, 4),
+    ]
+    assert fired == {'steps': [2, 4], 'epochs': [1, 2]}  # the steps and epochs scepter's checks fire on
+    assert (solver.epoch, solver.total_iter, solver.progress.epoch) == (2, 4, 2)
+
+
+# -- scepter-style solver, metric, scheduler and hook through tools/run_train.py -------------------------------
+SCEPTER_SOLVER_FILE = """
+# -*- coding: utf-8 -*-
+import json
+import os.path as osp
+from collections import OrderedDict, defaultdict
+
+import torch
+import torch.optim.lr_scheduler as lr_scheduler
+from scepter_like.model.metric.base_metric import BaseMetric
+from scepter_like.model.metric.registry import METRICS
+from scepter_like.opt.lr_schedulers import LR_SCHEDULERS
+from scepter_like.opt.lr_schedulers.base_scheduler import BaseScheduler
+from scepter_like.solver.base_solver import BaseSolver
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.registry import SOLVERS
+from scepter_like.utils.config import dict_to_yaml
+from scepter_like.utils.data import transfer_data_to_cpu, transfer_data_to_cuda
+from scepter_like.utils.distribute import gather_data, we
+from scepter_like.utils.file_system import FS
+
+
+@METRICS.register_class()
+class TopOneAccuracy(BaseMetric):
+    para_dict = [{'PREFIX': {'value': 'acc', 'description': 'the key prefix!'}}]
+
+    def __init__(self, cfg, logger=None):
+        super(TopOneAccuracy, self).__init__(cfg, logger=logger)
+        self.prefix = cfg.get('PREFIX', 'acc')
+
+    @torch.no_grad()
+    def __call__(self, logits, labels):
+        res = OrderedDict()
+        res[f'{self.prefix}@1'] = (logits.argmax(dim=-1) == labels).float().mean()
+        return res
+
+
+@LR_SCHEDULERS.register_class()
+class LinearWarmup(BaseScheduler):
+    para_dict = {'WARMUP_STEPS': {'value': 4, 'description': 'warmup steps'}}
+
+    def __init__(self, cfg, logger=None):
+        super(LinearWarmup, self).__init__(cfg, logger=logger)
+        warmup_steps = cfg.get('WARMUP_STEPS', 4)
+        self.warmup_func = lambda step: min(1.0, (step + 1) / warmup_steps)
+
+    def __call__(self, optimizer):
+        return lr_scheduler.LambdaLR(optimizer, lr_lambda=[self.warmup_func])
+
+
+@HOOKS.register_class()
+class IntervalRecordHook(Hook):
+    para_dict = [{
+        'PRIORITY': {'value': 250, 'description': 'the priority for processing!'},
+        'INTERVAL': {'value': 4, 'description': 'the step interval!'},
+        'EPOCH_INTERVAL': {'value': 1, 'description': 'the epoch interval!'},
+        'SAVE_NAME': {'value': 'record.json', 'description': 'the file under WORK_DIR!'}
+    }]
+
+    def __init__(self, cfg, logger=None):
+        super(IntervalRecordHook, self).__init__(cfg, logger=logger)
+        self.interval = cfg.get('INTERVAL', 4)
+        self.epoch_interval = cfg.get('EPOCH_INTERVAL', 1)
+        self.save_name = cfg.get('SAVE_NAME', 'record.json')
+        self.record = defaultdict(list)
+
+    def after_iter(self, solver):
+        if solver.is_train_mode:
+            self.record['lr'].append(solver.optimizer.param_groups[0]['lr'])
+            self.record['scaler'].append(solver.scaler is None)
+            self.record['params'].append(len(solver.train_parameters()))
+            if (solver.total_iter + 1) % self.interval == 0:
+                self.record['steps'].append(solver.total_iter + 1)
+        elif solver.is_eval_mode:
+            self.record['eval_iters'].append([solver.iter, solver.epoch_max_iter])
+
+    def after_epoch(self, solver):
+        if solver.is_train_mode and solver.epoch % self.epoch_interval == 0:
+            self.record['epochs'].append(
+                [solver.epoch, solver.iter, solver.epoch_max_iter, solver._total_iter['train']])
+        if solver.is_eval_mode:
+            self.record['eval'].append(dict(solver.epoch_outputs['eval']))
+
+    def after_solve(self, solver):
+        if we.rank == 0:
+            with FS.put_to(osp.join(solver.work_dir, self.save_name)) as local_path:
+                with open(local_path, 'w') as f:
+                    json.dump(dict(self.record, template=IntervalRecordHook.get_config_template()), f)
+
+    @staticmethod
+    def get_config_template():
+        return dict_to_yaml('HOOK', __class__.__name__, IntervalRecordHook.para_dict, set_name=True)
+
+
+@SOLVERS.register_class()
+class ScepterStyleSolver(BaseSolver):
+    para_dict = {
+        'DO_FINAL_EVAL': {'value': False, 'description': 'If do final evaluation or not.'}
+    }
+    para_dict.update(BaseSolver.para_dict)
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger=logger)
+        assert not self.use_pl and self.accu_step == 1
+
+    def construct_metrics(self):
+        super().construct_metrics()
+        self.metrics = []
+        self._collect_keys = set()
+        self.do_final_eval = self.cfg.get('DO_FINAL_EVAL', False)
+        if self.do_final_eval:
+            self._build_metrics(self.cfg.METRICS)
+        self._collect_keys = sorted(list(self._collect_keys))
+
+    @torch.no_grad()
+    def run_eval(self):
+        self.eval_mode()
+        collect_data = defaultdict(list)
+        self.before_all_iter(self.hooks_dict[self._mode])
+        for data in self.datas[self._mode].dataloader:
+            self.before_iter(self.hooks_dict[self._mode])
+            data_gpu = transfer_data_to_cuda(data)
+            result = self.model(**data_gpu)
+            self._iter_outputs[self._mode] = self._reduce_scalar(result)
+            data_gpu.update(result)
+            step_data = transfer_data_to_cpu({key: data_gpu[key] for key in self._collect_keys})
+            for key, value in step_data.items():
+                collect_data[key].append(value.clone())
+            self.after_iter(self.hooks_dict[self._mode])
+        self.after_all_iter(self.hooks_dict[self._mode])
+        concat = {key: torch.cat(tensors) for key, tensors in collect_data.items()}
+        if we.world_size > 1:
+            concat = {key: gather_data(concat[key]) for key in self._collect_keys}
+        if self.do_final_eval and we.rank == 0:
+            for metric in self.metrics:
+                self._epoch_outputs[self._mode].update(metric['fn'](*[concat[key] for key in metric['keys']]))
+
+    def load_checkpoint(self, checkpoint: dict):
+        self._epoch = checkpoint['epoch']
+        for mode_name, total_iter in checkpoint['total_iters'].items():
+            self._total_iter[mode_name] = total_iter
+        self.model.load_state_dict(checkpoint['state_dict'])
+        self.optimizer.load_state_dict(checkpoint['checkpoint'])
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.load_state_dict(checkpoint['lr_scheduler'])
+        self._epoch += 1  # Move to next epoch
+        with FS.put_to(osp.join(self.work_dir, 'loaded.json')) as local_path:
+            with open(local_path, 'w') as f:
+                json.dump(sorted(checkpoint), f)
+
+    def save_checkpoint(self) -> dict:
+        checkpoint = {
+            'epoch': self._epoch,
+            'total_iters': self._total_iter,
+            'state_dict': self.model.state_dict(),
+            'checkpoint': self.optimizer.state_dict(),
+        }
+        if self.lr_scheduler is not None:
+            checkpoint['lr_scheduler'] = self.lr_scheduler.state_dict()
+        return checkpoint
+"""
+
+
+def scepter_style_config(tmp_path, work_dir, max_epochs, **solver_keys):
+    from helpers import write_blobs
+
+    npz = write_blobs(tmp_path / 'blobs.npz')  # 96 samples: 6 batches of 16
+    data = {'NAME': 'NpzDataset', 'PATH': npz, 'KEY_MAP': {'x': 'img', 'y': 'label'}, 'BATCH_SIZE': 16}
+    solver = {
+        'NAME': 'ScepterStyleSolver',
+        'WORK_DIR': str(work_dir),
+        'MAX_EPOCHS': max_epochs,
+        'DO_FINAL_EVAL': True,
+        'MODEL': {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 8, 'HIDDEN_DIMS': [16], 'OUT_DIM': 3}},
+        'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.2, 'WEIGHT_DECAY': '5e-4'},  # YAML 1.2 reads a float
+        'LR_SCHEDULER': {'NAME': 'LinearWarmup', 'WARMUP_STEPS': 4},
+        'TRAIN_DATA': data,
+        'EVAL_DATA': dict(data, SHUFFLE=False),
+        'METRICS': [{'NAME': 'TopOneAccuracy', 'KEYS': ['logits', 'label']}],
+        'TRAIN_HOOKS': [
+            {'NAME': 'BackwardHook'},
+            {'NAME': 'IntervalRecordHook', 'INTERVAL': 4},
+            {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'SAVE_BEST': False},
+        ],
+        'EVAL_HOOKS': [{'NAME': 'IntervalRecordHook', 'SAVE_NAME': 'eval_record.json'}],
+        **solver_keys,
+    }
+    path = tmp_path / f'scepter_style_{max_epochs}.yaml'
+    text = yaml.safe_dump({'ENV': {'SEED': 0, 'NUM_THREADS': 1, 'USE_PL': False}, 'SOLVER': solver})
+    path.write_text(text.replace("'5e-4'", '5e-4'))
+    return str(path)
+
+
+def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through_run_train(tmp_path):
+    code = write(tmp_path / 'scepter_style.py', SCEPTER_SOLVER_FILE)
+    first = run_tool('run_train.py', '--cfg', scepter_style_config(tmp_path, tmp_path / 'a', 1), '--import', code)
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = json.loads((tmp_path / 'a' / 'record.json').read_text())
+    assert record['steps'] == [4]  # (total_iter + 1) % 4 fires at the 4th step, as in scepter
+    assert record['epochs'] == [[1, 6, 6, 6]]  # after_epoch: epoch 1 (scepter's), 6 of 6 iterations, 6 steps
+    eval_record = json.loads((tmp_path / 'a' / 'eval_record.json').read_text())
+    assert eval_record['eval_iters'] == [[i, 6] for i in range(6)]  # counted by the stage calls, scepter's way
+    lrs = record['lr']
+    assert lrs[:4] == sorted(lrs[:4]) and lrs[0] < lrs[3] == lrs[5] == pytest.approx(0.2)  # warmed up per step
+    assert all(record['scaler']) and set(record['params']) == {4}
+    acc = eval_record['eval'][0]['acc@1']
+    assert 0 < acc <= 1 and yaml.safe_load(record['template'])['INTERVAL'] == 4
+    ckpt = torch.load(tmp_path / 'a' / 'checkpoints' / 'ldm_step-epoch-1.pth', weights_only=True)
+    assert sorted(ckpt) == ['checkpoint', 'epoch', 'lr_scheduler', 'state_dict', 'total_iters']  # the solver's dict
+    assert ckpt['epoch'] == 1 and ckpt['total_iters'] == {'train': 6, 'eval': 6, 'test': 6}
+    evals = [json.loads(line) for line in (tmp_path / 'a' / 'metrics.jsonl').read_text().splitlines()]
+    assert [r['values'] for r in evals if r['kind'] == 'eval'] == [{'acc@1': acc}]
+
+    resume = f'SOLVER.RESUME_FROM={tmp_path / "a" / "checkpoints" / "ldm_step-epoch-1.pth"}'
+    cfg = scepter_style_config(tmp_path, tmp_path / 'b', 2)
+    second = run_tool('run_train.py', '--cfg', cfg, '--import', code, resume)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads((tmp_path / 'b' / 'loaded.json').read_text()) == sorted(ckpt)  # its load_checkpoint(dict)
+    record = json.loads((tmp_path / 'b' / 'record.json').read_text())
+    assert record['steps'] == [8, 12] and record['epochs'] == [[2, 6, 6, 12]]  # epoch 2 only, steps 7..12
+    assert record['lr'] == [pytest.approx(0.2)] * 6  # the scheduler's state came back
+    assert torch.load(tmp_path / 'b' / 'checkpoints' / 'ldm_step-epoch-2.pth', weights_only=True)['epoch'] == 2
+
+
+# -- scepter's components in this project's TrainValSolver ---------------------------------------------------
+def test_train_val_solver_runs_a_scepter_metric_beside_its_own_and_saves_the_eval_data(tmp_path):
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.model.metric import METRICS, BaseMetric
+
+    @METRICS.register_class('CompatPassAccuracy')
+    class PassAccuracy(BaseMetric):
+        para_dict = [{'PREFIX': {'value': 'acc', 'description': 'the key prefix!'}}]
+
+        def __call__(self, logits, labels):
+            assert logits.shape == (96, 3)  # the whole pass at once
+            return {f'{self.cfg.PREFIX}@1': (logits.argmax(-1) == labels).float().mean()}
+
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    model = {
+        'NAME': 'Classifier',
+        'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 8, 'HIDDEN_DIMS': [16], 'OUT_DIM': 16},
+        'HEAD': {'NAME': 'ClassifierHead', 'DIM': 16, 'NUM_CLASSES': 3, 'DROPOUT_RATE': 0.0},
+        'ACT_NAME': 'softmax',
+        'FREEZE_BN': False,
+        'METRIC': {'NAME': 'AccuracyMetric', 'TOPK': 1},
+    }
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_BEST_BY': '+acc@1'}]
+    metrics = [{'NAME': 'CompatPassAccuracy', 'KEYS': ['logits', 'label']}, {'NAME': 'AccuracyMetric', 'TOPK': 1}]
+    cfg = blob_solver_cfg(
+        npz, tmp_path / 'w', hooks, MODEL=model, METRICS=metrics, DO_FINAL_EVAL=True, SAVE_EVAL_DATA=True
+    )
+    try:
+        solver = build_solver(cfg)
+        assert solver.metric_names('eval') is None  # a scepter metric's names are known once it ran
+        train_keys = []
+        solver.register_callback_on_iter_end(lambda s: train_keys.append(sorted(s.iter_outputs)))
+        solver.solve()
+    finally:
+        METRICS._entries.pop('CompatPassAccuracy', None)
+    outputs = solver.epoch_outputs['eval']
+    assert set(outputs) == {'acc@1', 'accuracy'} and outputs['acc@1'] == pytest.approx(outputs['accuracy'])
+    assert isinstance(outputs['acc@1'], float) and solver.metric_names('eval') == ['acc@1', 'accuracy']
+    assert train_keys[0] == ['accuracy', 'loss']  # the model's METRIC joins the step's outputs
+    assert os.path.isfile(tmp_path / 'w' / 'checkpoints' / 'ldm_step-best.pth')  # SAVE_BEST_BY a scepter metric
+    saved = torch.load(tmp_path / 'w' / 'eval_00002.pth', weights_only=True)
+    assert saved['logits'].shape == (96, 3) and saved['label'].shape == (96,)
+    assert torch.allclose(saved['logits'].sum(-1), torch.ones(96))  # ACT_NAME: softmax
+
+
+def test_scepter_hook_list_stage_calls_count_and_reduce_scalar_hands_over_the_loss(tmp_path):
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    solver = build_solver(blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w'))
+    solver.train_mode()
+    hooks = solver.hooks_dict['train']
+    loss = torch.tensor(2.0, requires_grad=True) * 1.5
+    solver.before_iter(hooks)
+    assert solver.is_train_mode and (solver.iter, solver.total_iter, solver.epoch) == (0, 0, 1)
+    out = solver._reduce_scalar({'loss': loss, 'logits': torch.ones(2, 3), 'n': 3})
+    assert solver.loss is loss and not out['loss'].requires_grad and list(out) == ['logits', 'loss', 'n']
+    solver._iter_outputs[solver.mode] = out
+    assert sorted(solver.iter_outputs) == ['logits', 'loss', 'n'] and solver.iter_outputs['n'].dim() == 0
+    solver.after_iter(hooks)  # BackwardHook steps; the counts advance after the hooks, scepter's way
+    assert solver.loss is None and (solver.iter, solver.total_iter, solver.progress.optimizer_steps) == (1, 1, 1)
+    solver.eval_mode()
+    assert solver.is_eval_mode and not solver.model.training and solver._epoch_outputs['eval'] == {}
+    assert dict(solver._total_iter) == {'train': 1, 'eval': 1, 'test': 1} and solver._epoch_max_iter['eval'] == 6
+    state, metadata = solver.save_safetensors()
+    assert set(state) == set(solver.unwrapped_model.state_dict()) and metadata['step'] == '1'
+    assert solver.probe_data == {} and solver.use_fsdp is False
+
+
+# -- IMPORTS of scepter's own files -------------------------------------------------------------------------
+RELATIVE_IMPORT_HOOK = """
+from ...utils.config import dict_to_yaml
+from .hook import Hook
+from .registry import HOOKS
+
+
+@HOOKS.register_class()
+class CompatRelativeHook(Hook):
+    para_dict = [{'PRIORITY': {'value': 100, 'description': 'p'}}]
+
+    @staticmethod
+    def get_config_template():
+        return dict_to_yaml('HOOK', __class__.__name__, CompatRelativeHook.para_dict, set_name=True)
+"""
+
+
+def test_a_file_with_relative_imports_loads_inside_the_package_where_they_resolve(tmp_path):
+    from scepter_like.solver.hooks.registry import HOOKS
+    from scepter_like.utils.imports import import_user_modules
+
+    path = write(tmp_path / 'lr.py', RELATIVE_IMPORT_HOOK)
+    try:
+        (module,) = import_user_modules([path])
+        assert module.__name__ == 'scepter_like.solver.hooks._scepter_user_lr'
+        assert yaml.safe_load(HOOKS.get('CompatRelativeHook').get_config_template())['PRIORITY'] == 100
+        import scepter_like.solver.hooks.lr as builtin_lr
+
+        assert builtin_lr.LrHook is HOOKS.get('LrHook')  # the package's own lr module untouched
+    finally:
+        HOOKS._entries.pop('CompatRelativeHook', None)
+        sys.modules.pop('scepter_like.solver.hooks._scepter_user_lr', None)
+    nowhere = write(tmp_path / 'odd.py', 'from .no_such_module import thing\n')
+    with pytest.raises(ConfigError) as e:
+        import_user_modules([nowhere])
+    assert str(e.value) == (
+        f'IMPORTS: {nowhere} uses relative imports (from .no_such_module import ...) that no scepter_like package'
+        ' has; write them as absolute imports (from scepter_like.... import ...)'
+    )
+
+
+def test_env_use_pl_is_accepted_when_false_only():
+    from scepter_like.solver.environment import resolve_env
+
+    assert resolve_env(Config({'ENV': {'USE_PL': False}, 'SOLVER': {}}).SOLVER).USE_PL is False
+    with pytest.raises(ConfigError, match=r'^ENV.USE_PL: PyTorch Lightning is not supported; set it to false$'):
+        resolve_env(Config({'ENV': {'USE_PL': True}, 'SOLVER': {}}).SOLVER)

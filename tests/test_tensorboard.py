@@ -50,7 +50,7 @@ def test_error_run_leaves_closed_readable_events(tmp_path):
     solver = build_solver(_cfg(tmp_path, MAX_EPOCHS=3))
 
     def fail(s):
-        if s.epoch == 1:
+        if s.progress.epoch == 1:
             raise RuntimeError('boom')
 
     solver.register_callback_on_epoch_end(fail)

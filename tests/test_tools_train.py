@@ -36,7 +36,7 @@ USER_MODULE = textwrap.dedent(
 
         def after_solve(self, solver):
             with open(self.marker, 'w') as f:
-                f.write(f"{type(solver).__name__} {solver.steps_seen} {solver.total_iter} "
+                f.write(f"{type(solver).__name__} {solver.steps_seen} {solver.progress.total_iter} "
                         f"{solver.epoch_outputs['test']['accuracy']:.4f}")
     """
 )

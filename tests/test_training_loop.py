@@ -90,7 +90,7 @@ def test_fp16_on_cpu_is_refused_before_any_step(blobs, tmp_path):
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks))
     with pytest.raises(ConfigError, match='AMP_DTYPE: fp16 needs CUDA'):
         solver.solve()
-    assert solver.total_iter == 0
+    assert solver.progress.total_iter == 0
 
 
 def _lr_recorder(solver):
@@ -129,7 +129,7 @@ def test_warmup_cosine_matches_closed_form_every_step_and_across_resume(blobs, t
     lrs_a = _lr_recorder(first)
     first.solve()
     second = build_solver(_warmup_cosine_cfg(blobs, tmp_path / 'cut', RESUME_FROM='auto'))
-    assert (second.epoch, second.iter, second.total_iter) == (1, 2, 6)
+    assert (second.progress.epoch, second.progress.iters[second.mode], second.progress.total_iter) == (1, 2, 6)
     lrs_b = _lr_recorder(second)
     second.solve()
     assert [lr[0] for lr in lrs_a + lrs_b] == pytest.approx(expected, rel=1e-9)
@@ -169,7 +169,7 @@ def test_scheduler_steps_once_per_optimizer_step_with_accumulation(blobs, tmp_pa
     solver = build_solver(cfg)
     lrs = _lr_recorder(solver)
     solver.solve()
-    assert solver.total_iter == 12 and solver.optimizer_steps == 6
+    assert solver.progress.total_iter == 12 and solver.optimizer_steps == 6
     assert solver.lr_scheduler.last_epoch == 6
     # the LR changes only between accumulation groups
     assert [lr[0] for lr in lrs] == pytest.approx([0.1 * 0.5 ** (i // 2) for i in range(12)])
@@ -206,7 +206,9 @@ def _early_cfg(npz, work_dir, **keys):
 def test_early_stopping_stops_at_the_right_epoch_and_resumes_its_patience(blobs, tmp_path):
     solver = build_solver(_early_cfg(blobs, tmp_path / 'a', MAX_EPOCHS=10))
     solver.solve()
-    assert solver.epoch == 3 and solver.total_iter == 3 * 4  # best at 1, then 2 evaluations without gain
+    assert (
+        solver.progress.epoch == 3 and solver.progress.total_iter == 3 * 4
+    )  # best at 1, then 2 evaluations without gain
     first = build_solver(_early_cfg(blobs, tmp_path / 'b', MAX_EPOCHS=2))
     first.solve()
     hook = first.hooks_dict['eval'][0]
@@ -214,7 +216,7 @@ def test_early_stopping_stops_at_the_right_epoch_and_resumes_its_patience(blobs,
     resumed = build_solver(_early_cfg(blobs, tmp_path / 'b', MAX_EPOCHS=10, RESUME_FROM='auto'))
     assert resumed.hooks_dict['eval'][0].bad_evals == 0  # the epoch-2 checkpoint predates its evaluation
     resumed.solve()
-    assert resumed.epoch == 3 and resumed.total_iter == 12
+    assert resumed.progress.epoch == 3 and resumed.progress.total_iter == 12
 
 
 def test_early_stopping_metric_must_exist_and_hook_must_be_an_eval_hook(blobs, tmp_path):
@@ -233,8 +235,8 @@ def test_callbacks_run_in_registration_order_after_the_hooks(blobs, tmp_path):
     calls = []
     for stage in ('epoch_begin', 'epoch_end', 'iter_begin', 'iter_end'):
         register = getattr(solver, f'register_callback_on_{stage}')
-        register(lambda s, stage=stage: calls.append((stage, 1, s.mode, s.iter)))
-        register(lambda s, stage=stage: calls.append((stage, 2, s.mode, s.iter)))
+        register(lambda s, stage=stage: calls.append((stage, 1, s.mode, s.progress.iters[s.mode])))
+        register(lambda s, stage=stage: calls.append((stage, 2, s.mode, s.progress.iters[s.mode])))
     stepped = []
     solver.register_callback_on_iter_end(lambda s: stepped.append(s.optimizer_steps))
     solver.solve()
@@ -334,7 +336,7 @@ def test_resume_between_an_epoch_and_its_evaluation_does_not_train_the_epoch_aga
     for keys in ({'MAX_EPOCHS': 3}, {'MAX_EPOCHS': 3, 'EVAL_INTERVAL': 2}, {'MAX_EPOCHS': 3, 'EVAL_DATA': None}):
         resumed = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, RESUME_FROM=epoch_1, **keys))
         resumed.solve()
-        assert (resumed.epoch, resumed.total_iter) == (3, 12), keys  # 2 more epochs of 4 steps
+        assert (resumed.progress.epoch, resumed.progress.total_iter) == (3, 12), keys  # 2 more epochs of 4 steps
 
 
 def test_empty_value_for_a_typed_key_is_a_config_error(blobs, tmp_path):
@@ -376,10 +378,10 @@ def test_log_lines_are_written_at_their_step_in_order_with_other_records(blobs, 
     seen = {}
 
     def on_iter_end(s):
-        seen[s.total_iter] = progress(sink.records)
-        if s.total_iter == 2:
+        seen[s.progress.total_iter] = progress(sink.records)
+        if s.progress.total_iter == 2:
             s.logger.info('a line of the user')
-        if s.total_iter == 3:
+        if s.progress.total_iter == 3:
             s.save_checkpoint(str(tmp_path / 'mid.pth'))
             seen['metrics'] = [r['step'] for r in read_metrics(metrics) if r['kind'] == 'train']
 
@@ -398,7 +400,7 @@ def test_log_lines_up_to_a_failure_reach_metrics_jsonl(blobs, tmp_path):
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
 
     def fail_at_3(s):
-        if s.total_iter == 3:
+        if s.progress.total_iter == 3:
             raise RuntimeError('boom')
 
     solver.register_callback_on_iter_end(fail_at_3)

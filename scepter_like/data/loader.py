@@ -52,6 +52,12 @@ class DataBundle:
         if hasattr(self.dataset, 'set_epoch'):
             self.dataset.set_epoch(pass_index)
 
+    @property
+    def dataloader(self):
+        """scepter's name: the torch DataLoader; iterating it yields this rank's whole current pass."""
+        self.sampler.set_window(0, None)
+        return self.loader
+
     def num_batches(self):
         """Batches in a whole pass on this rank (equal on every rank in train mode)."""
         n = self.sampler.rank_length()

@@ -46,6 +46,18 @@ class Metric:
     def update(self, data):
         raise NotImplementedError
 
+    def __call__(self, *tensors):
+        """scepter's metric call: the values over ``tensors`` (in KEYS order) alone, without a collective."""
+        if len(tensors) != len(self.keys):
+            raise DataError(f'{type(self).__name__} takes {len(self.keys)} tensors ({self.keys}), got {len(tensors)}')
+        saved, self._state = self._state, None
+        try:
+            self.update(dict(zip(self.keys, tensors)))
+            state = self._state if self._state is not None else torch.zeros(len(self.state_names))
+            return self.finish(dict(zip(self.state_names, state.tolist())))
+        finally:
+            self._state = saved
+
     def output_names(self):
         """The names ``compute`` reports (known before any data is seen)."""
         raise NotImplementedError

@@ -1,18 +1,36 @@
-"""Classifier: a backbone from MODELS and a loss from LOSSES.
+"""Classifier: BACKBONE (then NECK and HEAD when given, scepter's parts) and a loss from LOSSES.
 
 Train mode returns ``{'loss': ...}``; eval and test mode return the logits and labels
-that AccuracyMetric reads (its KEYS).
+that AccuracyMetric reads (its KEYS).  scepter's keys work too: ``ACT_NAME`` (applied to the
+eval / test logits), ``FREEZE_BN`` and ``METRIC`` (a metric whose values join every step's
+outputs, so the log shows them).
 """
 
+import torch
+from torch import nn
+
+from scepter_like.metric.registry import METRICS
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import LOSSES, MODELS
+
+_ACTIVATIONS = {'': None, 'softmax': lambda x: torch.softmax(x, dim=1), 'sigmoid': torch.sigmoid}
+_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm, nn.LayerNorm)
 
 
 @MODELS.register_class()
 class Classifier(BaseModel):
     para_dict = {
-        'BACKBONE': {'value': {'NAME': 'MLP'}, 'description': 'a MODELS config producing class logits'},
+        'BACKBONE': {'value': {'NAME': 'MLP'}, 'description': 'a MODELS config producing class logits (or features)'},
+        'NECK': {'value': None, 'description': 'a MODELS config applied to the backbone output (none: identity)'},
+        'HEAD': {'value': None, 'description': 'a MODELS config giving the logits (none: the backbone gives them)'},
         'LOSS': {'value': {'NAME': 'CrossEntropyLoss'}, 'description': 'a LOSSES config'},
+        'ACT_NAME': {
+            'value': '',
+            'description': "activation of the eval / test logits ('': none)",
+            'choices': list(_ACTIVATIONS),
+        },
+        'FREEZE_BN': {'value': False, 'description': 'BatchNorm and LayerNorm layers stay in eval mode in training'},
+        'METRIC': {'value': None, 'description': "a METRICS config whose values join every step's outputs"},
         'INPUT_KEY': {'value': 'img', 'description': 'batch key of the input'},
         'LABEL_KEY': {'value': 'label', 'description': 'batch key of the class labels'},
     }
@@ -20,17 +38,39 @@ class Classifier(BaseModel):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.backbone = MODELS.build(cfg.BACKBONE, logger=logger)
+        parts = [(name, cfg[key]) for name, key in (('neck', 'NECK'), ('head', 'HEAD')) if cfg[key] is not None]
+        for name, part_cfg in parts:
+            self.add_module(name, MODELS.build(part_cfg, logger=logger))
+        self._parts = tuple(self._modules[name] for name, _ in parts)  # run after the backbone, in order
         self.loss = LOSSES.build(cfg.LOSS, logger=logger)
+        self.act_fn = _ACTIVATIONS[cfg.ACT_NAME]
+        self.freeze_bn = cfg.FREEZE_BN
+        self.metric = METRICS.build(cfg.METRIC, logger=logger) if cfg.METRIC is not None else None
         self.input_key = cfg.INPUT_KEY
         self.label_key = cfg.LABEL_KEY
+
+    def train(self, mode=True):
+        super().train(mode)
+        if self.freeze_bn:
+            for module in self.modules():
+                if isinstance(module, _NORMS):
+                    module.train(False)
+        return self
 
     def forward(self, **batch):
         children = self._modules  # one dict lookup each, not a walk through nn.Module.__getattr__
         logits = children['backbone'](batch[self.input_key])
+        for part in self._parts:
+            logits = part(logits)
         label = batch.get(self.label_key)
         if self.training:
-            return {'loss': children['loss'](logits, label)}
-        out = {'logits': logits}
-        if label is not None:
-            out['label'] = label
+            out = {'loss': children['loss'](logits, label)}
+        else:
+            if self.act_fn is not None:
+                logits = self.act_fn(logits)
+            out = {'logits': logits}
+            if label is not None:
+                out['label'] = label
+        if self.metric is not None and label is not None:
+            out.update({k: torch.as_tensor(v) for k, v in self.metric(logits.detach(), label).items()})
         return out

@@ -25,6 +25,9 @@ class CrossEntropyLoss(nn.Module):
         return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
 
+LOSSES.register_class('CrossEntropy')(CrossEntropyLoss)  # scepter's name for it, as its YAMLs write it
+
+
 @LOSSES.register_class()
 class MSELoss(nn.Module):
     para_dict = {}

@@ -108,3 +108,22 @@ class ConvNet(BaseModel):
         if x.dim() == 3:
             x = x.unsqueeze(1)
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+@MODELS.register_class()
+class ClassifierHead(BaseModel):
+    """scepter's classification head: dropout, then a linear layer ``DIM -> NUM_CLASSES``."""
+
+    para_dict = {
+        'DIM': {'value': 512, 'description': 'input features', 'min': 1},
+        'NUM_CLASSES': {'value': 10, 'description': 'classes (output features)', 'min': 1},
+        'DROPOUT_RATE': {'value': 0.0, 'description': 'dropout before the linear layer', 'min': 0, 'below': 1},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.dropout = nn.Dropout(cfg.DROPOUT_RATE) if cfg.DROPOUT_RATE > 0 else nn.Identity()
+        self.fc = nn.Linear(cfg.DIM, cfg.NUM_CLASSES)
+
+    def forward(self, x):
+        return self.fc(self.dropout(x.flatten(1) if x.dim() > 2 else x))

@@ -10,21 +10,21 @@
 The loop's state lives in ``solver.progress`` (``TrainingProgress``: counters, the epoch's
 window, accumulation groups, when training ends) and ``solver.step`` (``StepState``: what
 the current train step decided and produced).  scepter's names (``epoch``, ``iter``,
-``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them.
-Hooks change that state only through the methods under "requests from hooks".
+``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them,
+with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks change
+that state only through the methods under "requests from hooks".
 """
 
-import contextlib
 import functools
 import logging
 import os
 import time
-from collections import OrderedDict
+from collections import defaultdict
 
 import torch
 
 from scepter_like.data.loader import build_data
-from scepter_like.errors import ConfigError, DataError, Preempted
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss, loss_terms
 from scepter_like.model.registry import MODELS
@@ -33,32 +33,27 @@ from scepter_like.solver.compile import compile_model, compile_settings
 from scepter_like.solver.environment import DTYPES, default_dtype, resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
 from scepter_like.solver.optimization import OptimizerPhases, takes_closure
-from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
+from scepter_like.solver.parallel import (
+    PARALLEL_MODES,
+    autocast_context,
+    eval_context,
+    train_forward_context,
+    wrap_model,
+)
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import open_work_dir, run_summary, write_run_records
-from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, settle_loop_settings
-from scepter_like.utils.checkpoint import load_state_dict_checked, load_weights_file, unwrap_model
+from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
+from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, call_every, settle_loop_settings
+from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
+from scepter_like.utils.distributed import broadcast_object
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
-_NULL_CONTEXT = contextlib.nullcontext()
 
 
-def _view(holder, name, doc=None, settable=True):
-    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
-
-    def get(solver):
-        return getattr(getattr(solver, holder), name)
-
-    def set_(solver, value):
-        setattr(getattr(solver, holder), name, value)
-
-    return property(get, set_ if settable else None, doc=doc)
-
-
-def _describe(value):
-    return f'a tensor of shape {list(value.shape)}' if isinstance(value, torch.Tensor) else type(value).__name__
+def _is_scalar(value):
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
 
 
 def _stage(stage):
@@ -71,8 +66,13 @@ def _stage(stage):
     return call
 
 
+def _callback_at(stage):
+    """``register_callback_on_*``: call ``fn(solver)`` at ``stage`` of train mode after that stage's hooks."""
+    return lambda solver, fn: solver.register_stage_callback(stage, fn)
+
+
 @SOLVERS.register_class()
-class BaseSolver:
+class BaseSolver(ScepterProtocol):
     para_dict = {
         'FILE_SYSTEM': {'value': None, 'description': 'accepted for scepter configs; files are always local'},
         'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
@@ -117,7 +117,7 @@ class BaseSolver:
         self.logger = logger or logging.getLogger('scepter_like')
         self.work_dir = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
-        self.resume_from = cfg.RESUME_FROM
+        self.resume_from = cfg.RESUME_FROM or None  # scepter's hooks test it against None
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.dtype = DTYPES[cfg.DTYPE]
@@ -147,7 +147,7 @@ class BaseSolver:
         self.phases = OptimizerPhases(cfg)  # SOLVER.OPTIMIZER (phase 0) and OPTIMIZER_PHASES
         self.optimizer_takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
         self.metrics = []
-        self.epoch_outputs = {}
+        self.epoch_outputs = defaultdict(dict)  # mode -> {metric: float}; scepter's hooks index missing modes
         self._file_handler = None
         self.metrics_log = None  # rank 0: WORK_DIR/metrics.jsonl
         self.resumed_from = None
@@ -206,28 +206,13 @@ class BaseSolver:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
                 progress.epoch_iters[mode] = self.datas[mode].num_batches()
         if 'train' in self.datas:
-            pass_batches = self.datas['train'].num_batches()
-            if pass_batches < progress.num_folds:
-                raise ConfigError(
-                    f'{self.cfg.path_of("NUM_FOLDS")}: {progress.num_folds} folds of a pass of {pass_batches}'
-                    ' batches would leave epochs without a batch; use fewer folds'
-                )
-            start, stop = progress.fold_window(pass_batches)
-            progress.epoch_iters['train'] = stop - start
+            progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
 
     def construct_model(self):
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
         self.model = MODELS.build(self.cfg.MODEL, logger=self.logger)
-        pretrained = self.cfg.MODEL.get('PRETRAINED_MODEL')
-        if pretrained:
-            state = load_weights_file(pretrained)
-            strict = self.cfg.MODEL.get('PRETRAINED_STRICT', True)
-            missing, unexpected = load_state_dict_checked(self.model, state, pretrained, strict=strict)
-            self.logger.info(
-                f'loaded pretrained weights from {pretrained}'
-                + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
-            )
+        load_pretrained(self.model, self.cfg.MODEL, self.logger)
 
     def construct_metrics(self):
         entries = self.cfg.METRICS or []
@@ -251,7 +236,7 @@ class BaseSolver:
         if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
             raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
         if cfg.OPTIMIZER is not None:
-            params = self._trained_parameters()
+            params = self.train_parameters()
             if 'train' in self.datas:
                 self.phases.check(self.progress, self.autocast_dtype, params, self.logger)
             self.use_optimizer_phase(0, params)
@@ -263,12 +248,9 @@ class BaseSolver:
         agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
         return LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=self.loss_weights, seed=self.seed)
 
-    def _trained_parameters(self):
-        return [p for p in unwrap_model(self.model).parameters() if p.requires_grad]
-
     def use_optimizer_phase(self, index, params=None):
         """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
-        self.optimizer, self.lr_scheduler = self.phases.build(index, params or self._trained_parameters(), self.logger)
+        self.optimizer, self.lr_scheduler = self.phases.build(index, params or self.train_parameters(), self.logger)
         self.optimizer_takes_closure = takes_closure(self.optimizer)
         self.progress.phase = index
 
@@ -283,75 +265,27 @@ class BaseSolver:
                 + (f' with {self.lr_scheduler.__class__.__name__}' if self.lr_scheduler is not None else '')
             )
 
-    # -- views of the loop's state (scepter's names) ------------------------------------------------
-    epoch = _view('progress', 'epoch', 'The current epoch, 0-based.')
-    total_iter = _view('progress', 'total_iter', 'Train steps done (this step counted from its after_iter on).')
-    max_epochs = _view('progress', 'max_epochs')
-    max_steps = _view('progress', 'max_steps', settable=False)
-    num_folds = _view('progress', 'num_folds', settable=False)
-    optimizer_steps = _view('progress', 'optimizer_steps', settable=False)
-    accumulate_steps = _view('progress', 'accumulate_steps', settable=False)
-    last_eval_epoch = _view(
+    # -- views of the loop's state (scepter's names: ScepterProtocol) -------------------------------
+    optimizer_steps = state_view('progress', 'optimizer_steps', settable=False)
+    accumulate_steps = state_view('progress', 'accumulate_steps', settable=False)
+    last_eval_epoch = state_view(
         'progress', 'last_eval_epoch', 'The epoch whose evaluation epoch_outputs["eval"] holds.', False
     )
-    loss = _view(
-        'step', 'loss', "This step's training loss until BackwardHook uses it (scepter's hooks set it to None)."
-    )
-    iter_outputs = _view('step', 'outputs', "This step's outputs, detached.")
-    sync_grads = _view('step', 'sync_grads', settable=False)
-    in_accumulation = _view('step', 'in_accumulation', settable=False)
+    sync_grads = state_view('step', 'sync_grads', settable=False)
+    in_accumulation = state_view('step', 'in_accumulation', settable=False)
 
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, mode):
-        self._mode = mode
-        if self.model is not None:
-            self.model.train(mode == 'train')
-
-    @property
-    def iter(self):
-        """Steps done in the current mode's epoch."""
-        return self.progress.iters[self._mode]
-
-    @iter.setter
-    def iter(self, value):
-        self.progress.iters[self._mode] = value
-
-    @property
-    def epoch_max_iter(self):
-        return self.progress.epoch_iters[self._mode]
-
-    @property
-    def stop_requested(self):
-        return self.progress.stop_reason is not None
-
-    @property
-    def rank(self):
-        return self.dist_info.rank if self.dist_info else 0
-
-    @property
-    def world_size(self):
-        return self.dist_info.world_size if self.dist_info else 1
-
-    @property
-    def is_main(self):
-        return self.rank == 0
-
-    @property
-    def device(self):
-        return self.dist_info.device if self.dist_info else torch.device('cpu')
+    stop_requested = property(lambda self: self.progress.stop_reason is not None)
+    rank = property(lambda self: self.dist_info.rank if self.dist_info else 0)
+    world_size = property(lambda self: self.dist_info.world_size if self.dist_info else 1)
+    is_main = property(lambda self: self.rank == 0)
+    device = property(lambda self: self.dist_info.device if self.dist_info else torch.device('cpu'))
 
     @functools.cached_property
     def config_text(self):
         """The run's whole config as YAML, for checkpoint and export metadata (dumped once per run)."""
         return self.cfg.root.dump()
 
-    @property
-    def unwrapped_model(self):
-        return unwrap_model(self.model)
+    unwrapped_model = property(lambda self: unwrap_model(self.model))
 
     @property
     def batch_size(self):
@@ -394,10 +328,10 @@ class BaseSolver:
         self.before_solve()
         self.stages.rebuild()  # hooks settled their configuration in before_solve
         self.logger.info(run_summary(self))
-        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= self.total_iter
+        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= progress.total_iter
         if self.resumed_from and done:
             self.logger.warning(
-                f'{self.resumed_from} ends a finished run (step {self.total_iter}, MAX_EPOCHS {self.max_epochs},'
+                f'{self.resumed_from} ends a finished run (step {progress.total_iter}, MAX_EPOCHS {self.max_epochs},'
                 f' MAX_STEPS {self.max_steps}): nothing is left to train; only evaluation and test run'
             )
         self.logger.info('hook order per stage:\n' + self.get_hooks_info())
@@ -410,7 +344,7 @@ class BaseSolver:
                 while 'train' in self.datas and not progress.train_finished():
                     self.solve_train()
                     if progress.stop_signal:
-                        raise self._preempted()
+                        raise checkpoint_state.save_preempted(self)
                     if self._eval_due():
                         self.solve_eval()
                     if every_epoch and 'test' in self.datas:
@@ -425,37 +359,23 @@ class BaseSolver:
         finally:
             self.after_solve()
 
-    def _preempted(self):
-        """Write the checkpoint of a signalled stop (every rank), mark it latest; the exception to raise."""
-        from scepter_like.utils.checkpoint import CHECKPOINT_DIR, write_latest_pointer
-
-        name = f'preempted-step-{self.total_iter}.pth'
-        folder = os.path.join(self.work_dir, CHECKPOINT_DIR)
-        if self.is_main:
-            os.makedirs(folder, exist_ok=True)
-        self.save_checkpoint(os.path.join(folder, name))
-        if self.is_main:
-            write_latest_pointer(folder, name)
-        stop = Preempted(self.progress.stop_signal, self.total_iter, os.path.join(folder, name))
-        self.logger.warning(str(stop))
-        return stop
-
     def _eval_due(self):
         return 'eval' in self.datas and self.progress.eval_due()
 
     def solve_train(self):
         self.mode = 'train'
         self._enter_due_phase()
-        # each pass over the data shuffles (and a sampled dataset redraws) anew, whatever the hooks
+        self.before_epoch()
+        # each pass over the data shuffles (and a sampled dataset redraws) anew, whatever the hooks did
+        # (scepter's DistSamplerHook sets the sampler's epoch its own way)
         with default_dtype(self.dtype):
             self.datas['train'].set_epoch(self.progress.pass_index)
-        self.before_epoch()
         self.run_train()
         self.after_epoch()
 
     def solve_eval(self):
         self._solve_no_grad('eval')
-        self.progress.last_eval_epoch = self.epoch
+        self.progress.last_eval_epoch = self.progress.epoch
 
     def solve_test(self):
         self._solve_no_grad('test')
@@ -466,13 +386,23 @@ class BaseSolver:
         previous = self._mode
         self.mode = mode
         self.progress.iters[mode] = 0
+        self._outputs_recorded = False
         try:
             with torch.no_grad(), eval_context(self.model):
                 self.before_epoch()
                 self.run_eval() if mode == 'eval' else self.run_test()
+                if not self._outputs_recorded:  # a scepter-style run_eval filled _epoch_outputs itself
+                    self.record_epoch_outputs(broadcast_object(self.epoch_outputs[mode]))
                 self.after_epoch()
         finally:
             self.mode = previous
+
+    def record_epoch_outputs(self, outputs):
+        """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""
+        self.epoch_outputs[self._mode] = {k: float(v) if _is_scalar(v) else v for k, v in outputs.items()}
+        self._outputs_recorded = True
+        if self.metrics_log is not None:
+            self.metrics_log.write_epoch_outputs(self, self._mode)
 
     def run_train(self):
         progress, step = self.progress, self.step
@@ -501,7 +431,9 @@ class BaseSolver:
             progress.total_iter += 1
             if step.steps_optimizer and counts_optimizer_steps:
                 progress.optimizer_steps += 1
+            step.counted = True
             after_iter()
+            step.end()
             if step.steps_optimizer:  # a stop signal takes effect between optimizer steps, on every rank
                 progress.stop_signal = signals.agreed(device)
                 if progress.stop_signal:
@@ -513,21 +445,22 @@ class BaseSolver:
         self.after_all_iter()
 
     def _run_no_grad_loop(self, step_fn):
-        bundle = self.datas[self._mode]
-        self.progress.epoch_iters[self._mode] = bundle.num_batches()
+        mode, progress, step = self._mode, self.progress, self.step
+        bundle = self.datas[mode]
+        progress.epoch_iters[mode] = bundle.num_batches()
         self.before_all_iter()
         to_device = self.moves_batches
         for batch_idx, batch in enumerate(bundle.iterate()):
             if to_device:
                 batch = self.transfer_data_to_device(batch)
-            self.step.begin()
+            step.begin()
             self.before_iter()
-            step_fn(batch, batch_idx, self.total_iter, self.rank)
-            self.iter += 1
+            step_fn(batch, batch_idx, progress.total_iter, self.rank)
+            progress.iters[mode] += 1
+            step.counted = True
             self.after_iter()
-        self.epoch_outputs[self._mode] = self.compute_epoch_outputs()
-        if self.metrics_log is not None:
-            self.metrics_log.write_epoch_outputs(self, self._mode)
+            step.end()
+        self.record_epoch_outputs(self.compute_epoch_outputs())
         self.after_all_iter()
 
     def run_eval(self):
@@ -552,27 +485,15 @@ class BaseSolver:
         }
 
     def forward_context(self):
-        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps and autocast under AMP.
+        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps, autocast under AMP.
 
-        ``no_sync`` only needs the forward: it decides whether the backward that follows
-        all-reduces the gradients.  Without either, one shared null context.
+        An aggregator that does its own backward (PCGrad) reduces the gradients itself: no_sync always.
         """
-        # an aggregator that does its own backward (PCGrad) reduces the gradients itself
-        no_sync = (not self.step.sync_grads or self.loss_aggregator.performs_backward) and hasattr(
-            self.model, 'no_sync'
-        )
-        if not no_sync and self.autocast_dtype is None:
-            return _NULL_CONTEXT
-        stack = contextlib.ExitStack()
-        if no_sync:
-            stack.enter_context(self.model.no_sync())
-        stack.enter_context(self.autocast())
-        return stack
+        sync_grads = self.step.sync_grads and not self.loss_aggregator.performs_backward
+        return train_forward_context(self.model, sync_grads, self.autocast_dtype, self.device.type)
 
     def autocast(self):
-        if self.autocast_dtype is None:
-            return _NULL_CONTEXT
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+        return autocast_context(self.autocast_dtype, self.device.type)
 
     def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
         """Forward one batch; leaves the loss in ``self.step.loss`` for BackwardHook."""
@@ -595,7 +516,8 @@ class BaseSolver:
         loss = results.get('loss')
         if loss is not None:
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise DataError(f"the model's 'loss' must be a scalar tensor, got {_describe(loss)}; reduce it (mean)")
+                got = f'a tensor of shape {list(loss.shape)}' if isinstance(loss, torch.Tensor) else type(loss).__name__
+                raise DataError(f"the model's 'loss' must be a scalar tensor, got {got}; reduce it (mean)")
             if self.cfg.LOSS_AGGREGATOR is not None:
                 raise ConfigError(
                     f'{self.cfg.path_of("LOSS_AGGREGATOR")}: the model returns one loss, no loss_* terms to balance;'
@@ -633,13 +555,15 @@ class BaseSolver:
         return {}
 
     def metric_names(self, mode='eval'):
-        """Names ``epoch_outputs[mode]`` will hold (none in BaseSolver, which computes no metrics)."""
-        return []
+        """Names ``epoch_outputs[mode]`` will hold: none in BaseSolver; None (known after a pass) for scepter's
+        ``_build_metrics`` entries, which a scepter-style ``run_eval`` runs."""
+        return None if any(isinstance(m, dict) for m in self.metrics) else []
 
     # -- stages: each calls the current mode's hooks, or ``hooks`` in their order (scepter's form) --
     def _call(self, stage, hooks=None):
-        fns = self.stages.functions(self._mode, stage) if hooks is None else [getattr(h, stage) for h in hooks]
-        for fn in fns:
+        if hooks is not None:
+            return self._call_hook_list(stage, hooks)
+        for fn in self.stages.functions(self._mode, stage):
             fn(self)
 
     def after_solve(self, hooks=None):
@@ -647,23 +571,9 @@ class BaseSolver:
 
         After a training error (which ``solve`` re-raises) their errors only go to the log.
         """
-        errors = []
         fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
-        for fn in fns:
-            try:
-                fn(self)
-            except Exception as e:
-                errors.append(e)
-        try:  # the train lines metrics.jsonl holds
-            if self.metrics_log is not None:
-                self.metrics_log.flush()
-        except OSError as e:
-            errors.append(e)
-        first = errors.pop(0) if errors and self.failed is None else None
-        for e in errors:
-            self.logger.error('after_solve failed after an earlier error', exc_info=e)
-        if first is not None:
-            raise first
+        flush = self.metrics_log.flush if self.metrics_log is not None else None  # the train lines it holds
+        call_every(fns + ([lambda solver: flush()] if flush else []), self, self.failed, self.logger)
 
     before_solve = _stage('before_solve')
     before_epoch = _stage('before_epoch')
@@ -674,29 +584,10 @@ class BaseSolver:
     after_iter = _stage('after_iter')
     after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
 
-    def collect_log_vars(self):
-        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
-        ret = OrderedDict((k, v) for k, v in self.iter_outputs.items() if v.dim() == 0)
-        if self.optimizer is not None:
-            ret['lr'] = self.optimizer.param_groups[0]['lr']
-        return ret
-
-    # -- probes: data a step hands to ProbeDataHook ----------------------------------------------
-    def register_probe(self, probe_data):
-        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
-        if self.step.probe_wanted:
-            self._probes.update(probe_data)
-
-    def pop_probes(self):
-        """This step's probes, handed over once (the store is emptied)."""
-        probes, self._probes = self._probes, {}
-        return probes
-
     def register_flops(self, data, keys=None):
-        """Count the model's forward FLOPs per sample with fvcore; stored in ``self.model_flops``.
+        """The model's forward FLOPs per sample (fvcore), kept in ``model_flops``: the log then shows FLOP/s.
 
-        ``data`` is a batch dict; each value is cut to its first element along the batch dim,
-        and ``keys`` (all when empty) selects the model inputs.  The log then shows FLOP/s.
+        ``data`` is a batch dict (cut to its first sample); ``keys`` (all when empty) selects the inputs.
         """
         from scepter_like.utils.flops import register_flops
 
@@ -707,43 +598,37 @@ class BaseSolver:
         """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
         self.stages.add_callback(mode, stage, fn)
 
-    def register_callback_on_epoch_begin(self, fn):
-        self.register_stage_callback('before_epoch', fn)
-
-    def register_callback_on_epoch_end(self, fn):
-        self.register_stage_callback('after_epoch', fn)
-
-    def register_callback_on_iter_begin(self, fn):
-        self.register_stage_callback('before_iter', fn)
-
-    def register_callback_on_iter_end(self, fn):
-        self.register_stage_callback('after_iter', fn)
+    register_callback_on_epoch_begin = _callback_at('before_epoch')
+    register_callback_on_epoch_end = _callback_at('after_epoch')
+    register_callback_on_iter_begin = _callback_at('before_iter')
+    register_callback_on_iter_end = _callback_at('after_iter')
 
     # -- checkpoint state ------------------------------------------------------------------------
-    def save_checkpoint(self, path):
-        """Collect the full state (all ranks) and write it atomically (rank 0)."""
-        from scepter_like.utils.checkpoint import atomic_torch_save
+    def save_checkpoint(self, path=None):
+        """The full training state (a dict); with ``path`` also written there atomically (rank 0).
 
-        ckpt = checkpoint_state.collect_training_state(self)
-        if self.is_main:
-            atomic_torch_save(ckpt, path)
+        With a path every rank calls it (the RNG states of all ranks are gathered).  Without one,
+        scepter's ``save_checkpoint() -> dict`` (scepter's CheckpointHook calls it on rank 0
+        only), it takes no collective and holds this rank's RNG state alone.  A subclass
+        overriding it scepter's way decides what CheckpointHook writes (``checkpoint_state``).
+        """
+        ckpt = checkpoint_state.collect_training_state(self, every_rank=path is not None)
+        if path is not None:
+            checkpoint_state.write_checkpoint(self, ckpt, path)
         return ckpt
 
-    def load_checkpoint(self, path):
-        ckpt = checkpoint_state.load_checkpoint_file(path)
-        checkpoint_state.restore_training_state(self, ckpt, path)
-        return ckpt
+    def load_checkpoint(self, checkpoint):
+        """Restore a checkpoint file's path, or the dict it holds (scepter's ``load_checkpoint(dict)``)."""
+        if isinstance(checkpoint, (str, os.PathLike)):
+            source, checkpoint = checkpoint, checkpoint_state.load_checkpoint_file(checkpoint)
+        else:
+            source = 'the checkpoint'
+        checkpoint_state.restore_training_state(self, checkpoint, source)
+        return checkpoint
 
     def resume(self):
-        """Resume from RESUME_FROM: a path, or 'auto' for the newest complete checkpoint in WORK_DIR."""
-        path = checkpoint_state.resume_path(self)
-        if path is None:
-            return None
-        self.load_checkpoint(path)
-        self.logger.info(
-            f'resumed from {path} at epoch {self.epoch}, iter {self.progress.iters["train"]}, step {self.total_iter}'
-        )
-        return path
+        """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
+        return checkpoint_state.resume(self)
 
     def close(self):
         """Write out pending metrics.jsonl lines and detach the log file (the process group is the caller's)."""

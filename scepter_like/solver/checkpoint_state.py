@@ -4,31 +4,48 @@ One dict of tensors and plain values (so ``torch.load(weights_only=True)`` reads
 model (unwrapped), its description (``scepter_like.model.description``: what rebuilds the
 model without the config), optimizer, LR scheduler, solver progress, every hook's state
 (the grad scaler lives in BackwardHook's), and the RNG states of every rank; plus meta.
+
+A solver subclass that overrides ``save_checkpoint() -> dict`` / ``load_checkpoint(dict)``
+(scepter's signatures) decides what the file holds and how it is put back: CheckpointHook,
+a preemption and RESUME_FROM go through its methods (``checkpoint_of`` / ``restore``).
 """
 
+import inspect
 import os
 import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Mapping
 
 import torch
 
 import scepter_like
-from scepter_like.errors import CheckpointError, ConfigError
+from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
 from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
-from scepter_like.utils.checkpoint import CHECKPOINT_DIR, MODEL_DESCRIPTION_KEY, latest_checkpoint, load_torch_file
+from scepter_like.utils.checkpoint import (
+    CHECKPOINT_DIR,
+    MODEL_DESCRIPTION_KEY,
+    atomic_torch_save,
+    latest_checkpoint,
+    load_torch_file,
+    write_latest_pointer,
+)
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 FORMAT_VERSION = 1
 
 
-def collect_training_state(solver):
+def collect_training_state(solver, every_rank=True):
     """The full training state of ``solver`` (a collective: every rank must call it).
+
+    ``every_rank=False``: no collective; the RNG states are this rank's alone (a rank the
+    file lacks keeps its fresh stream on resume).
 
     metrics.jsonl is written out (after the hooks' ``before_save_checkpoint``, where LogHook
     emits its pending lines), so its lines up to this state survive a resume from it.
     """
-    rng = all_gather_object(get_rng_state())
+    rng = all_gather_object(get_rng_state()) if every_rank else [get_rng_state()]
     ckpt = {
         'format': FORMAT_VERSION,
         'meta': {
@@ -53,6 +70,53 @@ def collect_training_state(solver):
     if solver.metrics_log is not None:
         solver.metrics_log.flush()
     return ckpt
+
+
+def _overridden(solver, name):
+    """The solver's own ``name`` method when its class replaces BaseSolver's with scepter's signature, else None."""
+    from scepter_like.solver.base_solver import BaseSolver
+
+    method = getattr(type(solver), name)
+    if method is getattr(BaseSolver, name):
+        return None
+    try:  # scepter's: save_checkpoint(self) / load_checkpoint(self, checkpoint)
+        inspect.signature(method).bind(solver, *(() if name == 'save_checkpoint' else ({},)))
+    except TypeError:
+        return None
+    return getattr(solver, name)
+
+
+def checkpoint_of(solver):
+    """What a checkpoint file holds: an overriding ``save_checkpoint()``'s dict (made plain), else the full state."""
+    save = _overridden(solver, 'save_checkpoint')
+    return plain_state(save()) if save is not None else collect_training_state(solver)
+
+
+def restore(solver, ckpt, source):
+    """Put a loaded checkpoint back: through an overriding ``load_checkpoint(dict)``, else the full state."""
+    load = _overridden(solver, 'load_checkpoint')
+    if load is not None:
+        load(ckpt)
+    else:
+        restore_training_state(solver, ckpt, source)
+
+
+def write_checkpoint(solver, ckpt, path):
+    """Rank 0 writes ``ckpt`` to ``path`` atomically."""
+    if solver.is_main:
+        atomic_torch_save(ckpt, path)
+
+
+def plain_state(obj):
+    """``obj`` with every mapping a plain dict (scepter's per-mode views too), so ``weights_only`` loads it."""
+    if isinstance(obj, Mapping):
+        items = {key: plain_state(value) for key, value in obj.items()}
+        if type(obj) in (dict, OrderedDict) and all(items[k] is v for k, v in obj.items()):
+            return obj  # as it was (a state_dict keeps its metadata)
+        return items
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain_state(value) for value in obj)
+    return obj
 
 
 def restore_training_state(solver, ckpt, source):
@@ -85,7 +149,7 @@ def restore_training_state(solver, ckpt, source):
     if world != solver.world_size:
         progress['iter'] = _map_position(solver, ckpt, source)
     solver.progress.load_state_dict(progress)
-    solver.epoch_outputs = {m: dict(v) for m, v in progress['epoch_outputs'].items()}
+    solver.epoch_outputs = defaultdict(dict, {m: dict(v) for m, v in progress['epoch_outputs'].items()})
     saved_hooks = ckpt.get('hooks', {})
     for key, hook in solver.hooks_by_key().items():
         if key in saved_hooks:
@@ -131,6 +195,33 @@ def load_checkpoint_file(path):
             ' set MODEL.PRETRAINED_MODEL instead of RESUME_FROM'
         )
     return load_torch_file(path, map_location='cpu')
+
+
+def resume(solver):
+    """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
+    path = resume_path(solver)
+    if path is None:
+        return None
+    restore(solver, load_checkpoint_file(path), path)
+    progress = solver.progress
+    solver.logger.info(
+        f'resumed from {path} at epoch {progress.epoch}, iter {progress.iters["train"]}, step {progress.total_iter}'
+    )
+    return path
+
+
+def save_preempted(solver):
+    """Write the checkpoint of a signalled stop (every rank) and mark it latest; returns the Preempted to raise."""
+    name = f'preempted-step-{solver.progress.total_iter}.pth'
+    folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+    if solver.is_main:
+        os.makedirs(folder, exist_ok=True)
+    write_checkpoint(solver, checkpoint_of(solver), os.path.join(folder, name))
+    if solver.is_main:
+        write_latest_pointer(folder, name)
+    stop = Preempted(solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name))
+    solver.logger.warning(str(stop))
+    return stop
 
 
 def restarted():

@@ -5,6 +5,7 @@ import contextlib
 import torch
 
 from scepter_like.config import Config
+from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
 from scepter_like.utils.distributed import init_distributed
 from scepter_like.utils.seed import seed_everything
@@ -16,6 +17,7 @@ ENV_PARA_DICT = {
     'DEVICE': {'value': '', 'description': "'' picks cuda:LOCAL_RANK when CUDA is available, else cpu"},
     'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait'},
     'NUM_THREADS': {'value': 0, 'description': 'torch intra-op threads per process (0: torch default)'},
+    'USE_PL': {'value': False, 'description': "scepter's PyTorch Lightning switch: accepted when false"},
 }
 
 
@@ -40,7 +42,10 @@ def resolve_env(solver_cfg):
         return resolve_params(Config({}, path='ENV'), ENV_PARA_DICT, 'ENV')
     if root.get('ENV') is None:
         root['ENV'] = {}
-    return resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
+    env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
+    if env.USE_PL:
+        raise ConfigError(f'{env.path_of("USE_PL")}: PyTorch Lightning is not supported; set it to false')
+    return env
 
 
 def set_up_environment(env):

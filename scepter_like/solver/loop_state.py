@@ -8,6 +8,8 @@ PRIORITY orders its work, never what it sees.
 
 import torch
 
+from scepter_like.errors import ConfigError
+
 MODES = ('train', 'eval', 'test')
 
 
@@ -47,6 +49,16 @@ class TrainingProgress:
         """Batches ``[start, stop)`` of a pass of ``pass_batches`` that the current epoch covers."""
         fold = self.epoch % self.num_folds
         return fold * pass_batches // self.num_folds, (fold + 1) * pass_batches // self.num_folds
+
+    def plan_folds(self, pass_batches, where='NUM_FOLDS'):
+        """The current epoch's share of a train pass of ``pass_batches``; a ConfigError when a fold would be empty."""
+        if pass_batches < self.num_folds:
+            raise ConfigError(
+                f'{where}: {self.num_folds} folds of a pass of {pass_batches} batches would leave epochs'
+                ' without a batch; use fewer folds'
+            )
+        start, stop = self.fold_window(pass_batches)
+        self.epoch_iters['train'] = stop - start
 
     def start_train_epoch(self, pass_batches):
         """Plan this train epoch; returns the pass's batch range ``[first, stop)`` still to run."""
@@ -141,7 +153,10 @@ class StepState:
     micro-batches averaged into the optimizer step; ``steps_optimizer``: the optimizer steps
     after this step's backward; ``loss``: the training loss the step left for BackwardHook;
     ``terms``: the ``loss_*`` terms it was aggregated from (PCGrad differentiates each);
-    ``outputs``: the step's outputs, detached.
+    ``outputs``: the step's outputs, detached.  ``running``: a step is between ``begin``
+    and ``end``; ``counted``: its counts are in (``TrainingProgress``), i.e. its
+    ``after_iter`` hooks are running.  scepter's counter views (``solver.iter``,
+    ``solver.total_iter``, ``solver.epoch``) read these two.
     """
 
     __slots__ = (
@@ -154,6 +169,8 @@ class StepState:
         'group_size',
         'steps_optimizer',
         'probe_wanted',
+        'running',
+        'counted',
     )
 
     def __init__(self):
@@ -166,6 +183,8 @@ class StepState:
         self.group_size = 1
         self.steps_optimizer = True
         self.probe_wanted = False
+        self.running = False
+        self.counted = False
 
     def begin(self, index=0, batch=None, group_size=1, steps_optimizer=True):
         self.index = index
@@ -176,6 +195,12 @@ class StepState:
         self.group_size = group_size
         self.steps_optimizer = steps_optimizer
         self.probe_wanted = False
+        self.running = True
+        self.counted = False
+
+    def end(self):
+        """The step's ``after_iter`` hooks are done."""
+        self.running = self.counted = False
 
     def take_loss(self):
         """The loss, handed over once (BackwardHook's backward consumes it)."""

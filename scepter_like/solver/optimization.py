@@ -27,7 +27,7 @@ import torch
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.opt.lr_schedulers.registry import build_lr_scheduler
-from scepter_like.opt.registry import OPTIMIZERS
+from scepter_like.opt.optimizers.registry import build_optimizer
 from scepter_like.registry import resolve_params
 
 PHASE_PARA_DICT = {
@@ -79,7 +79,7 @@ class OptimizerPhases:
 
     def build(self, index, params, logger=None):
         """(optimizer, LR scheduler or None) of phase ``index`` over ``params``."""
-        optimizer = OPTIMIZERS.build(self.optimizers[index], logger=logger, params=params)
+        optimizer = build_optimizer(self.optimizers[index], params, logger)
         scheduler_cfg = self.schedulers[index]
         scheduler = build_lr_scheduler(scheduler_cfg, optimizer, logger) if scheduler_cfg is not None else None
         return optimizer, scheduler

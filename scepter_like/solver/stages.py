@@ -6,6 +6,9 @@ reach the hooks of every mode.
 """
 
 from scepter_like.errors import ConfigError
+from scepter_like.opt.lr_schedulers import LR_SCHEDULERS, BaseScheduler
+from scepter_like.registry import qualname
+from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.hook import STAGES, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.loop_state import MODES
@@ -19,6 +22,7 @@ REQUIRED_TRAIN_HOOKS = {
     'OPTIMIZER': {'NAME': 'BackwardHook'},
     'LR_SCHEDULER': {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
 }
+BUILTIN_HOOKS = {'BackwardHook': BackwardHook}  # this project's, whatever a user module registered under the name
 
 
 def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
@@ -27,7 +31,10 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
     Without them a run would train nothing, or keep its learning rate, and say nothing
     (mmengine adds its default hooks the same way).  A hook counts when it is an instance of
     the registered class of that name (a user's replacement too) or of the built-in one.
-    A solver that steps the optimizer itself sets ``STEPS_OPTIMIZER_ITSELF``.
+    A solver that steps the optimizer itself sets ``STEPS_OPTIMIZER_ITSELF``.  scepter's
+    ways are kept: a BackwardHook that is not this project's (scepter's) steps the scheduler
+    itself, so no LrHook is added; a scepter scheduler (``BaseScheduler``) is stepped every
+    optimizer step, as scepter's BackwardHook steps it (the LrHook added has SET_BY_EPOCH false).
     """
     entries = cfg.TRAIN_HOOKS or []
     if not isinstance(entries, list):
@@ -40,17 +47,29 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
             continue
         if any(_is_a(entry.get('NAME'), name) for entry in entries if hasattr(entry, 'get')):
             continue
+        if key == 'LR_SCHEDULER':
+            if 'BackwardHook' in names and not _is_a('BackwardHook', 'BackwardHook', builtin=True):
+                logger.info(f'{cfg.path_of(key)} is stepped by {qualname(HOOKS.get("BackwardHook"))}: no LrHook added')
+                continue
+            if _is_scepter_scheduler(cfg[key]):
+                hook_cfg = {**hook_cfg, 'SET_BY_EPOCH': False}
         added.append(dict(hook_cfg))
         logger.info(f'{cfg.path_of(key)} is set and {cfg.path_of("TRAIN_HOOKS")} has no {name}: added {hook_cfg}')
     if added:
         cfg[HOOK_KEYS['train']] = [_plain_entry(e) for e in entries] + added
 
 
-def _is_a(entry_name, required):
-    """Whether the hook registered as ``entry_name`` is a subclass of the one registered as ``required``."""
+def _is_a(entry_name, required, builtin=False):
+    """Whether the hook registered as ``entry_name`` subclasses the one registered as ``required`` (or the built-in)."""
     if not isinstance(entry_name, str) or entry_name not in HOOKS or required not in HOOKS:
         return False
-    return issubclass(HOOKS.get(entry_name), HOOKS.get(required))
+    return issubclass(HOOKS.get(entry_name), BUILTIN_HOOKS[required] if builtin else HOOKS.get(required))
+
+
+def _is_scepter_scheduler(sched_cfg):
+    name = sched_cfg.get('NAME') if hasattr(sched_cfg, 'get') else None
+    entry = LR_SCHEDULERS.get(name) if isinstance(name, str) and name in LR_SCHEDULERS else None
+    return isinstance(entry, type) and issubclass(entry, BaseScheduler)
 
 
 def _plain_entry(entry):
@@ -98,6 +117,25 @@ def settle_loop_settings(cfg, train_hooks):
                 )
             settings[name] = (value, hook.cfg.path)
     return {name: value for name, (value, _) in settings.items()}
+
+
+def call_every(fns, solver, failed, logger):
+    """Call each ``fn(solver)`` even when one fails (so every ``after_solve`` finishes its writes).
+
+    The first error is raised unless ``failed`` (the error that ended training) is set;
+    the others only go to the log.
+    """
+    errors = []
+    for fn in fns:
+        try:
+            fn(solver)
+        except Exception as e:
+            errors.append(e)
+    first = errors.pop(0) if errors and failed is None else None
+    for e in errors:
+        logger.error('after_solve failed after an earlier error', exc_info=e)
+    if first is not None:
+        raise first
 
 
 class StageTable:

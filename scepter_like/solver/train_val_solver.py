@@ -1,7 +1,13 @@
 """TrainValSolver: BaseSolver plus METRICS over the whole EVAL_DATA and TEST_DATA."""
 
+import os
+
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.metric.base import Metric
+from scepter_like.metric.whole_pass import PassCollector, WholePassMetric
 from scepter_like.solver.base_solver import BaseSolver
 from scepter_like.solver.registry import SOLVERS
+from scepter_like.utils.checkpoint import atomic_torch_save
 
 
 @SOLVERS.register_class()
@@ -9,10 +15,42 @@ class TrainValSolver(BaseSolver):
     """Evaluates METRICS every EVAL_INTERVAL epochs and on TEST_DATA at the end.
 
     The results land in ``solver.epoch_outputs['eval' | 'test']`` as ``{name: float}``,
-    exact under any world size (metrics reduce sums and counts over ranks).
+    exact under any world size (metrics reduce sums and counts over ranks).  A scepter
+    metric (a callable over the whole pass, ``BaseMetric``) is given the tensors its KEYS
+    name, gathered from every batch and rank (``metric/whole_pass.py``).
     """
 
-    para_dict = {}  # BaseSolver's keys, strictly
+    para_dict = {
+        'DO_FINAL_EVAL': {
+            'value': True,
+            'description': "compute METRICS over each eval / test pass (scepter's switch; false: only the hooks run)",
+        },
+        'SAVE_EVAL_DATA': {
+            'value': False,
+            'description': 'save what METRICS and EXTRA_KEYS read in each eval / test pass, gathered over ranks,'
+            ' to WORK_DIR/{mode}_{epochs done:05d}.pth (rank 0)',
+        },
+    }
+
+    def construct_metrics(self):
+        super().construct_metrics()
+        entries = self.cfg.METRICS or []
+        self.metrics = [self._metric(entry, metric) for entry, metric in zip(entries, self.metrics)]
+        if not self.cfg.DO_FINAL_EVAL:
+            self.metrics = []
+        self.eval_data = None
+        if self.cfg.SAVE_EVAL_DATA:
+            keys = list(dict.fromkeys([k for entry in entries for k in entry.get('KEYS') or []] + self.extra_keys))
+            if not keys:
+                raise ConfigError(f'{self.cfg.path_of("SAVE_EVAL_DATA")}: METRICS and EXTRA_KEYS name no key to save')
+            self.eval_data = PassCollector(keys, 'SAVE_EVAL_DATA')
+
+    def _metric(self, entry, metric):
+        if isinstance(metric, Metric):
+            return metric
+        if not callable(metric):
+            raise ConfigError(f'{entry.path}: {type(metric).__name__} is neither a Metric nor a callable over the pass')
+        return WholePassMetric(metric, entry.get('KEYS') or [])
 
     def run_eval(self):
         self._reset_metrics()
@@ -23,7 +61,7 @@ class TrainValSolver(BaseSolver):
         super().run_test()
 
     def _reset_metrics(self):
-        for metric in self.metrics:
+        for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.reset()
 
     def _update_metrics(self, batch_data, results):
@@ -31,11 +69,9 @@ class TrainValSolver(BaseSolver):
         if self.extra_keys:
             missing = [k for k in self.extra_keys if k not in batch_data]
             if missing:
-                from scepter_like.errors import DataError
-
                 raise DataError(f'SOLVER.EXTRA_KEYS names {missing}, which the {self.mode} batches lack')
             data = {**results, **{k: batch_data[k] for k in self.extra_keys}}
-        for metric in self.metrics:
+        for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.update(data)
 
     def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
@@ -49,14 +85,23 @@ class TrainValSolver(BaseSolver):
         return results
 
     def metric_names(self, mode='eval'):
-        return [name for metric in self.metrics for name in metric.output_names()] if mode in self.datas else []
+        """The names ``epoch_outputs[mode]`` will hold; None while a scepter metric has not run yet."""
+        if mode not in self.datas:
+            return []
+        names = [metric.output_names() for metric in self.metrics]
+        return None if None in names else [name for group in names for name in group]
 
     def compute_epoch_outputs(self):
         out = {}
         for metric in self.metrics:
             out.update(metric.compute(self.device))
+        if self.eval_data is not None:
+            data = self.eval_data.gathered()  # every rank takes part
+            path = os.path.join(self.work_dir, f'{self.mode}_{self.progress.epochs_completed():05d}.pth')
+            if self.is_main:
+                atomic_torch_save(data, path)
         if out:
             text = ', '.join(f'{k}: {v:.4f}' for k, v in out.items())
-            where = f'epoch {self.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
+            where = f'epoch {self.progress.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
             self.logger.info(f'{self.mode} {where} ({len(self.datas[self.mode].dataset)} samples): {text}')
         return out

@@ -229,21 +229,41 @@ def latest_checkpoint(folder):
     return path
 
 
-def save_safetensors(state_dict, path, metadata=None):
-    """Write ``state_dict`` as ``.safetensors`` atomically; ``metadata`` values become strings.
+def safetensors_ready(state_dict):
+    """``state_dict`` as safetensors takes it: CPU tensors, contiguous, none sharing memory.
 
-    Tensors that share memory are written once each as separate contiguous copies, so
-    tied weights (an embedding shared with a head) export without error.
+    Tensors that share memory become separate copies, so tied weights (an embedding
+    shared with a head) export without error.
     """
-    from safetensors.torch import save
-
     seen, tensors = {}, {}
     for key, tensor in state_dict.items():
         tensor = tensor.detach()
         ptr = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         tensors[key] = tensor.clone().contiguous() if ptr in seen or not tensor.is_contiguous() else tensor
         seen[ptr] = key
-    blob = save({k: v.cpu() for k, v in tensors.items()}, metadata={k: str(v) for k, v in (metadata or {}).items()})
+    return {k: v.cpu() for k, v in tensors.items()}
+
+
+def load_pretrained(model, model_cfg, logger):
+    """Load MODEL.PRETRAINED_MODEL into ``model`` (strict unless PRETRAINED_STRICT is false), if it names a file."""
+    pretrained = model_cfg.get('PRETRAINED_MODEL')
+    if not pretrained:
+        return
+    state = load_weights_file(pretrained)
+    missing, unexpected = load_state_dict_checked(
+        model, state, pretrained, strict=model_cfg.get('PRETRAINED_STRICT', True)
+    )
+    logger.info(
+        f'loaded pretrained weights from {pretrained}'
+        + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
+    )
+
+
+def save_safetensors(state_dict, path, metadata=None):
+    """Write ``state_dict`` as ``.safetensors`` atomically; ``metadata`` values become strings."""
+    from safetensors.torch import save
+
+    blob = save(safetensors_ready(state_dict), metadata={k: str(v) for k, v in (metadata or {}).items()})
     atomic_write(path, lambda f: f.write(blob))
 
 

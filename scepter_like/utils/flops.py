@@ -65,7 +65,7 @@ def count_flops(model, inputs):
 def register_flops(solver, data, keys=None):
     """``solver.register_flops``: the FLOPs per sample of its model on ``data``'s first sample, kept and logged."""
     inputs = first_sample(data, keys or [])
-    if solver.device.type != 'cpu':
+    if solver.moves_batches:  # another device, or a SOLVER.DTYPE other than float32
         inputs = solver.transfer_data_to_device(inputs)
     solver.model_flops = count_flops(solver.unwrapped_model, inputs)
     solver.logger.info(f'model FLOPs per sample (fvcore, multiply-add = 1): {format_flops(solver.model_flops)}')

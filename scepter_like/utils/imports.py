@@ -1,10 +1,18 @@
-"""Import user modules named in ``IMPORTS`` / ``--import`` so their registrations happen."""
+"""Import user modules named in ``IMPORTS`` / ``--import`` so their registrations happen.
 
+A ``.py`` file with relative imports (a file from scepter's own tree, ``from ...utils.config
+import dict_to_yaml``) is loaded as a module of the one ``scepter_like`` package in which
+all of them resolve (``scepter_like.solver.hooks`` for scepter's ``solver/hooks/lr.py``),
+under its own name there, so nothing of the package is replaced.
+"""
+
+import ast
 import importlib
 import importlib.util
 import os
 import sys
 
+import scepter_like
 from scepter_like.errors import ConfigError
 
 FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file: this prefix + its stem
@@ -12,7 +20,7 @@ FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file
 
 def importable_name(module_name):
     """What ``import_user_modules`` takes to import ``module_name`` again: the name, or the .py file it came from."""
-    if module_name.startswith(FILE_MODULE_PREFIX):
+    if module_name.rpartition('.')[2].startswith(FILE_MODULE_PREFIX):
         return getattr(sys.modules.get(module_name), '__file__', None) or module_name
     return module_name
 
@@ -34,7 +42,10 @@ def _import_one(name, base_dir):
             path = os.path.abspath(name)
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
+        package = _package_for_relative_imports(path)
         mod_name = FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(path))[0]
+        if package:
+            mod_name = f'{package}.{mod_name}'
         if mod_name in sys.modules and getattr(sys.modules[mod_name], '__file__', None) == path:
             return sys.modules[mod_name]
         spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -50,3 +61,49 @@ def _import_one(name, base_dir):
                 f'IMPORTS: module {name!r} not found; check the name, give a .py path, or add its folder to PYTHONPATH'
             ) from None
         raise
+
+
+def _package_for_relative_imports(path):
+    """The ``scepter_like`` package where every relative import of ``path`` resolves; None without any.
+
+    A ConfigError when none or several do.
+    """
+    with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read(), filename=path)
+    relative = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
+    if not relative:
+        return None
+    root = os.path.dirname(scepter_like.__file__)
+    packages = [
+        os.path.relpath(folder, os.path.dirname(root)).replace(os.sep, '.')
+        for folder, _, files in os.walk(root)
+        if '__init__.py' in files
+    ]
+    fits = [p for p in packages if all(_resolves(p, node, root) for node in relative)]
+    if len(fits) == 1:
+        return fits[0]
+    first = relative[0]
+    text = f'from {"." * first.level}{first.module or ""} import ...'
+    raise ConfigError(
+        f'IMPORTS: {path} uses relative imports ({text})'
+        + (
+            f' that resolve in several packages ({", ".join(sorted(fits))})'
+            if fits
+            else ' that no scepter_like package has'
+        )
+        + '; write them as absolute imports (from scepter_like.... import ...)'
+    )
+
+
+def _resolves(package, node, root):
+    """Whether ``from .{level}{module} import names`` inside ``package`` names modules or packages that exist."""
+    parts = package.split('.')
+    if node.level > len(parts):
+        return False
+    base = parts[: len(parts) - node.level + 1] + (node.module.split('.') if node.module else [])
+    targets = [base] if node.module else [base + [alias.name] for alias in node.names]
+    return all(_exists(os.path.join(os.path.dirname(root), *target)) for target in targets)
+
+
+def _exists(stem):
+    return os.path.isfile(stem + '.py') or os.path.isfile(os.path.join(stem, '__init__.py'))

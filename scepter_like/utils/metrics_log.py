@@ -73,15 +73,15 @@ class MetricsLog:
         self._flushed_at = time.monotonic()
 
     def write_start(self, solver, resumed_from=None):
-        self.write('start', solver.total_iter, solver.epoch + 1, resumed_from=resumed_from)
+        self.write('start', solver.progress.total_iter, solver.progress.epoch + 1, resumed_from=resumed_from)
 
     def write_train(self, solver, step_time, data_time, values):
         """A LogHook line: the interval's mean scalars and lr in ``values``."""
         self.write(
             'train',
-            solver.total_iter,
-            solver.epoch + 1,
-            iter=solver.iter,
+            solver.progress.total_iter,
+            solver.progress.epoch + 1,
+            iter=solver.progress.iters[solver.mode],
             epoch_iters=solver.epoch_max_iter,
             step_time=round(step_time, 6),
             data_time=round(data_time, 6),
@@ -91,7 +91,7 @@ class MetricsLog:
     def write_epoch_outputs(self, solver, mode):
         """An eval / test line; ``epoch`` counts the train epochs completed by then."""
         epoch = solver.progress.epochs_completed()
-        self.write(mode, solver.total_iter, epoch, values=solver.epoch_outputs.get(mode, {}))
+        self.write(mode, solver.progress.total_iter, epoch, values=solver.epoch_outputs.get(mode, {}))
 
 
 def read_metrics(path):

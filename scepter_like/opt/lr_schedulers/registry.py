@@ -17,5 +17,5 @@ def build_lr_scheduler(cfg, optimizer, logger=None):
     """The LR scheduler ``cfg`` names, attached to ``optimizer``, whichever shape its entry has."""
     entry, cfg = LR_SCHEDULERS.resolve(cfg)
     if inspect.isclass(entry) and issubclass(entry, BaseScheduler):
-        return entry(cfg, logger=logger)(optimizer)
-    return entry(cfg, logger=logger, optimizer=optimizer)
+        return LR_SCHEDULERS.build(cfg, logger=logger)(optimizer)
+    return LR_SCHEDULERS.build(cfg, logger=logger, optimizer=optimizer)

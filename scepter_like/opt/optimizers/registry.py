@@ -17,5 +17,5 @@ def build_optimizer(cfg, parameters, logger=None):
     """The optimizer ``cfg`` names over ``parameters``, whichever shape its entry has."""
     entry, cfg = OPTIMIZERS.resolve(cfg)
     if inspect.isclass(entry) and issubclass(entry, BaseOptimize):
-        return entry(cfg, logger=logger)(parameters)
-    return entry(cfg, logger=logger, params=parameters)
+        return OPTIMIZERS.build(cfg, logger=logger)(parameters)
+    return OPTIMIZERS.build(cfg, logger=logger, params=parameters)

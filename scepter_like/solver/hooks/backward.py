@@ -107,7 +107,7 @@ class BackwardHook(Hook):
         if not step.steps_optimizer:
             return
         self._optimizer_step(solver, loss)
-        if self._empty_cache_every and solver.total_iter % self._empty_cache_every == 0:
+        if self._empty_cache_every and solver.progress.total_iter % self._empty_cache_every == 0:
             torch.cuda.empty_cache()
 
     def _backward(self, solver, loss, terms, group_size=1):
@@ -174,7 +174,7 @@ class BackwardHook(Hook):
         self.nonfinite_in_a_row += 1
         self.nonfinite_total += 1
         solver.logger.warning(
-            f'non-finite loss at step {solver.total_iter}: optimizer step skipped'
+            f'non-finite loss at step {solver.progress.total_iter}: optimizer step skipped'
             f' ({self.nonfinite_in_a_row} in a row, {self.nonfinite_total} in all)'
         )
         if self.nonfinite_in_a_row >= self.max_nonfinite:

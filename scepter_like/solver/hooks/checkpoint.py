@@ -95,10 +95,11 @@ class CheckpointHook(Hook):
                 solver.logger.warning(
                     f'removed {len(removed)} temporary file(s) of an interrupted save in {self.folder}'
                 )
-        if self.save_best and self.best_metric not in solver.metric_names('eval'):
+        names = solver.metric_names('eval')  # None: known after a first evaluation
+        if self.save_best and names is not None and self.best_metric not in names:
             raise ConfigError(
                 f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
-                f' the metrics give {solver.metric_names("eval")}'
+                f' the metrics give {names}'
             )
         if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
             if self.step_interval > 0:
@@ -114,7 +115,7 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        ckpt = checkpoint_state.collect_training_state(solver)  # a collective: every rank takes part
+        ckpt = checkpoint_state.checkpoint_of(solver)  # a collective: every rank takes part
         if not solver.is_main:
             return path
         if self.async_save:
@@ -144,15 +145,16 @@ class CheckpointHook(Hook):
                 os.remove(old_path)
 
     def _after_train_step(self, solver):
-        if solver.total_iter % self.step_interval == 0:
+        if solver.progress.total_iter % self.step_interval == 0:
             self._step_due = True
         if self._step_due and not solver.in_accumulation:
             self._step_due = False
-            self._save(solver, f'{self.prefix}-step-{solver.total_iter}.pth')
+            self._save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.pth')
 
     def _after_train_epoch(self, solver):
-        if (solver.epoch + 1) % self.interval == 0 and solver.iter == solver.epoch_max_iter:
-            self._save(solver, f'{self.prefix}-epoch-{solver.epoch + 1}.pth')
+        progress = solver.progress
+        if (progress.epoch + 1) % self.interval == 0 and progress.iters['train'] == progress.epoch_iters['train']:
+            self._save(solver, f'{self.prefix}-epoch-{progress.epoch + 1}.pth')
 
     def before_epoch(self, solver):
         self._check_best(solver)
@@ -174,7 +176,7 @@ class CheckpointHook(Hook):
             value > self.best_value if self.greater_is_better else value < self.best_value
         )
         if better:
-            self.best_value, self.best_epoch = value, solver.epoch
+            self.best_value, self.best_epoch = value, solver.progress.epoch
             self._save(solver, f'{self.prefix}-best.pth', periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
 

@@ -40,7 +40,7 @@ class EarlyStoppingHook(Hook):
         if self not in solver.hooks_dict['eval']:
             raise ConfigError(f'{self.cfg.path}: EarlyStoppingHook watches evaluations; list it in SOLVER.EVAL_HOOKS')
         names = solver.metric_names('eval')
-        if self.monitor not in names:
+        if names is not None and self.monitor not in names:  # None: known after a first pass
             raise ConfigError(
                 f'{self.cfg.path_of("MONITOR")}: no eval metric is called {self.monitor!r}; the metrics give {names}'
             )
@@ -58,9 +58,10 @@ class EarlyStoppingHook(Hook):
             self.bad_evals += 1
         stop = broadcast_object(self.bad_evals >= self.patience)
         if stop:
-            self.stopped_epoch = solver.epoch
+            self.stopped_epoch = solver.progress.epoch
             reason = (
-                f'early stopping after epoch {solver.epoch + 1}: {self.monitor} has not improved on {self.best:.6g}'
+                f'early stopping after epoch {solver.progress.epoch + 1}: {self.monitor} has not improved on'
+                f' {self.best:.6g}'
                 f' for {self.bad_evals} evaluation(s)'
             )
             solver.request_stop(reason)

@@ -65,9 +65,11 @@ class FieldPlotHook(Hook):
         if not solver.is_main or not gathered:
             return
         coords, *fields = (np.concatenate([p[i] for p in gathered]) for i in range(len(self.keys)))
-        path = os.path.join(solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.total_iter}.png')
+        path = os.path.join(
+            solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.progress.total_iter}.png'
+        )
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        png = render_field(coords, *fields, title=f'{solver.mode}, step {solver.total_iter}')
+        png = render_field(coords, *fields, title=f'{solver.mode}, step {solver.progress.total_iter}')
         atomic_write(path, lambda f: f.write(png))
         self.last_path = path
         solver.logger.info(f'field plot written to {path}')

@@ -63,28 +63,28 @@ class LogHook(Hook):
 
     def before_all_iter(self, solver):
         if self._bar is not None:
-            label = f'epoch {solver.epoch + 1}/{solver.max_epochs}'
-            self._bar.start(label, solver.progress.train_stop, solver.iter)
+            label = f'epoch {solver.progress.epoch + 1}/{solver.max_epochs}'
+            self._bar.start(label, solver.progress.train_stop, solver.progress.iters[solver.mode])
 
     def after_iter(self, solver):
         if self._bar is not None:
-            self._bar.tick(solver.iter)
+            self._bar.tick(solver.progress.iters[solver.mode])
         if self.interval <= 0:
             return
         self._scalars.add(solver.iter_outputs)
         self._data_time += solver.data_time
-        if solver.iter % self.interval == 0:
+        if solver.progress.iters[solver.mode] % self.interval == 0:
             self._write_line(solver)
 
     def after_all_iter(self, solver):
         if self.interval > 0 and self._scalars.count:  # MAX_STEPS, a stop or the epoch's end cut an interval
             self._write_line(solver)
         if self._bar is not None:
-            self._bar.finish(solver.iter)
+            self._bar.finish(solver.progress.iters[solver.mode])
 
     def after_epoch(self, solver):
         seconds = time.perf_counter() - self._epoch_start
-        solver.logger.info(f'epoch {solver.epoch + 1}/{solver.max_epochs} trained in {seconds:.2f}s')
+        solver.logger.info(f'epoch {solver.progress.epoch + 1}/{solver.max_epochs} trained in {seconds:.2f}s')
 
     def _write_line(self, solver):
         now = time.perf_counter()
@@ -95,9 +95,10 @@ class LogHook(Hook):
         values = dict(means)
         if solver.optimizer is not None:
             values['lr'] = solver.optimizer.param_groups[0]['lr']
+        progress = solver.progress
         text = (
-            f'epoch {solver.epoch + 1}/{solver.max_epochs} iter {solver.iter}/{solver.epoch_max_iter}'
-            f' step {solver.total_iter}'
+            f'epoch {progress.epoch + 1}/{solver.max_epochs} iter {progress.iters[solver.mode]}/{solver.epoch_max_iter}'
+            f' step {progress.total_iter}'
             + ''.join(f' {k}: {v:.4g}' for k, v in values.items())
             + f' time: {step_time * 1e3:.2f}ms data: {data_time * 1e3:.2f}ms'
         )
@@ -115,12 +116,12 @@ class LogHook(Hook):
         bad = [k for k, v in means.items() if not math.isfinite(v)]
         if 'loss' in bad and solver.stop_on_nonfinite_loss:  # every rank read the same all-reduced means
             raise TrainingError(
-                f'the loss is {means["loss"]} in the log interval up to step {solver.total_iter}; lower the learning'
+                f'the loss is {means["loss"]} in the log interval up to step {progress.total_iter}; lower the learning'
                 ' rate, clip gradients (BackwardHook GRADIENT_CLIP) or check the data; NONFINITE_POLICY: skip'
                 ' skips such steps instead'
             )
         if bad:
-            solver.logger.warning(f'non-finite {", ".join(bad)} in the log interval up to step {solver.total_iter}')
+            solver.logger.warning(f'non-finite {", ".join(bad)} in the log interval up to step {progress.total_iter}')
         self.last_logged = means
         if self._bar is not None and 'loss' in means:
             self._bar.postfix = f', loss {means["loss"]:.4g}'

@@ -55,7 +55,7 @@ class LrHook(Hook):
             if not self.by_epoch:
                 raise ConfigError('LrHook: ReduceLROnPlateau steps by epoch; set SET_BY_EPOCH: true')
             names = solver.metric_names('eval') if hasattr(solver, 'metric_names') else []
-            if self.plateau_metric not in names:
+            if names is not None and self.plateau_metric not in names:  # None: known after a first pass
                 raise ConfigError(
                     f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric;'
                     f' got {self.plateau_metric!r}, the metrics give {names}'
@@ -70,7 +70,7 @@ class LrHook(Hook):
 
     def _progress(self, solver):
         if self.by_epoch:
-            return solver.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
+            return solver.progress.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
         return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
     def _follow_phase(self, solver):
@@ -93,7 +93,7 @@ class LrHook(Hook):
                 group['lr'] = lr
             if isinstance(sched, ReduceLROnPlateau):
                 value = solver.epoch_outputs.get('eval', {}).get(self.plateau_metric)
-                if value is not None and solver.last_eval_epoch == solver.epoch - 1:  # a fresh evaluation only
+                if value is not None and solver.last_eval_epoch == solver.progress.epoch - 1:  # a fresh evaluation only
                     sched.step(value)
             else:
                 sched.step()
@@ -103,9 +103,9 @@ class LrHook(Hook):
         if not self.by_epoch:
             return
         self._follow_phase(solver)
-        if solver.epoch > self.last_epoch:
+        if solver.progress.epoch > self.last_epoch:
             self._step_scheduler(solver)
-            self.last_epoch = solver.epoch
+            self.last_epoch = solver.progress.epoch
         self._apply(solver)
 
     def implements(self, stage):

@@ -93,7 +93,12 @@ class ProbeDataHook(Hook):
     def before_iter(self, solver):
         if not solver.is_main or self.interval <= 0:
             return
-        due = (solver.total_iter + 1) % self.interval == 0 if solver.mode == 'train' else solver.iter == 0
+        progress = solver.progress
+        due = (
+            (progress.total_iter + 1) % self.interval == 0
+            if solver.mode == 'train'
+            else progress.iters[solver.mode] == 0
+        )
         if due:
             solver.request_probes()
 
@@ -102,8 +107,9 @@ class ProbeDataHook(Hook):
             return
         probes = solver.pop_probes()
         if probes:
-            folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{solver.total_iter}')
-            self.dump(probes, folder, {'mode': solver.mode, 'step': solver.total_iter, 'epoch': solver.epoch})
+            step, epoch = solver.progress.total_iter, solver.progress.epoch
+            folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{step}')
+            self.dump(probes, folder, {'mode': solver.mode, 'step': step, 'epoch': epoch})
 
     @staticmethod
     def dump(probes, folder, meta):

@@ -105,7 +105,7 @@ class ProfilerHook(Hook):
 
     def before_all_iter(self, solver):
         if self._nvtx and solver.mode == 'train':
-            torch.cuda.nvtx.range_push(f'train epoch {solver.epoch + 1}')
+            torch.cuda.nvtx.range_push(f'train epoch {solver.progress.epoch + 1}')
 
     def before_iter(self, solver):
         if solver.mode != 'train':
@@ -113,11 +113,11 @@ class ProfilerHook(Hook):
         if self._nvtx:
             if self._step_range_open:
                 torch.cuda.nvtx.range_pop()
-            torch.cuda.nvtx.range_push(f'step {solver.total_iter + 1}')
+            torch.cuda.nvtx.range_push(f'step {solver.progress.total_iter + 1}')
             self._step_range_open = True
         if self._done:
             return
-        self._last_step = solver.total_iter
+        self._last_step = solver.progress.total_iter
         if self.profiler is None:
             self._start()
         else:

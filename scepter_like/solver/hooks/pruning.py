@@ -39,7 +39,7 @@ class PruningHook(Hook):
         if self not in solver.hooks_dict['eval']:
             raise ConfigError(f'{self.cfg.path}: PruningHook reports evaluations; list it in SOLVER.EVAL_HOOKS')
         names = solver.metric_names('eval')
-        if self.metric not in names:
+        if names is not None and self.metric not in names:  # None: known after a first pass
             raise ConfigError(
                 f'{self.cfg.path_of("METRIC")}: no eval metric is called {self.metric!r}; the metrics give {names}'
                 + ('' if names else ' (give the config EVAL_DATA and METRICS)')
@@ -47,7 +47,7 @@ class PruningHook(Hook):
 
     def after_all_iter(self, solver):
         value = solver.epoch_outputs['eval'][self.metric]
-        step = solver.epoch + 1
+        step = solver.progress.epoch + 1
         self.values[step] = value
         prune = False
         if self.trial is not None and solver.is_main:

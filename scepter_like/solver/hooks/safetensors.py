@@ -3,14 +3,14 @@
 Rank 0 writes ``WORK_DIR/safetensors/{prefix}-step-{S}.safetensors`` every INTERVAL train
 steps and ``{prefix}-final.safetensors`` when training ends.  The weights are those of the
 unwrapped model (no ``module.`` prefix); tensors that share memory (tied weights) are
-written as separate copies.  The file's metadata holds the step, the epoch, the
-run's config and the model's description (JSON: ``scepter_like.model.description``), so
-the tools can build the model from the file alone.  Each file is written atomically (see ``utils/checkpoint.py``).
+written as separate copies.  The file's metadata (``solver.save_safetensors()``) holds the step,
+the epoch, the run's config and the model's description (JSON: ``scepter_like.model.description``),
+so the tools can build the model from the file alone.  Each file is written atomically (see
+``utils/checkpoint.py``).
 """
 
 import os
 
-from scepter_like.model.description import description_metadata
 from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import remove_temp_files, save_safetensors
@@ -39,8 +39,8 @@ class SafetensorsHook(Hook):
             remove_temp_files(self.folder)
 
     def after_iter(self, solver):
-        if self.interval > 0 and solver.mode == 'train' and solver.total_iter % self.interval == 0:
-            self.save(solver, f'{self.prefix}-step-{solver.total_iter}.safetensors')
+        if self.interval > 0 and solver.mode == 'train' and solver.progress.total_iter % self.interval == 0:
+            self.save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.safetensors')
 
     def after_solve(self, solver):
         if solver.failed is None and self.folder is not None and 'train' in solver.datas:
@@ -51,13 +51,7 @@ class SafetensorsHook(Hook):
         if not solver.is_main:
             return None
         path = os.path.join(self.folder, name)
-        metadata = {
-            'format': 'pt',
-            'step': solver.total_iter,
-            'epoch': solver.epoch,
-            'config': solver.config_text,
-            **description_metadata(solver.unwrapped_model),
-        }
-        save_safetensors(solver.unwrapped_model.state_dict(), path, metadata=metadata)
+        state_dict, metadata = solver.save_safetensors()
+        save_safetensors(state_dict, path, metadata=metadata)
         solver.logger.info(f'weights saved: {path}')
         return path

@@ -6,7 +6,7 @@ from scepter_like.solver.hooks.registry import HOOKS
 
 @HOOKS.register_class()
 class DistSamplerHook(Hook):
-    """Calls ``sampler.set_epoch(pass)`` before each epoch, as the solver already did: harmless, idempotent."""
+    """Calls ``sampler.set_epoch(pass)`` in ``before_epoch``, as the solver does after that stage: harmless."""
 
     para_dict = {'PRIORITY': {'value': PRIORITY_SAMPLER, 'description': 'runs last in before_epoch'}}
 

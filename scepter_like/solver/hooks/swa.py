@@ -101,7 +101,7 @@ class SWAHook(Hook):
         return epoch >= self.start_epoch and (not self.end_epoch or epoch <= self.end_epoch)
 
     def after_epoch(self, solver):
-        if not self._in_range(solver.epoch + 1):
+        if not self._in_range(solver.progress.epoch + 1):
             return
         self.averaged.update_parameters(solver.unwrapped_model)
         self._bn_stale = True

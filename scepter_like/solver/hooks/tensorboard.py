@@ -48,7 +48,7 @@ class TensorboardLogHook(Hook):
 
     def after_iter(self, solver):
         self._scalars.add(solver.iter_outputs)
-        if self.interval > 0 and solver.total_iter % self.interval == 0:
+        if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
             self._write_train(solver)
 
     def after_all_iter(self, solver):
@@ -59,7 +59,7 @@ class TensorboardLogHook(Hook):
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         if self.writer is None:
             return
-        step = solver.total_iter
+        step = solver.progress.total_iter
         for name, value in means.items():
             self.writer.add_scalar(f'train/{name}', value, step)
         if solver.optimizer is not None:
@@ -70,7 +70,7 @@ class TensorboardLogHook(Hook):
         if self.writer is None:
             return
         for name, value in solver.epoch_outputs.get(solver.mode, {}).items():
-            self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.total_iter)
+            self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.progress.total_iter)
         self.writer.flush()
 
     def after_solve(self, solver):

@@ -1,0 +1,74 @@
+"""scepter's metric shape in this project's evaluation: one call over the whole pass.
+
+A scepter metric (``BaseMetric``: ``fn(*tensors) -> {name: value}``) needs every batch's
+tensors at once.  :class:`PassCollector` keeps the tensors that KEYS name, batch by batch,
+on the CPU, and gathers them from every rank; :class:`WholePassMetric` gives such a
+callable the interface of this project's metrics (``reset`` / ``update`` / ``compute``),
+so TrainValSolver runs both shapes side by side.
+"""
+
+import torch
+
+from scepter_like.errors import DataError
+from scepter_like.utils.distributed import all_gather_object
+
+
+class PassCollector:
+    """The values of ``keys`` over an evaluation pass: tensors concatenated, lists joined, in rank order."""
+
+    def __init__(self, keys, owner):
+        self.keys = list(keys)
+        self.owner = owner
+        self.parts = {key: [] for key in self.keys}
+
+    def reset(self):
+        self.parts = {key: [] for key in self.keys}
+
+    def update(self, data):
+        missing = [k for k in self.keys if k not in data]
+        if missing:
+            raise DataError(f'{self.owner} needs keys {missing} in the model outputs or batch; it has {sorted(data)}')
+        for key in self.keys:
+            value = data[key]
+            self.parts[key].append(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+
+    def gathered(self):
+        """``{key: value over the pass on every rank}`` (every rank gets all of it)."""
+        local = {key: _joined(parts) for key, parts in self.parts.items()}
+        ranks = all_gather_object(local)
+        return {key: _joined([rank[key] for rank in ranks if rank[key] is not None]) for key in self.keys}
+
+
+def _joined(parts):
+    if not parts:
+        return None
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        return torch.cat([p.reshape(1) if p.dim() == 0 else p for p in parts])
+    return [item for p in parts for item in (p if isinstance(p, (list, tuple)) else [p])]
+
+
+class WholePassMetric:
+    """A scepter metric callable run as one of this project's metrics (``metric_names`` known after a pass)."""
+
+    def __init__(self, fn, keys):
+        self.fn = fn
+        self.collector = PassCollector(keys, type(fn).__name__)
+        self.names = None  # known once the metric ran
+
+    def reset(self):
+        self.collector.reset()
+
+    def update(self, data):
+        self.collector.update(data)
+
+    def output_names(self):
+        return self.names
+
+    def compute(self, device=None):
+        data = self.collector.gathered()
+        out = self.fn(*[data[key] for key in self.collector.keys])
+        if not isinstance(out, dict):
+            raise DataError(f'{type(self.fn).__name__} must return a dict of name: value, got {type(out).__name__}')
+        values = {name: float(value) for name, value in out.items()}
+        self.names = list(values)
+        return values

@@ -1,0 +1,304 @@
+"""scepter's solver protocol: the names scepter's own hooks and solvers use, on this project's solver.
+
+``BaseSolver`` inherits :class:`ScepterProtocol`, so a hook or solver subclass written
+for scepter finds what it reads and calls: the counters with scepter's offsets, the mode
+switches, ``scaler``, ``train_parameters()``, ``_reduce_scalar``, the per-mode dicts
+(``_iter_outputs``, ``_epoch_outputs``, ``_total_iter``, ...), ``probe_data``,
+``save_safetensors()``, ``_build_metrics``, and stage methods called with a hook list.
+
+Every name is a view of the loop's state (``solver.progress``, ``solver.step``); none
+holds a copy.  This project's own hooks read ``solver.progress`` instead of the counter
+views: its counts include a step from that step's ``after_iter`` on, scepter's from the
+step after (see docs/porting_from_scepter.md, "Counters").
+"""
+
+import functools
+from collections import OrderedDict, defaultdict
+from collections.abc import MutableMapping
+
+import torch
+
+from scepter_like.metric.registry import METRICS
+from scepter_like.model.description import description_metadata
+from scepter_like.solver.hooks.backward import BackwardHook
+from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.loop_state import MODES
+from scepter_like.solver.parallel import is_fsdp
+from scepter_like.utils.checkpoint import safetensors_ready
+from scepter_like.utils.distributed import all_reduce_sum
+
+
+def state_view(holder, name, doc=None, settable=True):
+    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
+
+    def get(solver):
+        return getattr(getattr(solver, holder), name)
+
+    def set_(solver, value):
+        setattr(getattr(solver, holder), name, value)
+
+    return property(get, set_ if settable else None, doc=doc)
+
+
+class ModeMapping(MutableMapping):
+    """One of scepter's per-mode dicts (``solver._total_iter[mode]``) read from and written to the loop's state.
+
+    Save a plain copy (``dict(m)``) where a plain dict is needed: checkpoint code does.
+    """
+
+    def __init__(self, read, write):
+        self._read, self._write = read, write
+
+    def __getitem__(self, mode):
+        if mode not in MODES:
+            raise KeyError(mode)
+        return self._read(mode)
+
+    def __setitem__(self, mode, value):
+        if mode not in MODES:
+            raise KeyError(mode)
+        self._write(mode, value)
+
+    def __delitem__(self, mode):
+        raise TypeError('the solver keeps a value for every mode; set it instead of deleting it')
+
+    def __iter__(self):
+        return iter(MODES)
+
+    def __len__(self):
+        return len(MODES)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
+def _outputs_entry(value):
+    """A model output as ``iter_outputs`` holds it: a tensor outside autograd (a number as a 0-dim one)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(float(value))
+    return None
+
+
+class ScepterProtocol:
+    """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
+
+    use_pl = False  # PyTorch Lightning is not supported (ENV.USE_PL must be false)
+
+    # -- counters with scepter's offsets ----------------------------------------------------------
+    @property
+    def total_iter(self):
+        """Train steps completed before the current one: inside a train step, its 0-based index (scepter's)."""
+        return self.progress.total_iter - (self.step.counted and self._mode == 'train')
+
+    @property
+    def iter(self):
+        """The current mode's iterations in this epoch before the current one (scepter's)."""
+        return self.progress.iters[self._mode] - self.step.counted
+
+    @property
+    def epoch(self):
+        """Train epochs begun (scepter's): 0 before the first train step, n from the n-th epoch's first step on."""
+        progress = self.progress
+        begun = progress.epoch_finished or progress.iters['train'] > 0 or (self._mode == 'train' and self.step.running)
+        return progress.epoch + begun
+
+    @epoch.setter
+    def epoch(self, value):
+        """Training goes on at the start of epoch ``value``, counted from 1 (scepter's ``load_checkpoint`` sets
+        ``_epoch = saved epoch + 1``); the view reads ``value`` again from that epoch's first step on."""
+        self.progress.epoch, self.progress.iters['train'], self.progress.epoch_finished = max(value - 1, 0), 0, False
+
+    _epoch = epoch
+
+    def _set_total_iter(self, mode, value):
+        """scepter derives the epoch from the step count (``epoch = total_iter // epoch_max_iter + 1``): so here."""
+        progress = self.progress
+        progress.total_iter = value
+        if progress.epoch_iters['train'] > 0:
+            progress.epoch, progress.iters['train'] = divmod(value, progress.epoch_iters['train'])
+            progress.epoch_finished = False
+
+    @property
+    def _total_iter(self):
+        return ModeMapping(lambda mode: self.total_iter, self._set_total_iter)
+
+    @property
+    def _iter(self):
+        progress, step = self.progress, self.step
+        return ModeMapping(
+            lambda mode: progress.iters[mode] - (step.counted and mode == self._mode), progress.iters.__setitem__
+        )
+
+    @property
+    def _epoch_max_iter(self):
+        return ModeMapping(self.progress.epoch_iters.__getitem__, self.progress.epoch_iters.__setitem__)
+
+    epoch_max_iter = property(lambda self: self.progress.epoch_iters[self._mode], doc="Batches in this mode's epoch.")
+    max_epochs = state_view('progress', 'max_epochs')
+    max_steps = state_view('progress', 'max_steps', settable=False)
+    num_folds = state_view('progress', 'num_folds', settable=False)
+
+    @property
+    def accu_step(self):
+        return self.progress.accumulate_steps
+
+    # -- the current step -------------------------------------------------------------------------
+    loss = state_view(
+        'step', 'loss', "This step's training loss until BackwardHook uses it (scepter's hooks set it to None)."
+    )
+    iter_outputs = state_view('step', 'outputs', "This step's outputs, detached.")
+
+    @property
+    def _iter_outputs(self):
+        """The current mode's outputs (``_iter_outputs[solver.mode] = ...`` replaces them, as scepter's loops do)."""
+        return ModeMapping(lambda mode: self.step.outputs if mode == self._mode else {}, self._set_iter_outputs)
+
+    def _set_iter_outputs(self, mode, outputs):
+        if mode != self._mode:
+            raise ValueError(f"only the current mode's outputs can be set (the solver is in {self._mode!r} mode)")
+        entries = ((key, _outputs_entry(value)) for key, value in outputs.items())
+        self.step.outputs = {key: value for key, value in entries if value is not None}
+
+    def _reduce_scalar(self, data_dict):
+        """scepter's: hand ``data_dict['loss']`` to BackwardHook; the outputs with 0-dim tensors averaged over ranks."""
+        if 'loss' in data_dict:
+            self.step.loss = data_dict['loss']
+        keys = data_dict.keys() if isinstance(data_dict, OrderedDict) else sorted(data_dict)  # one order on all ranks
+        out = OrderedDict()
+        for key in keys:
+            value = data_dict[key]
+            if isinstance(value, torch.Tensor) and value.dim() == 0:
+                value = value.detach().clone()
+                if self.world_size > 1:
+                    value = all_reduce_sum(value) / self.world_size
+            out[key] = value
+        return out
+
+    @property
+    def _epoch_outputs(self):
+        return self.epoch_outputs
+
+    @functools.cached_property
+    def _agg_iter_outputs(self):
+        return defaultdict(dict)
+
+    @property
+    def agg_iter_outputs(self):
+        """scepter's LogHook leaves each mode's interval means here (this project's LogHook does not)."""
+        return self._agg_iter_outputs
+
+    @agg_iter_outputs.setter
+    def agg_iter_outputs(self, outputs):
+        self._agg_iter_outputs[self._mode] = dict(outputs)
+
+    # -- modes --------------------------------------------------------------------------------------
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        self._mode = mode
+        if self.model is not None:
+            self.model.train(mode == 'train')
+
+    is_train_mode = property(lambda self: self._mode == 'train')
+    is_eval_mode = property(lambda self: self._mode == 'eval')
+    is_test_mode = property(lambda self: self._mode == 'test')
+
+    def train_mode(self):
+        self.mode = 'train'
+
+    def eval_mode(self):
+        self.mode = 'eval'
+
+    def test_mode(self):
+        self.mode = 'test'
+
+    # -- what scepter's hooks ask of the solver ----------------------------------------------------------
+    @property
+    def scaler(self):
+        """The fp16 GradScaler of the train BackwardHook, or None (no AMP, bf16, or scepter's own BackwardHook)."""
+        return next((h.scaler for h in self.hooks_dict['train'] if isinstance(h, BackwardHook)), None)
+
+    def train_parameters(self):
+        """The parameters the optimizer trains (those that require grad)."""
+        return [p for p in self.unwrapped_model.parameters() if p.requires_grad]
+
+    @property
+    def use_fsdp(self):
+        return is_fsdp(self.model)
+
+    def collect_log_vars(self):
+        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
+        ret = OrderedDict((k, v) for k, v in self.step.outputs.items() if v.dim() == 0)
+        if self.optimizer is not None:
+            ret['lr'] = self.optimizer.param_groups[0]['lr']
+        return ret
+
+    # -- probes: what a step hands to ProbeDataHook -------------------------------------------------
+    def register_probe(self, probe_data):
+        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
+        if self.step.probe_wanted:
+            self._probes.update(probe_data)
+
+    def pop_probes(self):
+        """This step's probes, handed over once (the store is emptied)."""
+        probes, self._probes = self._probes, {}
+        return probes
+
+    @property
+    def probe_data(self):
+        """This step's probes (``register_probe``), handed over once."""
+        return self.pop_probes()
+
+    def clear_probe(self):
+        self.pop_probes()
+
+    def save_safetensors(self):
+        """``(state_dict, metadata)`` of the unwrapped model, ready for ``safetensors.torch.save_file``."""
+        metadata = {
+            'format': 'pt',
+            'step': str(self.progress.total_iter),
+            'epoch': str(self.progress.epoch),
+            'config': self.config_text,
+            **description_metadata(self.unwrapped_model),
+        }
+        return safetensors_ready(self.unwrapped_model.state_dict()), metadata
+
+    def _build_metrics(self, cfgs, logger=None):
+        """scepter's: append ``{'fn': metric, 'keys': KEYS}`` to ``self.metrics`` for each METRICS config."""
+        if isinstance(cfgs, (list, tuple)):
+            for cfg in cfgs:
+                self._build_metrics(cfg, logger=logger)
+            return
+        fn = METRICS.build(cfgs, logger=logger or self.logger)
+        keys = list(cfgs.get('KEYS') or [])
+        self.metrics.append({'fn': fn, 'keys': keys})
+        if not isinstance(getattr(self, '_collect_keys', None), set):
+            self._collect_keys = set()
+        self._collect_keys.update(keys)
+
+    # -- stage methods called with a hook list ---------------------------------------------------------
+    def _call_hook_list(self, stage, hooks):
+        """scepter's loops call ``self.after_iter(self.hooks_dict[mode])`` and count in the stage methods.
+
+        So here: ``before_iter`` begins a step; ``after_iter`` counts it (before its hooks, as
+        this project's loops do) and ends it after them.
+        """
+        step = self.step
+        if stage == 'before_iter':
+            step.begin()
+        elif stage == 'after_iter':
+            self.progress.iters[self._mode] += 1
+            if self._mode == 'train':
+                self.progress.total_iter += 1
+                self.progress.optimizer_steps += self.optimizer is not None
+            step.counted = True
+        for hook in hooks:
+            if not isinstance(hook, Hook) or hook.implements(stage):
+                getattr(hook, stage)(self)
+        if stage == 'after_iter':
+            step.end()
