@@ -100,6 +100,9 @@ def test_print_config_shows_overrides_and_loads_back(tmp_path):
     assert data['SOLVER']['LR_SCHEDULER']['T_MAX'] == 3 and data['SOLVER']['LR_SCHEDULER']['ETA_MIN'] == 0.0
     assert data['SOLVER']['MODEL']['LOSS']['LABEL_SMOOTHING'] == 0.0 and data['SOLVER']['MAX_STEPS'] == 0
     assert data['SOLVER']['TRAIN_HOOKS'][0]['GRADIENT_CLIP'] == -1.0
+    # as the run's config.yaml records it: evaluation keeps the data's order
+    assert data['SOLVER']['TRAIN_DATA']['SHUFFLE'] is True
+    assert data['SOLVER']['EVAL_DATA']['SHUFFLE'] is False and data['SOLVER']['TEST_DATA']['SHUFFLE'] is False
     typo = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCH=3')
     assert typo.returncode == 2 and typo.stdout == ''
     assert typo.stderr.startswith('error: SOLVER.MAX_EPOCH: unknown key') and 'did you mean MAX_EPOCHS' in typo.stderr

@@ -84,14 +84,24 @@ class DataBundle:
             yield take(indices[begin : begin + size])
 
 
+def resolve_loader_keys(cfg, mode):
+    """The loader keys of ``cfg`` (a data config) with defaults filled; eval / test data never shuffle.
+
+    Evaluation keeps the data's order, so the recorded config (and ``--print-config``) says
+    ``SHUFFLE: false`` there whatever the file wrote.
+    """
+    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
+    resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
+    if mode != 'train':
+        loader_cfg['SHUFFLE'] = False
+    return loader_cfg
+
+
 def build_data(cfg, mode, dist_info, seed, logger=None):
     """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
     if not isinstance(cfg, Config):
         raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
-    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
-    resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
-    if mode != 'train':  # evaluation keeps the data's order, and the recorded config says so
-        loader_cfg['SHUFFLE'] = False
+    loader_cfg = resolve_loader_keys(cfg, mode)
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
     if loader_cfg.BATCH_SIZE < 1:
