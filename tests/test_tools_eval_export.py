@@ -63,6 +63,9 @@ def test_run_eval_reproduces_training_metrics_exactly(trained):
     record = json.loads((work / 'metrics.json').read_text())
     assert record['checkpoint'] == str(ckpt)
     assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # exact floats
+    # outside training there is no epoch: the log says what was evaluated
+    assert re.search(r'eval on DigitsDataset \(\d+ samples\): accuracy', res.stdout), res.stdout[-2000:]
+    assert 'test on DigitsDataset (360 samples)' in res.stdout and ' epoch ' not in res.stdout
     table = res.stdout[res.stdout.index('metric ') :]
     assert re.search(rf'accuracy\s+{logged["eval"]["accuracy"]:.6f}\s+{logged["test"]["accuracy"]:.6f}', table)
 

@@ -1,6 +1,6 @@
 """TrainValSolver: BaseSolver plus METRICS over the whole EVAL_DATA and TEST_DATA."""
 
-from scepter_like.solver.base_solver import BaseSolver
+from scepter_like.solver.base_solver import DATA_KEYS, BaseSolver
 from scepter_like.solver.registry import SOLVERS
 
 
@@ -57,6 +57,11 @@ class TrainValSolver(BaseSolver):
             out.update(metric.compute(self.device))
         if out:
             text = ', '.join(f'{k}: {v:.4f}' for k, v in out.items())
-            where = f'epoch {self.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
-            self.logger.info(f'{self.mode} {where} ({len(self.datas[self.mode].dataset)} samples): {text}')
+            self.logger.info(f'{self.mode} {self._evaluated()} ({len(self.datas[self.mode].dataset)} samples): {text}')
         return out
+
+    def _evaluated(self):
+        """What this evaluation is of: an epoch inside training, the final test, or (no training) the data."""
+        if 'train' not in self.datas:  # run_eval: the weights loaded, on this mode's data
+            return f'on {self.cfg[DATA_KEYS[self.mode]].NAME}'
+        return f'epoch {self.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
