@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
     first = run_tool('run_train.py', '--cfg', DIGITS_CFG, *COMMON, f'SOLVER.WORK_DIR={a}', 'SOLVER.MAX_EPOCHS=1')
     assert first.returncode == 0, first.stderr
     shutil.copy(a / 'config.yaml', tmp / 'config1.yaml')
-    shutil.copy(a / 'checkpoints' / 'ldm_step-last.pth', tmp / 'last1.pth')
+    shutil.copy(a / 'checkpoints' / 'digits-last.pth', tmp / 'last1.pth')
     lines1 = (a / 'metrics.jsonl').read_text().splitlines()
     log1 = (a / 'std_log.txt').read_text()
     resumed = run_tool(
@@ -55,7 +55,7 @@ def runs(tmp_path_factory):
 
 def test_config_yaml_reproduces_the_run(runs):
     a_model = torch.load(runs['tmp'] / 'last1.pth', weights_only=True)['model']
-    b_model = torch.load(runs['b'] / 'checkpoints' / 'ldm_step-last.pth', weights_only=True)['model']
+    b_model = torch.load(runs['b'] / 'checkpoints' / 'digits-last.pth', weights_only=True)['model']
     assert a_model.keys() == b_model.keys()
     for key in a_model:
         assert torch.equal(a_model[key], b_model[key]), key
@@ -69,7 +69,7 @@ def test_config_yaml_reproduces_the_run(runs):
     assert cfg_a == cfg_b
     # the resume archived run 1's records and wrote its own
     env = json.loads((runs['a'] / 'env.json').read_text())
-    assert env['resumed_from'].endswith('ldm_step-last.pth')
+    assert env['resumed_from'].endswith('digits-last.pth')
     old = runs['a'] / env['previous_records'] / 'config.yaml'
     assert old.read_text() == (runs['tmp'] / 'config1.yaml').read_text()
 

@@ -29,7 +29,7 @@ def trained(tmp_path_factory):
     work = root / 'run'
     res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS)
     assert res.returncode == 0, res.stderr[-3000:]
-    ckpt = work / 'checkpoints' / 'ldm_step-last.pth'
+    ckpt = work / 'checkpoints' / 'digits-last.pth'
     assert ckpt.is_file()
     return work, ckpt
 
@@ -176,7 +176,7 @@ def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool,
         tool, '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path / "w"}', 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS=[32]',
         '--checkpoint', ckpt, *extra,
     )  # fmt: skip
-    _one_error_line(res, r'weights in .*ldm_step-last\.pth do not fit the model .*mis-shaped: backbone\.0\.weight')
+    _one_error_line(res, r'weights in .*digits-last\.pth do not fit the model .*mis-shaped: backbone\.0\.weight')
     assert not (tmp_path / 'x.safetensors').exists() and not (tmp_path / 'w' / 'metrics.json').exists()
 
 
