@@ -89,6 +89,9 @@ def test_import_flag_with_py_path(tmp_path, digits_args):
     )
     assert res.returncode == 0, res.stderr
     assert marker.read_text().startswith('XxxSolver')
+    # the run's own code is in its records: the --import file (untracked, outside the repo) is saved
+    saved = tmp_path / 'run' / 'code_snapshot' / 'imports' / 'external' / 'ext_file.py'
+    assert saved.read_text() == USER_MODULE
 
 
 def test_print_config_shows_overrides_and_loads_back(tmp_path):

@@ -18,11 +18,45 @@ def import_user_modules(names, base_dir=None):
     return modules
 
 
+def _is_path(name):
+    return name.endswith('.py') or os.sep in name or '/' in name
+
+
+def _file_path(name, base_dir):
+    path = name if os.path.isabs(name) else os.path.join(base_dir or os.getcwd(), name)
+    if not os.path.isfile(path) and base_dir and os.path.isfile(name):
+        path = os.path.abspath(name)
+    return path
+
+
+def source_files(names, base_dir=None):
+    """The source files behind the imported ``names`` (a package gives every ``.py`` file in its folder).
+
+    Names not imported (or without a file) give nothing; the run records save the files git does not track.
+    """
+    files = []
+    for name in names or []:
+        if not isinstance(name, str) or not name:
+            continue
+        if _is_path(name):
+            path = _file_path(name, base_dir)
+            files += [os.path.abspath(path)] if os.path.isfile(path) else []
+            continue
+        path = getattr(sys.modules.get(name), '__file__', None)
+        if not path:
+            continue
+        if os.path.basename(path) == '__init__.py':
+            for folder, dirs, names_here in os.walk(os.path.dirname(path)):
+                dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+                files += [os.path.join(folder, n) for n in sorted(names_here) if n.endswith('.py')]
+        else:
+            files.append(path)
+    return list(dict.fromkeys(os.path.abspath(f) for f in files))
+
+
 def _import_one(name, base_dir):
-    if name.endswith('.py') or os.sep in name or '/' in name:
-        path = name if os.path.isabs(name) else os.path.join(base_dir or os.getcwd(), name)
-        if not os.path.isfile(path) and base_dir and os.path.isfile(name):
-            path = os.path.abspath(name)
+    if _is_path(name):
+        path = _file_path(name, base_dir)
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
         mod_name = '_scepter_user_' + os.path.splitext(os.path.basename(path))[0]
