@@ -152,6 +152,39 @@ def test_progress_bar_on_a_terminal(tmp_path):
     assert 'iter 10/45' in log and '\r' not in log and 'it/s' not in log  # ... and the file keeps them
 
 
+def test_progress_bar_is_tqdm_and_keeps_log_lines_off_its_line():
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from scepter_like.utils.progress import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    logger = logging.getLogger('scepter_like.test.progress')
+    logger.propagate, logger.level = False, logging.INFO
+    logger.addHandler(logging.StreamHandler(screen))
+    bar = ProgressBar(screen)
+    bar.attach(logger)
+    try:
+        bar.start('epoch 1/2', 45)
+        assert isinstance(bar._bar, tqdm)  # a library bar, not a hand-written one
+        bar.tick(10)
+        logger.info('iter 10/45 loss 0.5', extra={'progress_line': True})  # the bar stands for these lines
+        logger.info('a warning-worthy message')
+        bar.set_postfix('loss 0.5')
+        bar.finish(45)
+    finally:
+        bar.detach()
+    text = screen.getvalue()
+    assert 'iter 10/45' not in text and '\na warning-worthy message\n' in text.replace('\r', '\n')
+    assert text.endswith('45/45, ' + text.rsplit('45/45, ', 1)[1]) and text.rstrip().endswith('loss 0.5')
+
+
 def test_plot_log_writes_a_png(runs, tmp_path):
     out = tmp_path / 'curves.png'
     res = run_tool('plot_log.py', runs['a'], '--output', out)
