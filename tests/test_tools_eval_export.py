@@ -157,6 +157,7 @@ def test_export_onnx_matches_torch(trained, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     m = re.search(r"inputs \['img'\], outputs \['logits'\].* max abs diff ([0-9.e+-]+)", res.stdout)
     assert m and float(m.group(1)) <= 1e-4, res.stdout[-1000:]
+    assert 'torchvision' not in res.stderr and 'Warning' not in res.stderr, res.stderr  # torch's noise stays out
 
     # independently: another batch size than the sample's (dynamic batch), against torch
     solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')

@@ -15,6 +15,7 @@ import torch
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.solver.predict import forward_checked
 from scepter_like.utils.checkpoint import atomic_write
+from scepter_like.utils.torch_noise import quiet_onnx_export
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-4
@@ -78,15 +79,16 @@ def export_onnx(model, sample, path, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL, logge
         wrapper = NamedIOWrapper(model, input_names, output_names).eval()
         args = tuple(sample[k] for k in input_names)
         batch = torch.export.Dim('batch')
-        program = torch.onnx.export(
-            wrapper,
-            args,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_shapes=(tuple({0: batch} for _ in input_names),),  # one spec per *tensors entry
-            dynamo=True,
-            verbose=False,
-        )
+        with quiet_onnx_export():  # torch's torchvision-not-installed lines and a pytree FutureWarning
+            program = torch.onnx.export(
+                wrapper,
+                args,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=(tuple({0: batch} for _ in input_names),),  # one spec per *tensors entry
+                dynamo=True,
+                verbose=False,
+            )
         blob = program.model_proto.SerializeToString()
         session = ort.InferenceSession(blob, providers=['CPUExecutionProvider'])
         max_diff = 0.0
