@@ -53,7 +53,8 @@ def test_digits_main_job_end_to_end(tmp_path, digits_args):
     assert 'hook order per stage' in log and 'BackwardHook(0)' in log
     summary = log.index('model Classifier: 85,002 trainable of 85,002 parameters')  # the run summary comes first
     assert summary < log.index('hook order per stage')
-    assert 'train data: 1,293 samples, batch 32 per rank, 41 batches per epoch' in log and 'world size 1' in log
+    assert 'train data: 1,293 samples, batch 32 per rank, 41 batches per epoch' in log
+    assert 'device cpu (1 intra-op thread per process), world size 1' in log
     assert 'test final' in log
     assert os.path.isfile(run / 'checkpoints' / 'latest')
 

@@ -1,4 +1,13 @@
-"""The ENV config section: seeding, threads, device and the distributed process group."""
+"""The ENV config section: seeding, threads, device and the distributed process group.
+
+``NUM_THREADS`` defaults to 1 intra-op thread per process.  torch's own default (one
+thread per core) makes the small ops of a small model wait on each other at every op:
+on a 2-core machine that other work shares, an MLP step took 20-40x as long with 2
+threads as with 1.  One thread is also what a GPU run and one of several processes per
+node want (torchrun sets ``OMP_NUM_THREADS=1`` for them).  A large model trained on the
+CPU of an otherwise idle machine gains from more: set N, or 0 for torch's choice (which
+honours ``OMP_NUM_THREADS``).
+"""
 
 import torch
 
@@ -13,7 +22,11 @@ ENV_PARA_DICT = {
     'BACKEND': {'value': '', 'description': "process-group backend; '' picks nccl on CUDA, gloo on CPU"},
     'DEVICE': {'value': '', 'description': "'' picks cuda:LOCAL_RANK when CUDA is available, else cpu"},
     'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait'},
-    'NUM_THREADS': {'value': 0, 'description': 'torch intra-op threads per process (0: torch default)'},
+    'NUM_THREADS': {
+        'value': 1,
+        'description': "torch intra-op threads per process (0: torch's default, one per core)",
+        'min': 0,
+    },
 }
 
 

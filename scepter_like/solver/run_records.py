@@ -53,7 +53,9 @@ def open_work_dir(solver):
 
 
 def run_summary(solver):
-    """The start-of-run lines: model and its parameters, data per mode, device and world, work dir."""
+    """The start-of-run lines: model and its parameters, data per mode, device, threads and world, work dir."""
+    import torch
+
     model = solver.unwrapped_model
     params = list(model.parameters())
     total = sum(p.numel() for p in params)
@@ -66,7 +68,11 @@ def run_summary(solver):
             f'{mode} data: {len(bundle.dataset):,} samples, batch {bundle.batch_size} per rank,'
             f' {solver.progress.epoch_iters[mode]} batches per epoch on this rank'
         )
-    lines.append(f'device {solver.device}, world size {solver.world_size}; work dir {os.path.abspath(solver.work_dir)}')
+    threads = torch.get_num_threads()
+    lines.append(
+        f'device {solver.device} ({threads} intra-op thread{"s" if threads != 1 else ""} per process),'
+        f' world size {solver.world_size}; work dir {os.path.abspath(solver.work_dir)}'
+    )
     return 'run:\n' + '\n'.join(f'  {line}' for line in lines)
 
 
