@@ -2,7 +2,10 @@
 [--debug] [KEY.PATH=VALUE ...]``, config loading, and the one-line error contract.
 
 A ``UserError`` ends the command with ``error: ...`` on stderr and exit status 2 (the
-traceback only with ``--debug``); the process group is always torn down.
+traceback only with ``--debug``).  An exception a user's component raised (an IMPORTS
+module, a dataset, a model, a hook ...) keeps its traceback, after a first line
+``error: <component> raised ...``, and exit status 1.  The process group is always torn
+down.
 """
 
 import argparse
@@ -12,7 +15,7 @@ import sys
 import traceback
 
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
-from scepter_like.errors import ConfigError, Preempted, UserError, suggest
+from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest
 from scepter_like.utils.distributed import destroy_distributed
 from scepter_like.utils.imports import import_user_modules
 
@@ -77,6 +80,24 @@ def load_config(args):
     return cfg
 
 
+def _rank_prefix():
+    rank = os.environ.get('RANK')
+    return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
+
+
+def _report_component(component, error):
+    """A first line naming the component that raised ``error``, then its traceback; the exit status (1)."""
+    lines = str(error).strip().splitlines()
+    first = f': {lines[0]}' if lines else ''
+    print(
+        f'{_rank_prefix()}error: {component} raised {type(error).__name__}{first} (its traceback follows)',
+        file=sys.stderr,
+        flush=True,
+    )
+    traceback.print_exception(error)
+    return 1
+
+
 def run(main, argv=None):
     """Run ``main(argv)`` under the error contract; returns the exit status.
 
@@ -94,10 +115,17 @@ def run(main, argv=None):
         if debug:
             traceback.print_exc()
         message = ' '.join(str(e).split('\n'))
-        rank = os.environ.get('RANK')
-        prefix = f'[rank {rank}] ' if rank not in (None, '', '0') else ''
-        print(f'{prefix}error: {message}', file=sys.stderr, flush=True)
+        print(f'{_rank_prefix()}error: {message}', file=sys.stderr, flush=True)
         status = EXIT_USER_ERROR
+    except ComponentError as e:
+        status = _report_component(e.component, e.error)
+    except Exception as e:
+        from scepter_like.utils.blame import raising_component
+
+        component = raising_component(e)
+        if component is None:  # the toolkit's own failure: the plain traceback
+            raise
+        status = _report_component(component, e)
     except Preempted as e:  # the solver logged it (with how to resume)
         status = e.exit_status
     except KeyboardInterrupt:

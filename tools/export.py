@@ -49,7 +49,6 @@ def export_safetensors(solver, cfg, weights, output):
 
 def sample_inputs(solver, input_path):
     """A dict of CPU tensors: the arrays of ``input_path``, else the first rows of TEST_DATA / EVAL_DATA."""
-    from scepter_like.data.collate import collate
     from scepter_like.solver.loading import read_npz
     from scepter_like.solver.predict import as_tensors
 
@@ -58,7 +57,7 @@ def sample_inputs(solver, input_path):
     bundle = solver.datas.get('test') or solver.datas.get('eval')
     dataset = bundle.dataset
     rows = min(SAMPLE_ROWS, len(dataset))
-    return as_tensors(collate([dataset[i] for i in range(rows)]))
+    return as_tensors(bundle.loader.collate_fn([dataset[i] for i in range(rows)]))
 
 
 def export_onnx_file(solver, args):

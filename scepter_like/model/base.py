@@ -22,6 +22,8 @@ class BaseModel(torch.nn.Module):
     }
     # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)
     COMPILE_INCOMPATIBLE = None
+    # {'input' | 'output': config key} of the sizes that must fit the data, named when a forward fails on them
+    SIZE_KEYS = {}
 
     def __init__(self, cfg, logger=None):
         super().__init__()

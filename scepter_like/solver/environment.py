@@ -12,6 +12,7 @@ honours ``OMP_NUM_THREADS``).
 import torch
 
 from scepter_like.config import Config
+from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
 from scepter_like.utils.distributed import init_distributed
 from scepter_like.utils.seed import seed_everything
@@ -31,13 +32,27 @@ ENV_PARA_DICT = {
 
 
 def resolve_env(solver_cfg):
-    """ENV of the config the solver's config belongs to, defaults filled (added if absent)."""
+    """ENV of the config the solver's config belongs to, defaults filled (added if absent) and checked."""
     root = solver_cfg.root
     if root is solver_cfg:  # a solver built from a bare SOLVER dict
         return resolve_params(Config({}, path='ENV'), ENV_PARA_DICT, 'ENV')
     if root.get('ENV') is None:
         root['ENV'] = {}
-    return resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
+    env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
+    _check_device(env)
+    return env
+
+
+def _check_device(env):
+    """ENV.DEVICE must be a torch device string ('' picks one); whether it exists is checked at set-up."""
+    if env.DEVICE:
+        try:
+            torch.device(env.DEVICE)
+        except (RuntimeError, TypeError):
+            raise ConfigError(
+                f'{env.path_of("DEVICE")}: {env.DEVICE!r} is not a device; write cpu, cuda, cuda:N (N a number)'
+                " or '' to pick cuda:LOCAL_RANK when CUDA is available, else cpu"
+            ) from None
 
 
 def set_up_environment(env):

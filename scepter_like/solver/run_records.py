@@ -23,9 +23,10 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 
 from scepter_like.errors import ConfigError
-from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
+from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
 from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
@@ -43,11 +44,35 @@ class GitError(Exception):
 
 
 def open_work_dir(solver):
-    """Create WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog."""
+    """Create and check WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog.
+
+    What the run writes there and already exists must be of its kind (a folder where it
+    keeps a folder, a file where it appends to a file), and the folder must take a new
+    file: otherwise one ConfigError now instead of a traceback mid-run.
+    """
+    where, work_dir = solver.cfg.path_of('WORK_DIR'), solver.work_dir
     try:
-        os.makedirs(solver.work_dir, exist_ok=True)
+        os.makedirs(work_dir, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f'{solver.cfg.path_of("WORK_DIR")}: cannot create {solver.work_dir} ({e.strerror})') from None
+        raise ConfigError(f'{where}: cannot create {work_dir} ({e.strerror})') from None
+    files = [os.path.join(work_dir, name) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE)]
+    for path in files + ([solver.log_file] if solver.log_file else []):
+        if os.path.isdir(path):
+            raise ConfigError(
+                f'{where}: {path} is a folder where the run writes a file; move it away or use another WORK_DIR'
+            )
+    for name in (CHECKPOINT_DIR, SNAPSHOT_DIR, HISTORY_DIR):
+        path = os.path.join(work_dir, name)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ConfigError(
+                f'{where}: {path} is a file where the run keeps a folder; move it away or use another WORK_DIR'
+            )
+    try:
+        tempfile.TemporaryFile(dir=work_dir).close()
+    except OSError as e:
+        raise ConfigError(
+            f'{where}: cannot write into {work_dir} ({e.strerror}); give a folder you can write to'
+        ) from None
     handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
     return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
 

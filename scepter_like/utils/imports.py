@@ -5,7 +5,7 @@ import importlib.util
 import os
 import sys
 
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ComponentError, ConfigError, UserError
 
 
 def import_user_modules(names, base_dir=None):
@@ -55,6 +55,19 @@ def source_files(names, base_dir=None):
 
 
 def _import_one(name, base_dir):
+    """Import one entry: a syntax error is a ConfigError naming file and line, any other exception a ComponentError."""
+    try:
+        return _load(name, base_dir)
+    except SyntaxError as e:
+        where = f'line {e.lineno} of {e.filename}' if e.lineno else e.filename
+        raise ConfigError(f'IMPORTS: {name!r} does not compile: {e.msg} at {where}; fix the code there') from None
+    except UserError:
+        raise
+    except Exception as e:
+        raise ComponentError(f'IMPORTS entry {name!r}', e) from e
+
+
+def _load(name, base_dir):
     if _is_path(name):
         path = _file_path(name, base_dir)
         if not os.path.isfile(path):
@@ -65,7 +78,11 @@ def _import_one(name, base_dir):
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]  # as importlib does: no half-run module stays importable
+            raise
         return module
     try:
         return importlib.import_module(name)
