@@ -25,7 +25,6 @@ import torch
 
 from scepter_like.data.loader import build_data
 from scepter_like.errors import ConfigError, DataError, Preempted
-from scepter_like.metric.base import checked_metric
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
@@ -215,7 +214,7 @@ class BaseSolver:
         entries = self.cfg.METRICS or []
         if not isinstance(entries, list):
             raise ConfigError(f'{self.cfg.path_of("METRICS")}: expected a list of metric configs')
-        self.metrics = [checked_metric(METRICS.build(entry, logger=self.logger), entry) for entry in entries]
+        self.metrics = [METRICS.build(entry, logger=self.logger) for entry in entries]
 
     def model_to_device(self, tg_model_ins=None):
         """Move to this rank's device and wrap for DDP; returns the result when given a model."""

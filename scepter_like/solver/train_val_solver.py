@@ -1,5 +1,6 @@
 """TrainValSolver: BaseSolver plus METRICS over the whole EVAL_DATA and TEST_DATA."""
 
+from scepter_like.metric.base import checked_metric
 from scepter_like.solver.base_solver import DATA_KEYS, BaseSolver
 from scepter_like.solver.registry import SOLVERS
 
@@ -13,6 +14,12 @@ class TrainValSolver(BaseSolver):
     """
 
     para_dict = {}  # BaseSolver's keys, strictly
+
+    def construct_metrics(self):
+        """BaseSolver's, then each metric must keep the Metric contract this solver runs it by."""
+        super().construct_metrics()
+        for metric, entry in zip(self.metrics, self.cfg.METRICS or []):
+            checked_metric(metric, entry)
 
     def run_eval(self):
         self._reset_metrics()
