@@ -80,6 +80,16 @@ def load_config(args):
     return cfg
 
 
+def _user_message(error):
+    """A UserError's message on one line; one raised in a DataLoader worker comes back in torch's wrapping text,
+    whose last line (``module.DataError: message``) holds it."""
+    text = str(error)
+    if text.startswith('Caught ') and 'in DataLoader worker process' in text:
+        last = text.strip().splitlines()[-1]
+        text = last.split(': ', 1)[1] if ': ' in last else last
+    return ' '.join(text.split('\n'))
+
+
 def _rank_prefix():
     rank = os.environ.get('RANK')
     return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
@@ -114,8 +124,7 @@ def run(main, argv=None):
     except UserError as e:
         if debug:
             traceback.print_exc()
-        message = ' '.join(str(e).split('\n'))
-        print(f'{_rank_prefix()}error: {message}', file=sys.stderr, flush=True)
+        print(f'{_rank_prefix()}error: {_user_message(e)}', file=sys.stderr, flush=True)
         status = EXIT_USER_ERROR
     except ComponentError as e:
         status = _report_component(e.component, e.error)

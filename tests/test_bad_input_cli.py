@@ -169,6 +169,18 @@ CASES = {
         r'SOLVER\.TRAIN_DATA: DATASETS\.TupleDataset \(class TupleDataset, .*tuple_ds\.py\) returns tuple items;'
         r' its __getitem__ must return a dict of named fields',
     ),
+    'dataset returning tuples, in a worker': (
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            '--import',
+            _write(t, 'tuple_ds.py', TUPLE_DATASET),
+            'SOLVER.TRAIN_DATA={NAME: TupleDataset, BATCH_SIZE: 4, NUM_WORKERS: 1}',
+            'SOLVER.EVAL_DATA=null',
+        ],  # fmt: skip
+        r'^error: SOLVER\.TRAIN_DATA: DATASETS\.TupleDataset \(class TupleDataset, .*tuple_ds\.py\) returns tuple',
+    ),
 }
 
 
