@@ -81,8 +81,11 @@ def load_config(args):
 
 
 def _user_message(error):
-    """A UserError's message on one line; one raised in a DataLoader worker comes back in torch's wrapping text,
-    whose last line (``module.DataError: message``) holds it."""
+    """A UserError's message on one line.
+
+    One raised in a DataLoader worker comes back inside torch's wrapping text, whose last
+    line (``module.DataError: message``) holds it.
+    """
     text = str(error)
     if text.startswith('Caught ') and 'in DataLoader worker process' in text:
         last = text.strip().splitlines()[-1]
