@@ -2,7 +2,10 @@
 [--debug] [KEY.PATH=VALUE ...]``, config loading, and the one-line error contract.
 
 A ``UserError`` ends the command with ``error: ...`` on stderr and exit status 2 (the
-traceback only with ``--debug``); the process group is always torn down.
+traceback only with ``--debug``).  An exception a user's component raised (an IMPORTS
+module, a dataset, a model, a hook ...) keeps its traceback, after a first line
+``error: <component> raised ...``, and exit status 1.  The process group is always torn
+down.
 """
 
 import argparse
@@ -12,7 +15,7 @@ import sys
 import traceback
 
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
-from scepter_like.errors import ConfigError, Preempted, UserError, suggest
+from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest
 from scepter_like.utils.distributed import destroy_distributed
 from scepter_like.utils.imports import import_user_modules
 
@@ -89,9 +92,35 @@ def refuse_config_options(args, tool):
         raise ConfigError(f'{given} needs --cfg; without it {tool} builds the model the checkpoint describes')
 
 
+def _user_message(error):
+    """A UserError's message on one line.
+
+    One raised in a DataLoader worker comes back inside torch's wrapping text, whose last
+    line (``module.DataError: message``) holds it.
+    """
+    text = str(error)
+    if text.startswith('Caught ') and 'in DataLoader worker process' in text:
+        last = text.strip().splitlines()[-1]
+        text = last.split(': ', 1)[1] if ': ' in last else last
+    return ' '.join(text.split('\n'))
+
+
 def _rank_prefix():
     rank = os.environ.get('RANK')
     return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
+
+
+def _report_component(component, error):
+    """A first line naming the component that raised ``error``, then its traceback; the exit status (1)."""
+    lines = str(error).strip().splitlines()
+    first = f': {lines[0]}' if lines else ''
+    print(
+        f'{_rank_prefix()}error: {component} raised {type(error).__name__}{first} (its traceback follows)',
+        file=sys.stderr,
+        flush=True,
+    )
+    traceback.print_exception(error)
+    return 1
 
 
 def run(main, argv=None):
@@ -110,13 +139,21 @@ def run(main, argv=None):
     except UserError as e:
         if debug:
             traceback.print_exc()
-        message = ' '.join(str(e).split('\n'))
-        print(f'{_rank_prefix()}error: {message}', file=sys.stderr, flush=True)
+        print(f'{_rank_prefix()}error: {_user_message(e)}', file=sys.stderr, flush=True)
         status = EXIT_USER_ERROR
     except Preempted as e:  # a stop in training was logged by the solver (with how to resume)
         if e.checkpoint is None:  # a stop during set-up: said here
             print(f'{_rank_prefix()}{e}', file=sys.stderr, flush=True)
         status = e.exit_status
+    except ComponentError as e:
+        status = _report_component(e.component, e.error)
+    except Exception as e:
+        from scepter_like.utils.blame import raising_component
+
+        component = raising_component(e)
+        if component is None:  # the toolkit's own failure: the plain traceback
+            raise
+        status = _report_component(component, e)
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         status = 130

@@ -2,9 +2,10 @@
 
 A ``Config`` remembers where it sits in the whole tree (``SOLVER.TRAIN_HOOKS[2]``) so
 that every error can name the exact place a user must fix.  YAML is read with the safe
-loader only; ``_BASE_`` files are merged in (dicts deeply, lists replaced; a mapping that
-holds ``_delete_: true`` replaces the inherited one, as in mmengine).  After the
-command-line overrides, ``${A.B.0.C}`` references are resolved (``resolve_references``).
+loader only, from UTF-8 files; a key written twice in one mapping is an error.
+``_BASE_`` files are merged in (dicts deeply, lists replaced; a mapping that holds
+``_delete_: true`` replaces the inherited one, as in mmengine).  After the command-line
+overrides, ``${A.B.0.C}`` references are resolved (``resolve_references``).
 """
 
 import copy
@@ -25,8 +26,27 @@ class YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, reading numbers with an exponent as YAML 1.2 does: ``5e-4`` and ``1e3`` are floats.
 
     (YAML 1.1, which PyYAML implements, wants a dot and a signed exponent, ``5.0e-4``,
-    and reads ``5e-4`` as a string.)
+    and reads ``5e-4`` as a string.)  A key written twice in one mapping is an error
+    (YAML would keep the last silently).
     """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_at = {}
+            for key_node, _ in node.value:
+                if key_node.tag == 'tag:yaml.org,2002:merge':  # '<<' merges: later keys override by design
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = first_at.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    continue
+                if first is not key_node.start_mark:
+                    raise yaml.constructor.ConstructorError(
+                        problem=f'key {key!r} is written twice in one mapping (first at line {first.line + 1})',
+                        problem_mark=key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep)
 
 
 YamlLoader.add_implicit_resolver(
@@ -198,12 +218,25 @@ def _plain(value):
 
 
 # -- files -------------------------------------------------------------------------------
+def _decoded(path):
+    """The text of ``path``; a file that is not UTF-8 is a ConfigError naming the line of the first bad byte."""
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        return raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+        line = raw.count(b'\n', 0, e.start) + 1
+        raise ConfigError(
+            f'{path} is not UTF-8 text (byte {raw[e.start]:#04x} at line {line}); save the file as UTF-8'
+        ) from None
+
+
 def _read_yaml(path):
     if not os.path.isfile(path):
         raise ConfigError(f'config file not found: {path}; check the --cfg path')
+    text = _decoded(path)
     try:
-        with open(path, encoding='utf-8') as f:
-            data = load_yaml(f)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark else ''

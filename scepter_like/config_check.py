@@ -9,7 +9,6 @@ are resolved by MODELS or LOSSES, whichever holds their NAME.
 import copy
 
 from scepter_like.config import Config
-from scepter_like.registry import resolve_params
 
 
 def _registries():
@@ -37,12 +36,11 @@ def _resolve_model(cfg, model_registries):
             _resolve_model(value, model_registries)
 
 
-def _resolve_data(cfg):
-    from scepter_like.data.loader import LOADER_PARA_DICT
+def _resolve_data(cfg, mode):
+    from scepter_like.data.loader import LOADER_PARA_DICT, resolve_loader_keys
     from scepter_like.data.registry import DATASETS
 
-    loader = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
-    resolve_params(loader, LOADER_PARA_DICT, 'the data loader', strict=False)
+    loader = resolve_loader_keys(cfg, mode)
     dataset = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
     DATASETS.resolve(dataset)
     for source in (loader, dataset):
@@ -52,6 +50,7 @@ def _resolve_data(cfg):
 
 def checked_config(cfg):
     """A copy of ``cfg`` (a root Config) with every component resolved; raises the usual ConfigErrors."""
+    from scepter_like.solver.base_solver import DATA_KEYS
     from scepter_like.solver.compile import compile_settings
     from scepter_like.solver.environment import resolve_env
 
@@ -68,7 +67,7 @@ def checked_config(cfg):
             registry.resolve(solver_cfg[key])
     if solver_cfg.get('MODEL') is not None:
         _resolve_model(solver_cfg.MODEL, model_registries)
-    for key in ('TRAIN_DATA', 'EVAL_DATA', 'TEST_DATA'):
+    for mode, key in DATA_KEYS.items():
         if isinstance(solver_cfg.get(key), Config):
-            _resolve_data(solver_cfg[key])
+            _resolve_data(solver_cfg[key], mode)
     return cfg

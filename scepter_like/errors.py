@@ -6,6 +6,7 @@ Every error a user can cause by a bad config, a bad name or a bad file derives f
 """
 
 import difflib
+import inspect
 
 
 class UserError(Exception):
@@ -34,6 +35,20 @@ class DistributedError(UserError):
 
 class TrainingError(UserError):
     """Training cannot go on (for example too many non-finite losses in a row)."""
+
+
+class ComponentError(Exception):
+    """A user's component (an IMPORTS module, a dataset, a model, a hook ...) raised its own exception.
+
+    Not a mistake in the input, so not a UserError: the tools print ``error: <component>
+    raised <type>: <message>`` as the first line, then the component's own traceback, and
+    exit with status 1.  The exception is the ``error`` it wraps (also ``__cause__``).
+    """
+
+    def __init__(self, component, error):
+        self.component = component
+        self.error = error
+        super().__init__(f'{component} raised {type(error).__name__}: {error}')
 
 
 class Preempted(Exception):
@@ -74,3 +89,13 @@ def suggest(word, candidates, n=3):
     if not close:
         return ''
     return '; did you mean ' + ' or '.join(close) + '?'
+
+
+def class_of(obj):
+    """``class Name, path/to/file.py`` of ``obj``'s class: where to fix a component that breaks its contract."""
+    cls = type(obj)
+    try:
+        where = inspect.getsourcefile(cls) or inspect.getfile(cls)
+    except (TypeError, OSError):
+        where = cls.__module__
+    return f'class {cls.__qualname__}, {where}'

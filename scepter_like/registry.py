@@ -13,6 +13,7 @@ scepter does, so a user's ``LogHook`` overrides the built-in one.
 
 import inspect
 import logging
+import math
 import re
 
 import yaml
@@ -184,6 +185,8 @@ def check_range(value, spec, path):
                 continue
             if not isinstance(item, (int, float)) or isinstance(item, bool):
                 raise ConfigError(f'{path}: expected a number {word} {limit}, got {item!r}')
+            if not math.isfinite(item):  # a bounded key takes finite numbers (nan passes every comparison)
+                raise ConfigError(f'{path}: must be a finite number {word} {limit}, got {item!r}')
             if breaks(item, limit):
                 raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
 

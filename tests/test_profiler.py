@@ -6,7 +6,7 @@ import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
 
-def test_trace_and_summary_written_then_profiler_stops(tmp_path, monkeypatch):
+def test_trace_and_summary_written_then_profiler_stops(tmp_path, monkeypatch, capfd):
     def no_cuda(*args):
         raise AssertionError('NVTX must not be called without CUDA')
 
@@ -30,3 +30,15 @@ def test_trace_and_summary_written_then_profiler_stops(tmp_path, monkeypatch):
     summary = (out / 'summary-rank0-step5.txt').read_text()
     assert 'Self CPU' in summary and 'aten::' in summary
     assert hook.profiler is None and hook._done
+    assert 'USDT' not in capfd.readouterr().err  # kineto's profiler_start / profiler_stop lines stay out
+
+
+def test_quiet_profiler_drops_only_kineto_lines(capfd):
+    import os
+
+    from scepter_like.utils.torch_noise import quiet_profiler
+
+    with quiet_profiler():
+        os.write(2, b'USDT:2026-12-02 01:20:29 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n')
+        os.write(2, b'a real problem\n')
+    assert capfd.readouterr().err == 'a real problem\n'

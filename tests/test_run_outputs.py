@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
     first = run_tool('run_train.py', '--cfg', DIGITS_CFG, *COMMON, f'SOLVER.WORK_DIR={a}', 'SOLVER.MAX_EPOCHS=1')
     assert first.returncode == 0, first.stderr
     shutil.copy(a / 'config.yaml', tmp / 'config1.yaml')
-    shutil.copy(a / 'checkpoints' / 'ldm_step-last.pth', tmp / 'last1.pth')
+    shutil.copy(a / 'checkpoints' / 'digits-last.pth', tmp / 'last1.pth')
     lines1 = (a / 'metrics.jsonl').read_text().splitlines()
     log1 = (a / 'std_log.txt').read_text()
     resumed = run_tool(
@@ -55,7 +55,7 @@ def runs(tmp_path_factory):
 
 def test_config_yaml_reproduces_the_run(runs):
     a_model = torch.load(runs['tmp'] / 'last1.pth', weights_only=True)['model']
-    b_model = torch.load(runs['b'] / 'checkpoints' / 'ldm_step-last.pth', weights_only=True)['model']
+    b_model = torch.load(runs['b'] / 'checkpoints' / 'digits-last.pth', weights_only=True)['model']
     assert a_model.keys() == b_model.keys()
     for key in a_model:
         assert torch.equal(a_model[key], b_model[key]), key
@@ -69,7 +69,7 @@ def test_config_yaml_reproduces_the_run(runs):
     assert cfg_a == cfg_b
     # the resume archived run 1's records and wrote its own
     env = json.loads((runs['a'] / 'env.json').read_text())
-    assert env['resumed_from'].endswith('ldm_step-last.pth')
+    assert env['resumed_from'].endswith('digits-last.pth')
     old = runs['a'] / env['previous_records'] / 'config.yaml'
     assert old.read_text() == (runs['tmp'] / 'config1.yaml').read_text()
 
@@ -150,6 +150,39 @@ def test_progress_bar_on_a_terminal(tmp_path):
     assert 'eval epoch' in screen  # ... but not the other messages
     log = (work / 'std_log.txt').read_text()
     assert 'iter 10/45' in log and '\r' not in log and 'it/s' not in log  # ... and the file keeps them
+
+
+def test_progress_bar_is_tqdm_and_keeps_log_lines_off_its_line():
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from scepter_like.utils.progress import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    logger = logging.getLogger('scepter_like.test.progress')
+    logger.propagate, logger.level = False, logging.INFO
+    logger.addHandler(logging.StreamHandler(screen))
+    bar = ProgressBar(screen)
+    bar.attach(logger)
+    try:
+        bar.start('epoch 1/2', 45)
+        assert isinstance(bar._bar, tqdm)  # a library bar, not a hand-written one
+        bar.tick(10)
+        logger.info('iter 10/45 loss 0.5', extra={'progress_line': True})  # the bar stands for these lines
+        logger.info('a warning-worthy message')
+        bar.set_postfix('loss 0.5')
+        bar.finish(45)
+    finally:
+        bar.detach()
+    text = screen.getvalue()
+    assert 'iter 10/45' not in text and '\na warning-worthy message\n' in text.replace('\r', '\n')
+    assert text.endswith('45/45, ' + text.rsplit('45/45, ', 1)[1]) and text.rstrip().endswith('loss 0.5')
 
 
 def test_plot_log_writes_a_png(runs, tmp_path):

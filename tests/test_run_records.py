@@ -93,6 +93,34 @@ def test_code_snapshot_restores_the_work_tree_with_git_apply(tmp_path, dirty_rep
     assert git(clone, 'diff', '--cached', '--name-status') == git(dirty_repo, 'diff', '--cached', '--name-status')
 
 
+def test_imported_files_that_git_does_not_track_are_saved(tmp_path, dirty_repo, monkeypatch):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    (dirty_repo / 'my_ext.py').write_text('X = 1\n')  # untracked, inside the work tree
+    helper = tmp_path / 'elsewhere' / 'helper.py'  # outside it
+    helper.parent.mkdir()
+    helper.write_text('Y = 2\n')
+    work = dirty_repo / 'work' / 'run'
+    monkeypatch.chdir(dirty_repo)
+    cfg = blob_solver_cfg(npz, work)
+    cfg['IMPORTS'] = ['my_ext.py', 'pkg/model.py', str(helper)]  # pkg/model.py is tracked: the diffs restore it
+    run(cfg)
+    imports = work / 'code_snapshot' / 'imports'
+    assert sorted(str(p.relative_to(imports)) for p in imports.rglob('*') if p.is_file()) == [
+        'external/helper.py',
+        'my_ext.py',
+    ]
+    assert (imports / 'my_ext.py').read_text() == 'X = 1\n' and (
+        imports / 'external' / 'helper.py'
+    ).read_text() == 'Y = 2\n'
+    env = json.loads((work / 'env.json').read_text())
+    assert env['saved_imports'] == {
+        'imports/my_ext.py': os.path.realpath(dirty_repo / 'my_ext.py'),
+        'imports/external/helper.py': os.path.realpath(helper),
+    }
+    readme = (work / 'code_snapshot' / 'README.md').read_text()
+    assert '`imports/my_ext.py`' in readme and '`imports/external/helper.py`' in readme
+
+
 def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
     npz = write_blobs(tmp_path / 'blobs.npz')
     outside = tmp_path / 'outside'

@@ -29,7 +29,7 @@ def trained(tmp_path_factory):
     work = root / 'run'
     res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS)
     assert res.returncode == 0, res.stderr[-3000:]
-    ckpt = work / 'checkpoints' / 'ldm_step-last.pth'
+    ckpt = work / 'checkpoints' / 'digits-last.pth'
     assert ckpt.is_file()
     return work, ckpt
 
@@ -63,6 +63,9 @@ def test_run_eval_reproduces_training_metrics_exactly(trained):
     record = json.loads((work / 'metrics.json').read_text())
     assert record['checkpoint'] == str(ckpt)
     assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # exact floats
+    # outside training there is no epoch: the log says what was evaluated
+    assert re.search(r'eval on DigitsDataset \(\d+ samples\): accuracy', res.stdout), res.stdout[-2000:]
+    assert 'test on DigitsDataset (360 samples)' in res.stdout and ' epoch ' not in res.stdout
     table = res.stdout[res.stdout.index('metric ') :]
     assert re.search(rf'accuracy\s+{logged["eval"]["accuracy"]:.6f}\s+{logged["test"]["accuracy"]:.6f}', table)
 
@@ -154,6 +157,7 @@ def test_export_onnx_matches_torch(trained, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     m = re.search(r"inputs \['img'\], outputs \['logits'\].* max abs diff ([0-9.e+-]+)", res.stdout)
     assert m and float(m.group(1)) <= 1e-4, res.stdout[-1000:]
+    assert 'torchvision' not in res.stderr and 'Warning' not in res.stderr, res.stderr  # torch's noise stays out
 
     # independently: another batch size than the sample's (dynamic batch), against torch
     solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')
@@ -204,7 +208,7 @@ def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool,
         tool, '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path / "w"}', 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS=[32]',
         '--checkpoint', ckpt, *extra,
     )  # fmt: skip
-    _one_error_line(res, r'weights in .*ldm_step-last\.pth do not fit the model .*mis-shaped: backbone\.0\.weight')
+    _one_error_line(res, r'weights in .*digits-last\.pth do not fit the model .*mis-shaped: backbone\.0\.weight')
     assert not (tmp_path / 'x.safetensors').exists() and not (tmp_path / 'w' / 'metrics.json').exists()
 
 

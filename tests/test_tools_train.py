@@ -53,7 +53,8 @@ def test_digits_main_job_end_to_end(tmp_path, digits_args):
     assert 'hook order per stage' in log and 'BackwardHook(0)' in log
     summary = log.index('model Classifier: 85,002 trainable of 85,002 parameters')  # the run summary comes first
     assert summary < log.index('hook order per stage')
-    assert 'train data: 1,293 samples, batch 32 per rank, 41 batches per epoch' in log and 'world size 1' in log
+    assert 'train data: 1,293 samples, batch 32 per rank, 41 batches per epoch' in log
+    assert 'device cpu (1 intra-op thread per process), world size 1' in log
     assert 'test final' in log
     assert os.path.isfile(run / 'checkpoints' / 'latest')
 
@@ -89,6 +90,9 @@ def test_import_flag_with_py_path(tmp_path, digits_args):
     )
     assert res.returncode == 0, res.stderr
     assert marker.read_text().startswith('XxxSolver')
+    # the run's own code is in its records: the --import file (untracked, outside the repo) is saved
+    saved = tmp_path / 'run' / 'code_snapshot' / 'imports' / 'external' / 'ext_file.py'
+    assert saved.read_text() == USER_MODULE
 
 
 def test_print_config_shows_overrides_and_loads_back(tmp_path):
@@ -100,6 +104,9 @@ def test_print_config_shows_overrides_and_loads_back(tmp_path):
     assert data['SOLVER']['LR_SCHEDULER']['T_MAX'] == 3 and data['SOLVER']['LR_SCHEDULER']['ETA_MIN'] == 0.0
     assert data['SOLVER']['MODEL']['LOSS']['LABEL_SMOOTHING'] == 0.0 and data['SOLVER']['MAX_STEPS'] == 0
     assert data['SOLVER']['TRAIN_HOOKS'][0]['GRADIENT_CLIP'] == -1.0
+    # as the run's config.yaml records it: evaluation keeps the data's order
+    assert data['SOLVER']['TRAIN_DATA']['SHUFFLE'] is True
+    assert data['SOLVER']['EVAL_DATA']['SHUFFLE'] is False and data['SOLVER']['TEST_DATA']['SHUFFLE'] is False
     typo = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCH=3')
     assert typo.returncode == 2 and typo.stdout == ''
     assert typo.stderr.startswith('error: SOLVER.MAX_EPOCH: unknown key') and 'did you mean MAX_EPOCHS' in typo.stderr

@@ -59,7 +59,6 @@ def export_safetensors(model, weights, output, cfg=None):
 def sample_inputs(model, input_path, solver=None):
     """A dict of CPU tensors: the arrays of ``input_path`` as the model takes them, else the first samples
     of TEST_DATA / EVAL_DATA (the first batch, for a model with INPUT_BATCHING 'whole')."""
-    from scepter_like.data.collate import collate
     from scepter_like.solver.loading import read_model_inputs
     from scepter_like.solver.predict import as_tensors, input_batching
 
@@ -70,7 +69,7 @@ def sample_inputs(model, input_path, solver=None):
     if not rows:
         return as_tensors(next(bundle.iterate()), rows=False)
     dataset = bundle.dataset
-    return as_tensors(collate([dataset[i] for i in range(min(SAMPLE_ROWS, len(dataset)))]))
+    return as_tensors(bundle.loader.collate_fn([dataset[i] for i in range(min(SAMPLE_ROWS, len(dataset)))]))
 
 
 def export_onnx_file(model, args, solver=None):

@@ -33,11 +33,14 @@ def test_data_batches(solver, batch_size):
     """Every TEST_DATA sample in order (unsharded), ``batch_size`` at a time."""
     from torch.utils.data import DataLoader
 
-    from scepter_like.data.collate import collate
-
     bundle = solver.datas['test']
+    loader = bundle.loader
     return DataLoader(
-        bundle.dataset, batch_size=batch_size, shuffle=False, num_workers=bundle.loader.num_workers, collate_fn=collate
+        bundle.dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
     )
 
 

@@ -1,14 +1,32 @@
 """Batch collation that lets datasets hand over ready-made batches."""
 
+from collections.abc import Mapping
+
 from torch.utils.data import default_collate
+
+from scepter_like.errors import DataError
 
 
 class BatchDict(dict):
     """A dict that already is a batch: collate passes it through unchanged."""
 
 
-def collate(samples):
-    """Pass a ``BatchDict`` through; otherwise torch's ``default_collate``."""
-    if isinstance(samples, BatchDict):
-        return samples
-    return default_collate(samples)
+class DictCollate:
+    """The loaders' collate: a ``BatchDict`` passes through; dict items go through torch's ``default_collate``.
+
+    ``source`` names the dataset in the error (``DATASETS.X (module.Class) at SOLVER.TRAIN_DATA``),
+    since the model call ``model(**batch)`` needs named fields.  One isinstance per batch.
+    """
+
+    def __init__(self, source):
+        self.source = source
+
+    def __call__(self, samples):
+        if isinstance(samples, BatchDict):
+            return samples
+        if samples and not isinstance(samples[0], Mapping):
+            raise DataError(
+                f'{self.source} returns {type(samples[0]).__name__} items; its __getitem__ must return a dict of'
+                " named fields (the model is called as model(**batch)), e.g. {'img': x, 'label': y}"
+            )
+        return default_collate(samples)

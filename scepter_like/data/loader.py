@@ -13,11 +13,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from scepter_like.config import Config
-from scepter_like.data.collate import collate
+from scepter_like.data.collate import DictCollate
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
-from scepter_like.errors import ConfigError, DistributedError
+from scepter_like.errors import ConfigError, DistributedError, class_of
 from scepter_like.registry import resolve_params
 
 LOADER_PARA_DICT = {
@@ -87,7 +87,7 @@ class DataBundle:
 
         Each batch is one slice of the index tensor and one ``index_select`` per field, as
         a hand-written loop does (the DataLoader would turn the indices into Python ints and
-        back into a tensor for every batch); ``collate`` passes such a batch through as is.
+        back into a tensor for every batch); the loader's ``DictCollate`` passes such a batch through as is.
         """
         n, size = len(indices), self.batch_size
         end = n - n % size if self.loader.drop_last else n
@@ -96,14 +96,28 @@ class DataBundle:
             yield take(indices[begin : begin + size])
 
 
+def _dataset_name(dataset, cfg):
+    return f'{cfg.path}: DATASETS.{cfg.get("NAME")} ({class_of(dataset)})'
+
+
+def resolve_loader_keys(cfg, mode):
+    """The loader keys of ``cfg`` (a data config) with defaults filled; eval / test data never shuffle.
+
+    Evaluation keeps the data's order, so the recorded config (and ``--print-config``) says
+    ``SHUFFLE: false`` there whatever the file wrote.
+    """
+    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
+    resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
+    if mode != 'train':
+        loader_cfg['SHUFFLE'] = False
+    return loader_cfg
+
+
 def build_data(cfg, mode, dist_info, seed, logger=None):
     """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
     if not isinstance(cfg, Config):
         raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
-    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
-    resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
-    if mode != 'train':  # evaluation keeps the data's order, and the recorded config says so
-        loader_cfg['SHUFFLE'] = False
+    loader_cfg = resolve_loader_keys(cfg, mode)
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
     if loader_cfg.BATCH_SIZE < 1:
@@ -137,7 +151,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         num_workers=workers,
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
-        collate_fn=collate,
+        collate_fn=DictCollate(_dataset_name(dataset, ds_cfg)),
         worker_init_fn=_seed_worker if workers > 0 else None,
         generator=torch.Generator(),
     )

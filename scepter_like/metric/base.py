@@ -2,7 +2,7 @@
 
 import torch
 
-from scepter_like.errors import DataError
+from scepter_like.errors import ConfigError, DataError, class_of
 from scepter_like.utils.distributed import all_reduce_max, all_reduce_sum
 
 
@@ -72,3 +72,15 @@ class Metric:
 
     def finish(self, sums):
         raise NotImplementedError
+
+
+def checked_metric(metric, cfg):
+    """``metric`` (built from ``cfg``) if it derives from Metric, else a ConfigError naming it and the contract."""
+    if isinstance(metric, Metric):
+        return metric
+    raise ConfigError(
+        f'{cfg.path}: METRICS.{cfg.get("NAME")} ({class_of(metric)}) does not derive from'
+        ' scepter_like.metric.base.Metric; a metric names its sums in state_names, adds them per batch in'
+        ' update(data), turns the reduced sums into {name: float} in finish(sums) and lists those names in'
+        ' output_names() (docs/extending.md)'
+    )

@@ -42,6 +42,8 @@ class BaseModel(torch.nn.Module):
     # sample axis first, cut into batches) or 'whole' (the arrays are one batch as they stand, e.g. a graph's
     # features [V, F] and edge_index [2, E]: one forward)
     INPUT_BATCHING = 'rows'
+    # {'input' | 'output': config key} of the sizes that must fit the data, named when a forward fails on them
+    SIZE_KEYS = {}
 
     def __init__(self, cfg, logger=None):
         super().__init__()

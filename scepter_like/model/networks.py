@@ -33,6 +33,7 @@ class MLP(BaseModel, nn.Sequential):
     them directly: one module call less per step than a wrapped ``nn.Sequential``.
     """
 
+    SIZE_KEYS = {'input': 'IN_DIM', 'output': 'OUT_DIM'}
     para_dict = {
         'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)'},
         'HIDDEN_DIMS': {'value': [256, 256], 'description': 'widths of the hidden layers'},
@@ -80,6 +81,7 @@ class MLP(BaseModel, nn.Sequential):
 class ConvNet(BaseModel):
     """Conv-BN-ReLU-pool stages and a linear head over globally pooled features."""
 
+    SIZE_KEYS = {'input': 'IN_CHANNELS', 'output': 'OUT_DIM'}
     para_dict = {
         'IN_CHANNELS': {'value': 1, 'description': 'input image channels'},
         'CHANNELS': {'value': [32, 64], 'description': 'output channels of each conv stage'},

@@ -3,7 +3,8 @@
 Each gets a builder whose ``para_dict`` is read off the real signature: argument
 ``lr`` is the key ``LEARNING_RATE``, every other argument its upper-cased name
 (``WEIGHT_DECAY``, ``T_MAX``, ...), defaults as torch states them.  Arguments without a
-default are required.  Tuples (``betas``) are written as YAML lists.
+default are required.  Tuples (``betas``) are written as YAML lists of the default's
+length.  ``LEARNING_RATE`` must be a finite number, at least 0.
 
 Not offered: ``LambdaLR`` / ``MultiplicativeLR`` (they take Python callables) and
 ``SequentialLR`` / ``ChainedScheduler`` (they take scheduler objects); compose warmup
@@ -54,6 +55,8 @@ def signature_params(cls):
                 spec['type'] = (int, float)
         elif value is None and annotation in ('int', "<class 'int'>"):
             spec['type'] = (int,)
+        if key == 'LEARNING_RATE':  # torch accepts inf (the run then trains to NaN): refused here
+            spec['min'] = 0.0
         para[key] = spec
         names[key] = arg
     return para, names
@@ -68,7 +71,15 @@ def _make_builder(cls, kind):
         args = {}
         for key, arg in names.items():
             value = cfg[key]
-            args[arg] = tuple(value) if key in tuple_args and isinstance(value, list) else value
+            if key in tuple_args and isinstance(value, list):
+                size = len(para[key]['value'])
+                if len(value) != size:  # torch would fail at its first step (betas=(0.9,)), or never say
+                    raise ConfigError(
+                        f'{cfg.path_of(key)}: {cls.__name__} takes {size} values here (like {para[key]["value"]}),'
+                        f' got {len(value)}: {value}'
+                    )
+                value = tuple(value)
+            args[arg] = value
         try:
             return cls(**kwargs, **args)
         except (TypeError, ValueError) as e:

@@ -1,4 +1,13 @@
-"""The ENV config section (seeding, threads, device, the distributed process group); the run's dtype."""
+"""The ENV config section (seeding, threads, device, the distributed process group); the run's dtype.
+
+``NUM_THREADS`` defaults to 1 intra-op thread per process.  torch's own default (one
+thread per core) makes the small ops of a small model wait on each other at every op:
+on a 2-core machine that other work shares, an MLP step took 20-40x as long with 2
+threads as with 1.  One thread is also what a GPU run and one of several processes per
+node want (torchrun sets ``OMP_NUM_THREADS=1`` for them).  A large model trained on the
+CPU of an otherwise idle machine gains from more: set N, or 0 for torch's choice (which
+honours ``OMP_NUM_THREADS``).
+"""
 
 import contextlib
 
@@ -16,7 +25,11 @@ ENV_PARA_DICT = {
     'BACKEND': {'value': '', 'description': "process-group backend; '' picks nccl on CUDA, gloo on CPU"},
     'DEVICE': {'value': '', 'description': "'' picks cuda:LOCAL_RANK when CUDA is available, else cpu"},
     'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait'},
-    'NUM_THREADS': {'value': 0, 'description': 'torch intra-op threads per process (0: torch default)'},
+    'NUM_THREADS': {
+        'value': 1,
+        'description': "torch intra-op threads per process (0: torch's default, one per core)",
+        'min': 0,
+    },
     'USE_PL': {'value': False, 'description': "scepter's PyTorch Lightning switch: accepted when false"},
 }
 
@@ -36,7 +49,7 @@ def default_dtype(dtype):
 
 
 def resolve_env(solver_cfg):
-    """ENV of the config the solver's config belongs to, defaults filled (added if absent)."""
+    """ENV of the config the solver's config belongs to, defaults filled (added if absent) and checked."""
     root = solver_cfg.root
     if root is solver_cfg:  # a solver built from a bare SOLVER dict
         return resolve_params(Config({}, path='ENV'), ENV_PARA_DICT, 'ENV')
@@ -45,7 +58,20 @@ def resolve_env(solver_cfg):
     env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
     if env.USE_PL:
         raise ConfigError(f'{env.path_of("USE_PL")}: PyTorch Lightning is not supported; set it to false')
+    _check_device(env)
     return env
+
+
+def _check_device(env):
+    """ENV.DEVICE must be a torch device string ('' picks one); whether it exists is checked at set-up."""
+    if env.DEVICE:
+        try:
+            torch.device(env.DEVICE)
+        except (RuntimeError, TypeError):
+            raise ConfigError(
+                f'{env.path_of("DEVICE")}: {env.DEVICE!r} is not a device; write cpu, cuda, cuda:N (N a number)'
+                " or '' to pick cuda:LOCAL_RANK when CUDA is available, else cpu"
+            ) from None
 
 
 def set_up_environment(env):

@@ -18,6 +18,7 @@ import torch
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.solver.predict import forward_checked, input_batching
 from scepter_like.utils.checkpoint import atomic_write
+from scepter_like.utils.torch_noise import quiet_onnx_export
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-4
@@ -89,15 +90,16 @@ def export_onnx(model, sample, path, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL, logge
         else:
             batch = torch.export.Dim('batch')
             dims = tuple({0: batch} for _ in input_names)
-        program = torch.onnx.export(
-            wrapper,
-            args,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_shapes=(dims,),  # one spec per *tensors entry
-            dynamo=True,
-            verbose=False,
-        )
+        with quiet_onnx_export():  # torch's torchvision-not-installed lines and a pytree FutureWarning
+            program = torch.onnx.export(
+                wrapper,
+                args,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=(dims,),  # one spec per *tensors entry
+                dynamo=True,
+                verbose=False,
+            )
         blob = program.model_proto.SerializeToString()
         session = ort.InferenceSession(blob, providers=['CPUExecutionProvider'])
         max_diff = 0.0

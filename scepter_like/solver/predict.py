@@ -67,7 +67,9 @@ def forward_checked(model, batch):
     """``model(**batch)`` as a dict; a key the model reads but ``batch`` lacks is a DataError.
 
     A model whose ``forward`` cannot take the batch's keys (a TypeError) gets a DataError
-    naming them; the signature is read only then, so the step pays nothing for it.
+    naming them, and one whose sizes do not fit the batch (torch's shape errors) a
+    DataError naming the model, the batch's shapes and the size keys to change; both are
+    worked out only after the error, so the step pays nothing for them.
     """
     if not isinstance(batch, dict):
         raise DataError(
@@ -87,6 +89,13 @@ def forward_checked(model, batch):
             raise DataError(
                 f'the model needs input {key!r}, which the inputs lack; they have {sorted(batch)}'
             ) from None
+        raise
+    except (RuntimeError, IndexError, ValueError) as e:  # torch's word for sizes that do not fit the data
+        from scepter_like.model.size_mismatch import explain
+
+        why = explain(model, batch, e)
+        if why is not None:
+            raise DataError(why) from e  # --debug shows where in the model
         raise
     if not isinstance(out, dict):
         raise DataError(f'the model must return a dict, got {type(out).__name__}')

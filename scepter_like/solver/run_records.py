@@ -2,10 +2,12 @@
 
 - ``config.yaml``: the resolved config (every default filled in); ``--cfg`` it to rerun.
 - ``env.json``: versions, world size, device, host, command line, git commit.
-- ``code_snapshot/`` (inside a git work tree, unless ``SOLVER.CODE_SNAPSHOT`` is false):
+- ``code_snapshot/`` (unless ``SOLVER.CODE_SNAPSHOT`` is false): inside a git work tree
   ``staged.diff`` (HEAD -> index), ``unstaged.diff`` (index -> work tree), ``untracked.txt``
-  (names of untracked, not ignored files; their contents are NOT saved — ``git add`` new
-  files to have them in ``staged.diff``) and ``README.md`` with the restoring commands.
+  (names of untracked, not ignored files; their contents are not saved — ``git add`` new
+  files to have them in ``staged.diff``) and ``README.md`` with the restoring commands; in
+  or outside git, ``imports/``: a copy of each file ``IMPORTS`` / ``--import`` brought in
+  that git does not track and no installation holds (the run's own code).
 
 Records of an earlier run in the same WORK_DIR (a resume, a rerun) are moved to
 ``records_history/<its start time>/`` first, so none is lost. Every file is written
@@ -20,15 +22,19 @@ import shlex
 import socket
 import subprocess
 import sys
+import sysconfig
+import tempfile
 
 from scepter_like.errors import ConfigError
-from scepter_like.utils.checkpoint import atomic_write_text
+from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
+from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
 from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
 
 CONFIG_FILE = 'config.yaml'
 ENV_FILE = 'env.json'
 SNAPSHOT_DIR = 'code_snapshot'
+IMPORTS_DIR = 'imports'  # in SNAPSHOT_DIR: copies of the imported files git does not track
 HISTORY_DIR = 'records_history'
 GIT_TIMEOUT_S = 10
 
@@ -38,17 +44,43 @@ class GitError(Exception):
 
 
 def open_work_dir(solver):
-    """Create WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog."""
+    """Create and check WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog.
+
+    What the run writes there and already exists must be of its kind (a folder where it
+    keeps a folder, a file where it appends to a file), and the folder must take a new
+    file: otherwise one ConfigError now instead of a traceback mid-run.
+    """
+    where, work_dir = solver.cfg.path_of('WORK_DIR'), solver.work_dir
     try:
-        os.makedirs(solver.work_dir, exist_ok=True)
+        os.makedirs(work_dir, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f'{solver.cfg.path_of("WORK_DIR")}: cannot create {solver.work_dir} ({e.strerror})') from None
+        raise ConfigError(f'{where}: cannot create {work_dir} ({e.strerror})') from None
+    files = [os.path.join(work_dir, name) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE)]
+    for path in files + ([solver.log_file] if solver.log_file else []):
+        if os.path.isdir(path):
+            raise ConfigError(
+                f'{where}: {path} is a folder where the run writes a file; move it away or use another WORK_DIR'
+            )
+    for name in (CHECKPOINT_DIR, SNAPSHOT_DIR, HISTORY_DIR):
+        path = os.path.join(work_dir, name)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ConfigError(
+                f'{where}: {path} is a file where the run keeps a folder; move it away or use another WORK_DIR'
+            )
+    try:
+        tempfile.TemporaryFile(dir=work_dir).close()
+    except OSError as e:
+        raise ConfigError(
+            f'{where}: cannot write into {work_dir} ({e.strerror}); give a folder you can write to'
+        ) from None
     handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
     return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
 
 
 def run_summary(solver):
-    """The start-of-run lines: model and its parameters, data per mode, device and world, work dir."""
+    """The start-of-run lines: model and its parameters, data per mode, device, threads and world, work dir."""
+    import torch
+
     model = solver.unwrapped_model
     params = list(model.parameters())
     total = sum(p.numel() for p in params)
@@ -61,7 +93,11 @@ def run_summary(solver):
             f'{mode} data: {len(bundle.dataset):,} samples, batch {bundle.batch_size} per rank,'
             f' {solver.progress.epoch_iters[mode]} batches per epoch on this rank'
         )
-    lines.append(f'device {solver.device}, world size {solver.world_size}; work dir {os.path.abspath(solver.work_dir)}')
+    threads = torch.get_num_threads()
+    lines.append(
+        f'device {solver.device} ({threads} intra-op thread{"s" if threads != 1 else ""} per process),'
+        f' world size {solver.world_size}; work dir {os.path.abspath(solver.work_dir)}'
+    )
     return 'run:\n' + '\n'.join(f'  {line}' for line in lines)
 
 
@@ -117,16 +153,72 @@ def restore_command(state, snapshot_dir):
     return ' && '.join(parts)
 
 
-def write_code_snapshot(state, snapshot_dir):
-    """Write the diffs, the untracked list and README.md into ``snapshot_dir``."""
-    from scepter_like.utils.checkpoint import atomic_write
+def _inside(path, folder):
+    return os.path.commonpath([path, folder]) == folder
 
+
+def _installed(path):
+    """Whether ``path`` lies in an installation (the standard library, site-packages): not the run's own code."""
+    paths = sysconfig.get_paths()
+    return any(_inside(path, os.path.realpath(paths[k])) for k in ('stdlib', 'platstdlib', 'purelib', 'platlib'))
+
+
+def untracked_imports(imports, state, cwd):
+    """The real paths of the files ``imports`` (IMPORTS entries) brought in that git and installations lack."""
+    files = [f for f in map(os.path.realpath, source_files(imports, cwd)) if not _installed(f)]
+    if state is None or not files:
+        return files
+    top = os.path.realpath(state['toplevel'])
+    inside = [f for f in files if _inside(f, top)]
+    try:
+        listed = _git(['ls-files', '-z', '--', *inside], top).decode(errors='replace') if inside else ''
+    except GitError:  # unsure what git tracks: keep a copy of each
+        listed = ''
+    tracked = {os.path.join(top, name) for name in listed.split('\0') if name}
+    return [f for f in files if f not in tracked]
+
+
+def save_imported_files(files, snapshot_dir, top=None):
+    """Copy ``files`` into ``snapshot_dir/imports/``; returns ``{saved path (relative): original path}``.
+
+    A file inside the git work tree keeps its path relative to the top folder (copy
+    ``imports/`` over a restored clone); any other goes to ``imports/external/``.
+    """
+    saved = {}
+    top = os.path.realpath(top) if top else None
+    for path in files:
+        rel = (
+            os.path.relpath(path, top)
+            if top and _inside(path, top)
+            else os.path.join('external', os.path.basename(path))
+        )
+        stem, n = rel, 1
+        while os.path.join(IMPORTS_DIR, rel) in saved:
+            n += 1
+            rel = os.path.join(os.path.dirname(stem), f'{n}-{os.path.basename(stem)}')
+        with open(path, 'rb') as f:
+            blob = f.read()
+        atomic_write(os.path.join(snapshot_dir, IMPORTS_DIR, rel), lambda f, b=blob: f.write(b))
+        saved[os.path.join(IMPORTS_DIR, rel)] = path
+    return saved
+
+
+def _imports_note(saved):
+    if not saved:
+        return ''
+    listing = ''.join(f'  - `{rel}` (from `{original}`)\n' for rel, original in saved.items())
+    return f'- `{IMPORTS_DIR}/`: the imported files git does not track, saved:\n{listing}'
+
+
+def write_code_snapshot(state, snapshot_dir, saved_imports=None):
+    """Write the diffs, the untracked list and README.md into ``snapshot_dir``."""
     snapshot_dir = os.path.abspath(snapshot_dir)
     for name, blob in (('staged.diff', state['staged']), ('unstaged.diff', state['unstaged'])):
         atomic_write(os.path.join(snapshot_dir, name), lambda f, b=blob: f.write(b))
     atomic_write_text(os.path.join(snapshot_dir, 'untracked.txt'), ''.join(f'{n}\n' for n in state['untracked']))
     untracked_note = (
-        f'{len(state["untracked"])} untracked file(s) are listed in untracked.txt; their contents are not saved.'
+        f'{len(state["untracked"])} untracked file(s) are listed in untracked.txt; their contents are not saved'
+        ' (except the imported ones, in imports/).'
         if state['untracked']
         else 'There were no untracked files.'
     )
@@ -135,7 +227,8 @@ def write_code_snapshot(state, snapshot_dir):
         f'Taken from `{state["toplevel"]}` at commit `{state["commit"]}` (branch `{state["branch"]}`).\n\n'
         '- `staged.diff`: changes staged in the index (`git diff --cached HEAD`)\n'
         '- `unstaged.diff`: changes in the work tree not staged (`git diff`)\n'
-        f'- `untracked.txt`: {untracked_note}\n\n'
+        f'- `untracked.txt`: {untracked_note}\n'
+        f'{_imports_note(saved_imports or {})}\n'
         'Restore the code in a clean clone of the repository (run from its top folder):\n\n'
         f'```\n{restore_command(state, snapshot_dir)}\n```\n'
     )
@@ -219,15 +312,24 @@ def write_run_records(solver, resumed_from=None, code_snapshot=True, cwd=None):
     else:
         if state is None:
             info['git'] = {'note': 'not inside a git work tree (or git is missing); no code snapshot'}
+    snapshot_dir = os.path.join(work_dir, SNAPSHOT_DIR)
+    saved = {}
+    if code_snapshot:
+        imports = untracked_imports(solver.cfg.root.get('IMPORTS'), state, cwd or os.getcwd())
+        saved = save_imported_files(imports, snapshot_dir, state['toplevel'] if state else None)
+        if saved:
+            info['saved_imports'] = saved
     if state is not None:
         dirty = bool(state['staged'] or state['unstaged'] or state['untracked'])
         info['git'] = {k: state[k] for k in ('commit', 'branch', 'toplevel')}
         info['git']['dirty'] = dirty
         if code_snapshot:
-            snapshot_dir = os.path.join(work_dir, SNAPSHOT_DIR)
-            write_code_snapshot(state, snapshot_dir)
+            write_code_snapshot(state, snapshot_dir, saved)
             info['git']['restore'] = restore_command(state, os.path.abspath(snapshot_dir))
         else:
             info['git']['note'] = 'SOLVER.CODE_SNAPSHOT is false; no code snapshot'
+    elif saved:
+        readme = '# Code snapshot\n\nNot inside a git work tree: only the imported files are saved.\n\n'
+        atomic_write_text(os.path.join(snapshot_dir, 'README.md'), readme + _imports_note(saved))
     atomic_write_text(os.path.join(work_dir, ENV_FILE), json.dumps(info, indent=2) + '\n')
     return info

@@ -3,9 +3,9 @@
 import os
 
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.metric.base import Metric
+from scepter_like.metric.base import Metric, checked_metric
 from scepter_like.metric.whole_pass import PassCollector, WholePassMetric
-from scepter_like.solver.base_solver import BaseSolver
+from scepter_like.solver.base_solver import DATA_KEYS, BaseSolver
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_torch_save
 
@@ -46,11 +46,12 @@ class TrainValSolver(BaseSolver):
             self.eval_data = PassCollector(keys, 'SAVE_EVAL_DATA')
 
     def _metric(self, entry, metric):
+        """This project's Metric as it is; scepter's callable over the whole pass wrapped; anything else an error."""
         if isinstance(metric, Metric):
             return metric
-        if not callable(metric):
-            raise ConfigError(f'{entry.path}: {type(metric).__name__} is neither a Metric nor a callable over the pass')
-        return WholePassMetric(metric, entry.get('KEYS') or [])
+        if callable(metric):
+            return WholePassMetric(metric, entry.get('KEYS') or [])
+        return checked_metric(metric, entry)  # raises: the Metric contract, named
 
     def run_eval(self):
         self._reset_metrics()
@@ -102,6 +103,11 @@ class TrainValSolver(BaseSolver):
                 atomic_torch_save(data, path)
         if out:
             text = ', '.join(f'{k}: {v:.4f}' for k, v in out.items())
-            where = f'epoch {self.progress.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
-            self.logger.info(f'{self.mode} {where} ({len(self.datas[self.mode].dataset)} samples): {text}')
+            self.logger.info(f'{self.mode} {self._evaluated()} ({len(self.datas[self.mode].dataset)} samples): {text}')
         return out
+
+    def _evaluated(self):
+        """What this evaluation is of: an epoch inside training, the final test, or (no training) the data."""
+        if 'train' not in self.datas:  # run_eval: the weights loaded, on this mode's data
+            return f'on {self.cfg[DATA_KEYS[self.mode]].NAME}'
+        return f'epoch {self.progress.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'

@@ -60,6 +60,11 @@ def init_distributed(backend='', timeout_s=1800, device=''):
     if dev.type == 'cuda':
         if not cuda:
             raise DistributedError(f'ENV.DEVICE is {device!r} but CUDA is not available; use cpu or leave it empty')
+        if dev.index >= torch.cuda.device_count():
+            raise DistributedError(
+                f'ENV.DEVICE is {str(dev)!r} but this machine has {torch.cuda.device_count()} CUDA device(s);'
+                ' use cuda:0 ... or leave it empty'
+            )
         torch.cuda.set_device(dev)
     backend = backend or ('nccl' if dev.type == 'cuda' else 'gloo')
     if world_size > 1 and not dist.is_initialized():

@@ -13,7 +13,7 @@ import os
 import sys
 
 import scepter_like
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ComponentError, ConfigError, UserError
 
 FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file: this prefix + its stem
 
@@ -35,11 +35,58 @@ def import_user_modules(names, base_dir=None):
     return modules
 
 
+def _is_path(name):
+    return name.endswith('.py') or os.sep in name or '/' in name
+
+
+def _file_path(name, base_dir):
+    path = name if os.path.isabs(name) else os.path.join(base_dir or os.getcwd(), name)
+    if not os.path.isfile(path) and base_dir and os.path.isfile(name):
+        path = os.path.abspath(name)
+    return path
+
+
+def source_files(names, base_dir=None):
+    """The source files behind the imported ``names`` (a package gives every ``.py`` file in its folder).
+
+    Names not imported (or without a file) give nothing; the run records save the files git does not track.
+    """
+    files = []
+    for name in names or []:
+        if not isinstance(name, str) or not name:
+            continue
+        if _is_path(name):
+            path = _file_path(name, base_dir)
+            files += [os.path.abspath(path)] if os.path.isfile(path) else []
+            continue
+        path = getattr(sys.modules.get(name), '__file__', None)
+        if not path:
+            continue
+        if os.path.basename(path) == '__init__.py':
+            for folder, dirs, names_here in os.walk(os.path.dirname(path)):
+                dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+                files += [os.path.join(folder, n) for n in sorted(names_here) if n.endswith('.py')]
+        else:
+            files.append(path)
+    return list(dict.fromkeys(os.path.abspath(f) for f in files))
+
+
 def _import_one(name, base_dir):
-    if name.endswith('.py') or os.sep in name or '/' in name:
-        path = name if os.path.isabs(name) else os.path.join(base_dir or os.getcwd(), name)
-        if not os.path.isfile(path) and base_dir and os.path.isfile(name):
-            path = os.path.abspath(name)
+    """Import one entry: a syntax error is a ConfigError naming file and line, any other exception a ComponentError."""
+    try:
+        return _load(name, base_dir)
+    except SyntaxError as e:
+        where = f'line {e.lineno} of {e.filename}' if e.lineno else e.filename
+        raise ConfigError(f'IMPORTS: {name!r} does not compile: {e.msg} at {where}; fix the code there') from None
+    except UserError:
+        raise
+    except Exception as e:
+        raise ComponentError(f'IMPORTS entry {name!r}', e) from e
+
+
+def _load(name, base_dir):
+    if _is_path(name):
+        path = _file_path(name, base_dir)
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
         package = _package_for_relative_imports(path)
@@ -51,7 +98,11 @@ def _import_one(name, base_dir):
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]  # as importlib does: no half-run module stays importable
+            raise
         return module
     try:
         return importlib.import_module(name)

@@ -1,16 +1,20 @@
-"""A one-line terminal progress bar (done/total, rate, ETA), redrawn in place with '\\r'.
+"""The live progress bar of LogHook: a tqdm bar (done/total, rate, elapsed, ETA) redrawn in place.
 
-``tick`` costs one clock read per step and redraws at most every ``MIN_INTERVAL_S``.
-While a bar is attached to a logger, the logger's terminal handlers drop the periodic
-progress lines (records with ``progress_line=True``; file handlers still write them) and
-erase the bar before any other message, so log lines never land on the bar's line.
+tqdm draws and throttles the bar (at most every ``MIN_INTERVAL_S``; ``tick`` costs one
+counter update per step).  This module ties it to logging: while a bar is attached to a
+logger, the logger's terminal handlers drop the periodic progress lines (records with
+``progress_line=True``; file handlers still write them) and clear the bar before any other
+message, so log lines never land on the bar's line.  LogHook creates a bar only on a
+terminal (or when asked to), so pipes and log files never see one.  tqdm is imported when
+the first bar is made.
 """
 
 import logging
-import time
+import os
 
 MIN_INTERVAL_S = 0.1
-WIDTH = 30
+FALLBACK_SIZE = (100, 24)  # columns, rows: for a terminal that does not tell its size
+BAR_FORMAT = '{desc} [{bar}] {n_fmt}/{total_fmt}, {rate_fmt}, elapsed {elapsed}, eta {remaining}{postfix}'
 
 
 def _is_terminal(stream):
@@ -35,6 +39,14 @@ def _terminal_handlers(logger):
     return found
 
 
+def _known_size(stream):
+    """Whether ``stream`` is a terminal that knows its size (a bare pseudo-terminal says 0x0)."""
+    try:
+        return min(os.get_terminal_size(stream.fileno())) > 0
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def format_hms(seconds):
     """``H:MM:SS`` (hours past 24 keep counting); a few integer ops, cheap enough for a log line."""
     minutes, secs = divmod(max(round(seconds), 0), 60)
@@ -42,21 +54,25 @@ def format_hms(seconds):
     return f'{hours}:{minutes:02d}:{secs:02d}'
 
 
+def _tqdm_class():
+    from tqdm import tqdm
+
+    class Bar(tqdm):
+        monitor_interval = 0  # no monitor thread: the loop ticks often enough
+
+    return Bar
+
+
 class ProgressBar(logging.Filter):
-    """Draws ``label [#####.....] done/total, rate it/s, eta H:MM:SS`` on ``stream``."""
+    """Draws ``label [#####.....] done/total, rate it/s, elapsed, eta`` on ``stream``, one bar per ``start``."""
 
     def __init__(self, stream):
         super().__init__()
         self.stream = stream
-        self.postfix = ''  # appended to the bar, e.g. ', loss 0.53'
         self._handlers = []
-        self._drawn = False
-        self._reset('', 0, 0)
-
-    def _reset(self, label, total, done):
-        self.label, self.total, self.first = label, total, done
-        self._start = time.perf_counter()
-        self._last = float('-inf')
+        self._bar = None
+        self._postfix = ''  # kept from one epoch's bar to the next
+        self._tqdm = _tqdm_class()
 
     # -- logging integration --------------------------------------------------------------------
     def attach(self, logger):
@@ -68,46 +84,51 @@ class ProgressBar(logging.Filter):
         for handler in self._handlers:
             handler.removeFilter(self)
         self._handlers = []
+        self._close()
 
     def filter(self, record):
         if getattr(record, 'progress_line', False):
             return False
-        self._erase()
+        if self._bar is not None:
+            self._bar.clear()  # redrawn at the next tick
         return True
-
-    def _erase(self):
-        if self._drawn:
-            self.stream.write('\r\x1b[K')
-            self.stream.flush()
-            self._drawn = False
 
     # -- drawing --------------------------------------------------------------------------------
     def start(self, label, total, done=0):
-        self._erase()
-        self._reset(label, total, done)
+        self._close()
+        sized = _known_size(self.stream)
+        self._bar = self._tqdm(
+            total=total,
+            initial=done,
+            desc=label,
+            file=self.stream,
+            ascii='.#',
+            bar_format=BAR_FORMAT,
+            mininterval=MIN_INTERVAL_S,
+            # follows the terminal's size as it changes; a terminal that says 0x0 gets a fixed one
+            dynamic_ncols=sized,
+            ncols=None if sized else FALLBACK_SIZE[0],
+            nrows=None if sized else FALLBACK_SIZE[1],
+            leave=True,
+        )
+        if self._postfix:
+            self._bar.set_postfix_str(self._postfix, refresh=False)
 
     def tick(self, done):
-        now = time.perf_counter()
-        if now - self._last >= MIN_INTERVAL_S:
-            self._draw(done, now)
+        bar = self._bar
+        bar.update(done - bar.n)
+
+    def set_postfix(self, text):
+        """Text after the bar, e.g. ``loss 0.53`` (shown from the next redraw)."""
+        self._postfix = text
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
 
     def finish(self, done):
-        self._draw(done, time.perf_counter())
-        self.stream.write('\n')
-        self.stream.flush()
-        self._drawn = False
+        self.tick(done)
+        self._close()
 
-    def _draw(self, done, now):
-        self._last = now
-        elapsed = now - self._start
-        rate = (done - self.first) / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - done) / rate if rate > 0 else 0.0
-        filled = WIDTH * done // self.total if self.total else WIDTH
-        bar = '#' * filled + '.' * (WIDTH - filled)
-        text = (
-            f'{self.label} [{bar}] {done}/{self.total}, {rate:.1f} it/s, '
-            f'elapsed {format_hms(elapsed)}, eta {format_hms(eta)}{self.postfix}'
-        )
-        self.stream.write('\r' + text + '\x1b[K')
-        self.stream.flush()
-        self._drawn = True
+    def _close(self):
+        if self._bar is not None:
+            self._bar.close()  # the final state stays on its own line
+            self._bar = None

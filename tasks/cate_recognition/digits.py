@@ -16,21 +16,27 @@ from scepter_like.data.registry import DATASETS
 SPLITS = ('train', 'val', 'trainval', 'test')
 
 
+def split_indices(labels, test_fraction=0.2, seed=0, val_fraction=0.1):
+    """``{split: row indices}`` for every split of SPLITS: test first, then val carved from the rest."""
+    from sklearn.model_selection import train_test_split
+
+    idx_trainval, idx_test = train_test_split(
+        np.arange(len(labels)), test_size=test_fraction, stratify=labels, random_state=seed
+    )
+    idx_train, idx_val = train_test_split(
+        idx_trainval, test_size=val_fraction, stratify=labels[idx_trainval], random_state=seed
+    )
+    return {'train': idx_train, 'val': idx_val, 'trainval': idx_trainval, 'test': idx_test}
+
+
 def digits_split(split, test_fraction=0.2, seed=0, val_fraction=0.1):
     """(images, labels) of ``split`` (one of SPLITS): stratified splits, the same for a seed."""
     from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     data = load_digits()
     images = (data.images / 16.0).astype(np.float32)
     labels = data.target.astype(np.int64)
-    idx_train, idx_test = train_test_split(
-        np.arange(len(labels)), test_size=test_fraction, stratify=labels, random_state=seed
-    )
-    idx_fit, idx_val = train_test_split(
-        idx_train, test_size=val_fraction, stratify=labels[idx_train], random_state=seed
-    )
-    idx = {'train': idx_fit, 'val': idx_val, 'trainval': idx_train, 'test': idx_test}[split]
+    idx = split_indices(labels, test_fraction, seed, val_fraction)[split]
     return images[idx], labels[idx]
 
 

@@ -124,4 +124,4 @@ class LogHook(Hook):
             solver.logger.warning(f'non-finite {", ".join(bad)} in the log interval up to step {progress.total_iter}')
         self.last_logged = means
         if self._bar is not None and 'loss' in means:
-            self._bar.postfix = f', loss {means["loss"]:.4g}'
+            self._bar.set_postfix(f'loss {means["loss"]:.4g}')

@@ -12,6 +12,9 @@ NVTX: with the environment variable ``SCEPTER_NVTX=1`` and CUDA available, each 
 epoch and step is an NVTX range (``train epoch E`` / ``step S``) for Nsight Systems
 (``nsys profile -t cuda,nvtx python tools/run_train.py ...``); without CUDA nothing is
 called.
+
+kineto's ``USDT: ... profiler_start / profiler_stop`` lines are kept out of the output
+(``utils/torch_noise.py``).
 """
 
 import os
@@ -20,6 +23,7 @@ import torch
 
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.torch_noise import quiet_profiler
 
 PRIORITY_PROFILER = -100  # first at every stage: a step's range opens before any other hook
 
@@ -86,7 +90,8 @@ class ProfilerHook(Hook):
             profile_memory=cfg.PROFILE_MEMORY,
             with_stack=cfg.WITH_STACK,
         )
-        self.profiler.start()
+        with quiet_profiler():
+            self.profiler.start()
 
     def _write(self, prof):
         """Chrome trace and summary table of one recorded cycle (written to a temp name, then moved)."""
@@ -121,7 +126,8 @@ class ProfilerHook(Hook):
         if self.profiler is None:
             self._start()
         else:
-            self.profiler.step()
+            with quiet_profiler():  # a step may start or stop a recorded cycle
+                self.profiler.step()
         self._steps += 1
         if self._steps > self.total_steps:
             self._stop()
@@ -136,7 +142,8 @@ class ProfilerHook(Hook):
     def _stop(self):
         self._done = True
         if self.profiler is not None:
-            self.profiler.stop()
+            with quiet_profiler():
+                self.profiler.stop()
             self.profiler = None
 
     def after_solve(self, solver):

@@ -1,0 +1,62 @@
+"""One line for a forward that fails because the model's sizes do not fit the data.
+
+torch reports it from deep inside the model (``mat1 and mat2 shapes cannot be multiplied
+(32x64 and 32x256)``, ``Target 9 is out of bounds``).  ``explain`` turns such an error
+into a line naming the model, the batch's shapes and the config keys that set the sizes
+that must fit: the ``SIZE_KEYS`` of the models inside (MLP: IN_DIM / OUT_DIM).  It runs
+only after a forward raised, so a step pays nothing for it.
+"""
+
+import re
+
+import torch
+
+from scepter_like.utils.checkpoint import unwrap_model
+
+# which side of the model a torch message is about: the features going in, or the outputs against the labels
+_SIDES = (
+    ('input', re.compile(r'mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels')),
+    ('output', re.compile(r'Target -?\d+ is out of bounds|Expected input batch_size \(\d+\) to match target')),
+    ('input or output', re.compile(r'The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)')),
+)
+
+
+def _side(message):
+    for side, pattern in _SIDES:
+        if pattern.search(message):
+            return side
+    return None
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f'{list(value.shape)} {str(value.dtype).removeprefix("torch.")}'
+    return type(value).__name__
+
+
+def _size_keys(model, side):
+    """``PATH (value)`` of every SIZE_KEYS entry of ``side`` among the model's modules."""
+    found = []
+    for module in model.modules():
+        cfg = getattr(module, 'cfg', None)
+        for key_side, key in getattr(module, 'SIZE_KEYS', {}).items():
+            if key_side in side and cfg is not None and key in cfg:
+                found.append(f'{cfg.path_of(key)} (now {cfg[key]})')
+    return found
+
+
+def explain(model, batch, error):
+    """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about sizes."""
+    lines = str(error).strip().splitlines()
+    message = lines[0].rstrip('.') if lines else ''
+    side = _side(message)
+    if side is None:
+        return None
+    inner = unwrap_model(model)
+    cfg = getattr(inner, 'cfg', None)
+    name = cfg.get('NAME', type(inner).__name__) if cfg is not None else type(inner).__name__
+    where = f' ({cfg.path})' if cfg is not None and cfg.path else ''
+    shapes = ', '.join(f'{k}: {_describe(v)}' for k, v in batch.items())
+    keys = _size_keys(inner, side)
+    fix = f'set {" or ".join(keys)} to fit the data' if keys else f"make the model's {side} sizes fit the data"
+    return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'

@@ -1,0 +1,257 @@
+"""Bad input that used to escape as a traceback (or pass silently) is one error line, exit 2.
+
+Each case is one run of tools/run_train.py: ``--print-config`` where the mistake shows in the
+config, else a one-step run of a tiny blob job (no digits download, no sklearn) that fails
+while building or at its first step.  A component that raises its own exception keeps its
+traceback, after a first line naming the component (exit 1).
+"""
+
+import os
+import re
+import textwrap
+
+import pytest
+import yaml
+from conftest import DIGITS_CFG, run_tool
+from helpers import blob_solver_cfg, write_blobs
+
+
+@pytest.fixture(scope='module')
+def blob_cfg(tmp_path_factory):
+    """A YAML config of the blob job (MLP 8 -> 16 -> 3 classifier, SGD) and its folder."""
+    root = tmp_path_factory.mktemp('blobs')
+    cfg = blob_solver_cfg(write_blobs(root / 'blobs.npz'), root / 'unused', MAX_STEPS=1)
+    cfg['ENV']['NUM_THREADS'] = 1
+    path = root / 'blobs.yaml'
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+PLAIN_METRIC = """
+from scepter_like.metric.registry import METRICS
+
+
+@METRICS.register_class()
+class PlainMetric:  # not derived from scepter_like.metric.base.Metric
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+"""
+
+TUPLE_DATASET = """
+import torch
+from scepter_like.data.registry import DATASETS
+
+
+@DATASETS.register_class()
+class TupleDataset:
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return torch.zeros(8), index % 3
+"""
+
+
+def _write(tmp, name, text, mode='w'):
+    path = tmp / name
+    if mode == 'wb':
+        path.write_bytes(text)
+    else:
+        path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def _work(tmp):
+    return f'SOLVER.WORK_DIR={tmp / "work"}'
+
+
+def _prepare_work(tmp, make):
+    """WORK_DIR with one of its parts of the wrong kind."""
+    work = tmp / 'work'
+    work.mkdir()
+    make(work)
+    return [_work(tmp)]
+
+
+# case -> (args from (tmp_path, blob config path), pattern of the one error line)
+CASES = {
+    'config not UTF-8': (
+        lambda t, b: ['--cfg', _write(t, 'latin1.yaml', b'SOLVER:\n  NAME: TrainValSolver  # caf\xe9\n', 'wb')],
+        r'latin1\.yaml is not UTF-8 text \(byte 0xe9 at line 2\); save the file as UTF-8',
+    ),
+    'duplicate key': (
+        lambda t, b: [
+            '--cfg',
+            _write(t, 'dup.yaml', f'_BASE_: {DIGITS_CFG}\nSOLVER:\n  MAX_EPOCHS: 2\n  MAX_EPOCHS: 3\n'),
+            '--print-config',
+        ],
+        r"invalid YAML in .*dup\.yaml at line 4, column 3: key 'MAX_EPOCHS' is written twice .*first at line 3",
+    ),
+    'betas too long': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.OPTIMIZER={NAME: AdamW, BETAS: [0.9, 0.99, 0.1]}'],
+        r'SOLVER\.OPTIMIZER\.BETAS: AdamW takes 2 values here \(like \[0\.9, 0\.999\]\), got 3',
+    ),
+    'betas too short': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.OPTIMIZER={NAME: AdamW, BETAS: [0.9]}'],
+        r'SOLVER\.OPTIMIZER\.BETAS: AdamW takes 2 values here .*got 1',
+    ),
+    'device gpu7': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'ENV.DEVICE=gpu7'],
+        r"ENV\.DEVICE: 'gpu7' is not a device; write cpu, cuda, cuda:N",
+    ),
+    'device cuda:x': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'ENV.DEVICE=cuda:x'],
+        r"ENV\.DEVICE: 'cuda:x' is not a device",
+    ),
+    'checkpoints is a file': (
+        lambda t, b: ['--cfg', b, *_prepare_work(t, lambda w: (w / 'checkpoints').write_text(''))],
+        r'SOLVER\.WORK_DIR: .*work/checkpoints is a file where the run keeps a folder',
+    ),
+    'log file is a folder': (
+        lambda t, b: ['--cfg', b, *_prepare_work(t, lambda w: (w / 'std_log.txt').mkdir())],
+        r'SOLVER\.WORK_DIR: .*work/std_log\.txt is a folder where the run writes a file',
+    ),
+    'metrics.jsonl is a folder': (
+        lambda t, b: ['--cfg', b, *_prepare_work(t, lambda w: (w / 'metrics.jsonl').mkdir())],
+        r'SOLVER\.WORK_DIR: .*work/metrics\.jsonl is a folder where the run writes a file',
+    ),
+    'infinite learning rate': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'SOLVER.OPTIMIZER.LEARNING_RATE=.inf'],
+        r'SOLVER\.OPTIMIZER\.LEARNING_RATE: must be a finite number at least 0\.0, got inf',
+    ),
+    'nan learning rate': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'SOLVER.OPTIMIZER.LEARNING_RATE=.nan'],
+        r'SOLVER\.OPTIMIZER\.LEARNING_RATE: must be a finite number at least 0\.0, got nan',
+    ),
+    'negative learning rate': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'SOLVER.OPTIMIZER.LEARNING_RATE=-0.1'],
+        r'SOLVER\.OPTIMIZER\.LEARNING_RATE: must be at least 0\.0, got -0\.1',
+    ),
+    'model input size': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.MODEL.BACKBONE.IN_DIM=4'],
+        r'the model Classifier \(SOLVER\.MODEL\) does not fit the batch \(img: \[16, 8\] float32, label: \[16\] int64\)'
+        r' at its input: mat1 and mat2 shapes cannot be multiplied .*; set SOLVER\.MODEL\.BACKBONE\.IN_DIM \(now 4\)',
+    ),
+    'model output size': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.MODEL.BACKBONE.OUT_DIM=2'],
+        r'the model Classifier \(SOLVER\.MODEL\) does not fit the batch \(img: \[16, 8\] float32, .*\) at its output:'
+        r' Target 2 is out of bounds; set SOLVER\.MODEL\.BACKBONE\.OUT_DIM \(now 2\)',
+    ),
+    'import with a syntax error': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', '--import', _write(t, 'broken.py', 'x = 1\ndef f(:\n')],
+        r"IMPORTS: '.*broken\.py' does not compile: invalid syntax at line 2 of .*broken\.py",
+    ),
+    'metric not derived from Metric': (
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            '--import',
+            _write(t, 'plain_metric.py', PLAIN_METRIC),
+            'SOLVER.METRICS=[{NAME: PlainMetric}]',
+        ],  # fmt: skip
+        r'SOLVER\.METRICS\[0\]: METRICS\.PlainMetric \(class PlainMetric, .*plain_metric\.py\) does not derive from'
+        r' scepter_like\.metric\.base\.Metric; a metric names its sums in state_names, .* output_names\(\)',
+    ),
+    'dataset returning tuples': (
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            '--import',
+            _write(t, 'tuple_ds.py', TUPLE_DATASET),
+            'SOLVER.TRAIN_DATA={NAME: TupleDataset, BATCH_SIZE: 4}',
+            'SOLVER.EVAL_DATA=null',
+        ],  # fmt: skip
+        r'SOLVER\.TRAIN_DATA: DATASETS\.TupleDataset \(class TupleDataset, .*tuple_ds\.py\) returns tuple items;'
+        r' its __getitem__ must return a dict of named fields',
+    ),
+    'dataset returning tuples, in a worker': (
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            '--import',
+            _write(t, 'tuple_ds.py', TUPLE_DATASET),
+            'SOLVER.TRAIN_DATA={NAME: TupleDataset, BATCH_SIZE: 4, NUM_WORKERS: 1}',
+            'SOLVER.EVAL_DATA=null',
+        ],  # fmt: skip
+        r'^error: SOLVER\.TRAIN_DATA: DATASETS\.TupleDataset \(class TupleDataset, .*tuple_ds\.py\) returns tuple',
+    ),
+}
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_bad_input_is_one_error_line(case, tmp_path, blob_cfg):
+    make_args, pattern = CASES[case]
+    res = run_tool('run_train.py', *make_args(tmp_path, blob_cfg), cwd=tmp_path)
+    assert res.returncode == 2, (res.returncode, res.stdout[-500:], res.stderr[-3000:])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr[-3000:]
+    assert re.search(pattern, lines[0]), lines[0]
+    assert ' step 1 ' not in res.stdout and not (tmp_path / 'work' / 'checkpoints' / 'latest').exists()
+
+
+@pytest.mark.skipif(not os.path.isdir('/sys/kernel'), reason='needs a folder no one may write to (sysfs)')
+def test_a_work_dir_that_cannot_be_written_is_one_error_line(blob_cfg):
+    # the tests run as root, for whom permission bits do not stop a write: sysfs refuses new files to anyone
+    res = run_tool('run_train.py', '--cfg', blob_cfg, 'SOLVER.WORK_DIR=/sys/kernel')
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.startswith('error: SOLVER.WORK_DIR: cannot write into /sys/kernel (')
+    assert len(res.stderr.splitlines()) == 1
+
+
+RAISING_DATASET = """
+from scepter_like.data.registry import DATASETS
+
+
+@DATASETS.register_class()
+class RaisingDataset:
+    def __init__(self, cfg, logger=None):
+        self.cfg = cfg
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        raise RuntimeError('disk on fire')
+"""
+
+RAISING = {
+    'IMPORTS module': (
+        lambda t: ['--import', _write(t, 'raising_mod.py', "raise RuntimeError('my module is broken')\n")],
+        r"error: IMPORTS entry '.*raising_mod\.py' raised RuntimeError: my module is broken",
+        'raising_mod.py", line 1',
+    ),
+    'dataset': (
+        lambda t: [
+            '--import',
+            _write(t, 'raising_ds.py', RAISING_DATASET),
+            'SOLVER.TRAIN_DATA={NAME: RaisingDataset}',
+        ],  # fmt: skip
+        r'error: RaisingDataset \(SOLVER\.TRAIN_DATA\) raised RuntimeError: disk on fire',
+        'raising_ds.py", line 14, in __getitem__',
+    ),
+    'dataset in a worker': (
+        lambda t: [
+            '--import',
+            _write(t, 'raising_ds.py', RAISING_DATASET),
+            'SOLVER.TRAIN_DATA={NAME: RaisingDataset, NUM_WORKERS: 1}',
+        ],  # fmt: skip
+        r'error: RaisingDataset \(SOLVER\.TRAIN_DATA\) raised RuntimeError: Caught RuntimeError in DataLoader worker',
+        'raising_ds.py", line 14, in __getitem__',
+    ),
+}
+
+
+@pytest.mark.parametrize('case', sorted(RAISING))
+def test_a_component_that_raises_keeps_its_traceback_after_a_line_naming_it(case, tmp_path, blob_cfg):
+    make_args, first_line, frame = RAISING[case]
+    res = run_tool('run_train.py', '--cfg', blob_cfg, _work(tmp_path), *make_args(tmp_path), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    first, rest = res.stderr.split('\n', 1)
+    assert re.match(first_line, first), first
+    assert rest.startswith('Traceback (most recent call last):') and frame in rest, rest[-3000:]
