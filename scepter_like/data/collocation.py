@@ -39,19 +39,21 @@ class CollocationPoints(ArrayDataset):
 
     para_dict = {
         **_BOX_PARA_DICT,
-        'NUM_INTERIOR': {'value': 1000, 'description': 'points drawn inside the box'},
-        'NUM_BOUNDARY': {'value': 100, 'description': 'points drawn on its boundary (uniform over its measure)'},
+        'NUM_INTERIOR': {'value': 1000, 'description': 'points drawn inside the box', 'min': 0},
+        'NUM_BOUNDARY': {
+            'value': 100,
+            'description': 'points drawn on its boundary (uniform over its measure)',
+            'min': 0,
+        },
         'SEED': {'value': 0, 'description': 'seed of the draw (independent of ENV.SEED, which seeds the network)'},
         'RESAMPLE_EVERY': {
             'value': 0,
             'description': 'draw new points every this many passes over the data (0: one draw for the whole run)',
+            'min': 0,
         },
     }
 
     def __init__(self, cfg, logger=None):
-        for key in ('NUM_INTERIOR', 'NUM_BOUNDARY', 'RESAMPLE_EVERY'):
-            if cfg[key] < 0:
-                raise ConfigError(f'{cfg.path_of(key)}: must be 0 or more, got {cfg[key]}')
         if cfg.NUM_INTERIOR + cfg.NUM_BOUNDARY == 0:
             raise ConfigError(f'{cfg.path_of("NUM_INTERIOR")}: no points to draw; set NUM_INTERIOR or NUM_BOUNDARY')
         self.box = _box(cfg)

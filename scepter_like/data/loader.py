@@ -21,8 +21,8 @@ from scepter_like.errors import ConfigError, DistributedError, class_of
 from scepter_like.registry import resolve_params
 
 LOADER_PARA_DICT = {
-    'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank'},
-    'NUM_WORKERS': {'value': 0, 'description': 'DataLoader worker processes (0: load in the main process)'},
+    'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
+    'NUM_WORKERS': {'value': 0, 'description': 'DataLoader worker processes (0: load in the main process)', 'min': 0},
     'PIN_MEMORY': {'value': False, 'description': 'pin batches in page-locked memory (CUDA only)'},
     'SHUFFLE': {'value': True, 'description': 'shuffle each pass (train data); eval / test data keep their order'},
     'DROP_LAST': {'value': False, 'description': 'drop the last incomplete batch'},
@@ -120,10 +120,6 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     loader_cfg = resolve_loader_keys(cfg, mode)
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
-    if loader_cfg.BATCH_SIZE < 1:
-        raise ConfigError(f'{cfg.path_of("BATCH_SIZE")}: must be a positive integer, got {loader_cfg.BATCH_SIZE}')
-    if loader_cfg.NUM_WORKERS < 0:
-        raise ConfigError(f'{cfg.path_of("NUM_WORKERS")}: must be 0 or more, got {loader_cfg.NUM_WORKERS}')
     ds_cfg = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
     dataset = DATASETS.build(ds_cfg, logger=logger)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config

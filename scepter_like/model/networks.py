@@ -6,20 +6,12 @@ from torch import nn
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import MODELS
 
-_ACTIVATIONS = {'relu': nn.ReLU, 'gelu': nn.GELU, 'tanh': nn.Tanh, 'silu': nn.SiLU}
+ACTIVATIONS = {'relu': nn.ReLU, 'gelu': nn.GELU, 'tanh': nn.Tanh, 'silu': nn.SiLU}
 
 
-def _activation(cfg, key='ACTIVATION'):
-    name = cfg[key]
-    if name not in _ACTIVATIONS:
-        from scepter_like.errors import ConfigError, suggest
-
-        raise ConfigError(f'{cfg.path_of(key)}: unknown activation {name!r}{suggest(name, _ACTIVATIONS)}')
-    return _ACTIVATIONS[name]
-
-
-def _check_positive(cfg, key, sizes):
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+def check_whole_sizes(cfg, key):
+    """Every size in the list ``cfg[key]`` is a whole number (the registry checks the declared minimum)."""
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in cfg[key]):
         from scepter_like.errors import ConfigError
 
         raise ConfigError(f'{cfg.path_of(key)}: sizes must be positive integers, got {cfg[key]!r}')
@@ -35,23 +27,22 @@ class MLP(BaseModel, nn.Sequential):
 
     SIZE_KEYS = {'input': 'IN_DIM', 'output': 'OUT_DIM'}
     para_dict = {
-        'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)'},
-        'HIDDEN_DIMS': {'value': [256, 256], 'description': 'widths of the hidden layers'},
-        'OUT_DIM': {'value': 10, 'description': 'output features'},
-        'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu'},
-        'DROPOUT': {'value': 0.0, 'description': 'dropout after each hidden layer'},
+        'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)', 'min': 1},
+        'HIDDEN_DIMS': {'value': [256, 256], 'description': 'widths of the hidden layers', 'min': 1},
+        'OUT_DIM': {'value': 10, 'description': 'output features', 'min': 1},
+        'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu', 'choices': list(ACTIVATIONS)},
+        'DROPOUT': {'value': 0.0, 'description': 'dropout after each hidden layer', 'min': 0.0, 'below': 1.0},
         'INIT': {
             'value': 'default',
             'description': "linear weights: 'default' (torch's) | 'glorot_normal' (Xavier normal, zero biases)",
+            'choices': ['default', 'glorot_normal'],
         },
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        act = _activation(cfg)
-        for key in ('IN_DIM', 'OUT_DIM'):
-            _check_positive(cfg, key, [cfg[key]])
-        _check_positive(cfg, 'HIDDEN_DIMS', cfg.HIDDEN_DIMS)
+        act = ACTIVATIONS[cfg.ACTIVATION]
+        check_whole_sizes(cfg, 'HIDDEN_DIMS')
         dim = cfg.IN_DIM
         for width in cfg.HIDDEN_DIMS:
             self.extend([nn.Linear(dim, width), act()])
@@ -64,10 +55,6 @@ class MLP(BaseModel, nn.Sequential):
                 if isinstance(layer, nn.Linear):
                     nn.init.xavier_normal_(layer.weight)
                     nn.init.zeros_(layer.bias)
-        elif cfg.INIT != 'default':
-            from scepter_like.errors import ConfigError
-
-            raise ConfigError(f"{cfg.path_of('INIT')}: expected 'default' or 'glorot_normal', got {cfg.INIT!r}")
 
     def forward(self, x):
         if x.dim() > 2:
@@ -83,17 +70,15 @@ class ConvNet(BaseModel):
 
     SIZE_KEYS = {'input': 'IN_CHANNELS', 'output': 'OUT_DIM'}
     para_dict = {
-        'IN_CHANNELS': {'value': 1, 'description': 'input image channels'},
-        'CHANNELS': {'value': [32, 64], 'description': 'output channels of each conv stage'},
-        'OUT_DIM': {'value': 10, 'description': 'output features'},
+        'IN_CHANNELS': {'value': 1, 'description': 'input image channels', 'min': 1},
+        'CHANNELS': {'value': [32, 64], 'description': 'output channels of each conv stage', 'min': 1},
+        'OUT_DIM': {'value': 10, 'description': 'output features', 'min': 1},
         'BATCH_NORM': {'value': True, 'description': 'BatchNorm after each conv'},
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        for key in ('IN_CHANNELS', 'OUT_DIM'):
-            _check_positive(cfg, key, [cfg[key]])
-        _check_positive(cfg, 'CHANNELS', cfg.CHANNELS)
+        check_whole_sizes(cfg, 'CHANNELS')
         layers, ch = [], cfg.IN_CHANNELS
         for i, out in enumerate(cfg.CHANNELS):
             layers.append(nn.Conv2d(ch, out, 3, padding=1, bias=not cfg.BATCH_NORM))

@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 
 from scepter_like.data.loader import build_data
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss, loss_terms
 from scepter_like.model.registry import MODELS
@@ -43,9 +43,9 @@ from scepter_like.solver.parallel import (
 from scepter_like.solver.predict import forward_checked
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.solver.run_records import open_work_dir, run_summary, write_run_records
+from scepter_like.solver.run_records import announce_run, open_work_dir, start_training_run
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
-from scepter_like.solver.stages import StageTable, add_required_hooks, build_hooks, call_every, settle_loop_settings
+from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, settle_loop_settings
 from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 
@@ -56,23 +56,8 @@ def _is_scalar(value):
     return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
 
 
-def _stage(stage):
-    """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order."""
-
-    def call(solver, hooks=None):
-        solver._call(stage, hooks)
-
-    call.__name__ = call.__qualname__ = stage
-    return call
-
-
-def _callback_at(stage):
-    """``register_callback_on_*``: call ``fn(solver)`` at ``stage`` of train mode after that stage's hooks."""
-    return lambda solver, fn: solver.register_stage_callback(stage, fn)
-
-
 @SOLVERS.register_class()
-class BaseSolver(ScepterProtocol):
+class BaseSolver(HookStages, ScepterProtocol):
     para_dict = {
         'FILE_SYSTEM': {'value': None, 'description': 'accepted for scepter configs; files are always local'},
         'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
@@ -185,18 +170,6 @@ class BaseSolver(ScepterProtocol):
         if self.autocast_dtype is not None and self.dtype is not torch.float32:
             raise ConfigError(f'{self.cfg.path_of("DTYPE")}: {self.cfg.DTYPE} cannot run under AMP; turn USE_AMP off')
 
-    def hooks_by_key(self):
-        """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
-        return self._hook_keys
-
-    def get_hooks_info(self):
-        """The resolved hook order of every stage, one line per mode and stage."""
-        return self.stages.describe()
-
-    def stage_functions(self, stage, mode=None):
-        """The functions that run at ``stage`` of ``mode`` (of every mode when None: the checkpoint stages)."""
-        return self.stages.every_mode(stage) if mode is None else self.stages.functions(mode, stage)
-
     def construct_data(self):
         """Build each mode's data; every mode's ``epoch_max_iter`` is known from here on."""
         progress = self.progress
@@ -254,17 +227,6 @@ class BaseSolver(ScepterProtocol):
         self.optimizer_takes_closure = takes_closure(self.optimizer)
         self.progress.phase = index
 
-    def _enter_due_phase(self):
-        """Switch to the optimizer phase due at this step boundary, if it is not the current one."""
-        due = self.phases.due(self.progress)
-        if due != self.progress.phase:
-            self.use_optimizer_phase(due)
-            self.logger.info(
-                f'optimizer phase {due} of {len(self.phases) - 1} from step {self.progress.total_iter}:'
-                f' {self.cfg.OPTIMIZER_PHASES[due - 1].OPTIMIZER.NAME}'
-                + (f' with {self.lr_scheduler.__class__.__name__}' if self.lr_scheduler is not None else '')
-            )
-
     # -- views of the loop's state (scepter's names: ScepterProtocol) -------------------------------
     optimizer_steps = state_view('progress', 'optimizer_steps', settable=False)
     accumulate_steps = state_view('progress', 'accumulate_steps', settable=False)
@@ -319,22 +281,11 @@ class BaseSolver(ScepterProtocol):
         if epoch is not None:
             self.max_epochs = epoch
         self.failed = None
-        if not self.resumed_from and 'train' in self.datas:
-            checkpoint_state.refuse_to_mix_runs(self)
-        if self.is_main:  # a training run starts: config.yaml, env.json, code_snapshot/ (run_records.py)
-            write_run_records(self, self.resumed_from, code_snapshot=self.cfg.CODE_SNAPSHOT)
-            self.metrics_log.write_start(self, self.resumed_from)
         progress = self.progress
+        start_training_run(self)  # never into another run's WORK_DIR; config.yaml, env.json, code_snapshot/
         self.before_solve()
         self.stages.rebuild()  # hooks settled their configuration in before_solve
-        self.logger.info(run_summary(self))
-        done = progress.epochs_completed() >= self.max_epochs or 0 < self.max_steps <= progress.total_iter
-        if self.resumed_from and done:
-            self.logger.warning(
-                f'{self.resumed_from} ends a finished run (step {progress.total_iter}, MAX_EPOCHS {self.max_epochs},'
-                f' MAX_STEPS {self.max_steps}): nothing is left to train; only evaluation and test run'
-            )
-        self.logger.info('hook order per stage:\n' + self.get_hooks_info())
+        announce_run(self)  # the model and data, what is left to train, the hook order
         try:
             with self.stop_signals.training_loop():
                 if progress.epoch_finished:  # resumed between an epoch and its evaluation
@@ -364,7 +315,7 @@ class BaseSolver(ScepterProtocol):
 
     def solve_train(self):
         self.mode = 'train'
-        self._enter_due_phase()
+        self.phases.enter_due(self)
         self.before_epoch()
         # each pass over the data shuffles (and a sampled dataset redraws) anew, whatever the hooks did
         # (scepter's DistSamplerHook sets the sampler's epoch its own way)
@@ -420,7 +371,7 @@ class BaseSolver(ScepterProtocol):
             if to_device:
                 batch = self.transfer_data_to_device(batch)
             if progress.total_iter >= phases.next_step:
-                self._enter_due_phase()
+                phases.enter_due(self)
             if accumulating:
                 step.begin(progress.total_iter, batch, *progress.accumulation_group())
             else:
@@ -508,24 +459,15 @@ class BaseSolver(ScepterProtocol):
             return forward_checked(self.model, batch_data)
 
     def total_loss(self, results):
-        """``results['loss']`` (a dict's), else its ``loss_*`` terms through LOSS_AGGREGATOR (Sum: by LOSS_WEIGHTS).
+        """``results['loss']``, else its ``loss_*`` terms through LOSS_AGGREGATOR (Sum: by LOSS_WEIGHTS).
 
         The aggregated loss is put back into ``results['loss']``, beside each term's weight
-        (``weight_<term>``), so the log shows them; the terms stay in ``self.step.terms``.
+        (``weight_<term>``), so the log shows them; the terms stay in ``self.step.terms``
+        (``loss_aggregators.aggregate_loss``).
         """
-        loss = results.get('loss')
-        if loss is not None:
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                got = f'a tensor of shape {list(loss.shape)}' if isinstance(loss, torch.Tensor) else type(loss).__name__
-                raise DataError(f"the model's 'loss' must be a scalar tensor, got {got}; reduce it (mean)")
-            if self.cfg.LOSS_AGGREGATOR is not None:
-                raise ConfigError(
-                    f'{self.cfg.path_of("LOSS_AGGREGATOR")}: the model returns one loss, no loss_* terms to balance;'
-                    ' return the terms (loss_<name>) instead, or drop LOSS_AGGREGATOR'
-                )
-            return loss
         self.step.terms = loss_terms(results)
-        return aggregate_loss(self.loss_aggregator, results, self.step.index)
+        configured = self.cfg.path_of('LOSS_AGGREGATOR') if self.cfg.LOSS_AGGREGATOR is not None else None
+        return aggregate_loss(self.loss_aggregator, results, self.step.index, configured)
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
@@ -559,31 +501,6 @@ class BaseSolver(ScepterProtocol):
         ``_build_metrics`` entries, which a scepter-style ``run_eval`` runs."""
         return None if any(isinstance(m, dict) for m in self.metrics) else []
 
-    # -- stages: each calls the current mode's hooks, or ``hooks`` in their order (scepter's form) --
-    def _call(self, stage, hooks=None):
-        if hooks is not None:
-            return self._call_hook_list(stage, hooks)
-        for fn in self.stages.functions(self._mode, stage):
-            fn(self)
-
-    def after_solve(self, hooks=None):
-        """Every hook's after_solve runs (they finish writes) even when one fails; the first error is raised.
-
-        After a training error (which ``solve`` re-raises) their errors only go to the log.
-        """
-        fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
-        flush = self.metrics_log.flush if self.metrics_log is not None else None  # the train lines it holds
-        call_every(fns + ([lambda solver: flush()] if flush else []), self, self.failed, self.logger)
-
-    before_solve = _stage('before_solve')
-    before_epoch = _stage('before_epoch')
-    after_epoch = _stage('after_epoch')
-    before_all_iter = _stage('before_all_iter')
-    after_all_iter = _stage('after_all_iter')
-    before_iter = _stage('before_iter')
-    after_iter = _stage('after_iter')
-    after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
-
     def register_flops(self, data, keys=None):
         """The model's forward FLOPs per sample (fvcore), kept in ``model_flops``: the log then shows FLOP/s.
 
@@ -592,16 +509,6 @@ class BaseSolver(ScepterProtocol):
         from scepter_like.utils.flops import register_flops
 
         return register_flops(self, data, keys)
-
-    # -- callbacks: plain functions called with the solver after the stage's hooks ----------------
-    def register_stage_callback(self, stage, fn, mode='train'):
-        """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
-        self.stages.add_callback(mode, stage, fn)
-
-    register_callback_on_epoch_begin = _callback_at('before_epoch')
-    register_callback_on_epoch_end = _callback_at('after_epoch')
-    register_callback_on_iter_begin = _callback_at('before_iter')
-    register_callback_on_iter_end = _callback_at('after_iter')
 
     # -- checkpoint state ------------------------------------------------------------------------
     def save_checkpoint(self, path=None):

@@ -130,6 +130,17 @@ class OptimizerPhases:
                 f'{where}: {name} cannot step through a GradScaler (fp16); use BackwardHook AMP_DTYPE: bf16 or no AMP'
             )
 
+    def enter_due(self, solver):
+        """At a step boundary: switch ``solver`` to the phase due now, if it is not the current one."""
+        due = self.due(solver.progress)
+        if due != solver.progress.phase:
+            solver.use_optimizer_phase(due)
+            scheduler = solver.lr_scheduler
+            solver.logger.info(
+                f'optimizer phase {due} of {len(self) - 1} from step {solver.progress.total_iter}:'
+                f' {self.optimizers[due].NAME}' + (f' with {type(scheduler).__name__}' if scheduler is not None else '')
+            )
+
     def due(self, progress):
         """The phase the run should be in at ``progress`` (the last one whose start it has reached)."""
         index = progress.phase

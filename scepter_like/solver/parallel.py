@@ -12,7 +12,6 @@ import sys
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from scepter_like.errors import ConfigError
 from scepter_like.utils.checkpoint import load_state_dict_checked, unwrap_model
 
 PARALLEL_MODES = ('ddp', 'fsdp')
@@ -20,8 +19,6 @@ PARALLEL_MODES = ('ddp', 'fsdp')
 
 def wrap_model(model, dist_info, parallel='ddp', find_unused_parameters=False):
     """Move ``model`` to this rank's device; wrap it (DDP or FSDP) when more than one process runs."""
-    if parallel not in PARALLEL_MODES:
-        raise ConfigError(f'SOLVER.PARALLEL: {parallel!r} is not one of {", ".join(PARALLEL_MODES)}')
     model.to(dist_info.device)
     if not dist_info.distributed:
         return model

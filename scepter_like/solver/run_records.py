@@ -26,6 +26,7 @@ import sysconfig
 import tempfile
 
 from scepter_like.errors import ConfigError
+from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
@@ -75,6 +76,29 @@ def open_work_dir(solver):
         ) from None
     handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
     return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
+
+
+def start_training_run(solver):
+    """A training run starts: refuse another run's WORK_DIR (a fresh run), then (rank 0) the run records."""
+    if not solver.resumed_from and 'train' in solver.datas:
+        refuse_to_mix_runs(solver)
+    if solver.is_main:
+        write_run_records(solver, solver.resumed_from, code_snapshot=solver.cfg.CODE_SNAPSHOT)
+        solver.metrics_log.write_start(solver, solver.resumed_from)
+
+
+def announce_run(solver):
+    """Log the start-of-run summary, a warning when a resumed run has nothing left to train, the hook order."""
+    progress = solver.progress
+    solver.logger.info(run_summary(solver))
+    done = progress.epochs_completed() >= progress.max_epochs or 0 < progress.max_steps <= progress.total_iter
+    if solver.resumed_from and done:
+        solver.logger.warning(
+            f'{solver.resumed_from} ends a finished run (step {progress.total_iter}, MAX_EPOCHS'
+            f' {progress.max_epochs}, MAX_STEPS {progress.max_steps}): nothing is left to train;'
+            ' only evaluation and test run'
+        )
+    solver.logger.info('hook order per stage:\n' + solver.get_hooks_info())
 
 
 def run_summary(solver):

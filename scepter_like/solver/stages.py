@@ -1,4 +1,5 @@
-"""Which functions the solver calls at each stage of each mode: the hooks, in PRIORITY order, then callbacks.
+"""Which functions the solver calls at each stage of each mode (the hooks, in PRIORITY order, then callbacks),
+and the solver's stage methods that call them (``HookStages``).
 
 A stage lists only the hooks that implement it (``Hook.implements``), so a feature that is
 off costs nothing per step.  ``before_solve`` / ``after_solve`` and the checkpoint stages
@@ -186,3 +187,73 @@ class StageTable:
                 if hooks:
                     lines.append(f'  {mode:5s} {stage:22s} ' + ' -> '.join(hooks))
         return '\n'.join(lines) or '  (no hooks)'
+
+
+def _stage(stage):
+    """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order."""
+
+    def call(solver, hooks=None):
+        solver._call(stage, hooks)
+
+    call.__name__ = call.__qualname__ = stage
+    return call
+
+
+def _callback_at(stage):
+    """``register_callback_on_*``: call ``fn(solver)`` at ``stage`` of train mode after that stage's hooks."""
+    return lambda solver, fn: solver.register_stage_callback(stage, fn)
+
+
+class HookStages:
+    """The solver's stage methods (``solver.before_iter()`` ...) and callbacks, over its ``StageTable``.
+
+    Each stage method calls the current mode's functions of that stage in order (hooks by
+    PRIORITY, then callbacks), or, given a hook list (scepter's form,
+    ``self.before_iter(self.hooks_dict[mode])``), those hooks.  BaseSolver inherits it.
+    """
+
+    def _call(self, stage, hooks=None):
+        if hooks is not None:
+            return self._call_hook_list(stage, hooks)
+        for fn in self.stages.functions(self._mode, stage):
+            fn(self)
+
+    before_solve = _stage('before_solve')
+    before_epoch = _stage('before_epoch')
+    after_epoch = _stage('after_epoch')
+    before_all_iter = _stage('before_all_iter')
+    after_all_iter = _stage('after_all_iter')
+    before_iter = _stage('before_iter')
+    after_iter = _stage('after_iter')
+    after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
+
+    def after_solve(self, hooks=None):
+        """Every hook's after_solve runs (they finish writes) even when one fails; the first error is raised.
+
+        After a training error (which ``solve`` re-raises) their errors only go to the log.
+        """
+        fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
+        flush = self.metrics_log.flush if self.metrics_log is not None else None  # the train lines it holds
+        call_every(fns + ([lambda solver: flush()] if flush else []), self, self.failed, self.logger)
+
+    def stage_functions(self, stage, mode=None):
+        """The functions that run at ``stage`` of ``mode`` (of every mode when None: the checkpoint stages)."""
+        return self.stages.every_mode(stage) if mode is None else self.stages.functions(mode, stage)
+
+    def get_hooks_info(self):
+        """The resolved hook order of every stage, one line per mode and stage."""
+        return self.stages.describe()
+
+    def hooks_by_key(self):
+        """Every hook under a stable key ``mode.index.ClassName`` (used for checkpoint state)."""
+        return self._hook_keys
+
+    # -- callbacks: plain functions called with the solver after the stage's hooks ----------------
+    def register_stage_callback(self, stage, fn, mode='train'):
+        """Call ``fn(solver)`` at ``stage`` of ``mode`` after that stage's hooks, in registration order."""
+        self.stages.add_callback(mode, stage, fn)
+
+    register_callback_on_epoch_begin = _callback_at('before_epoch')
+    register_callback_on_epoch_end = _callback_at('after_epoch')
+    register_callback_on_iter_begin = _callback_at('before_iter')
+    register_callback_on_iter_end = _callback_at('after_iter')

@@ -16,13 +16,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from scepter_like.errors import ConfigError, DataError, suggest
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
+from scepter_like.model.networks import ACTIVATIONS, check_whole_sizes
 from scepter_like.model.registry import MODELS
 from tasks.mesh_regression.dataset import graph_item, sample_from_arrays
 from tasks.mesh_regression.stats import NormStats, load_stats
 
-ACTIVATIONS = {'relu': nn.ReLU, 'silu': nn.SiLU, 'gelu': nn.GELU, 'tanh': nn.Tanh}
 COORDINATES = 3  # the first three feature columns are the vertex coordinates
 
 
@@ -36,19 +36,6 @@ def model_stats(cfg):
         f'{cfg.path_of("STATS")}: the model needs normalisation statistics; train with SOLVER.NAME:'
         ' MeshRegressionSolver (computes them from TRAIN_DATA) or set STATS_FILE to a stats.json'
     )
-
-
-def activation(cfg):
-    name = cfg.ACTIVATION
-    if name not in ACTIVATIONS:
-        raise ConfigError(f'{cfg.path_of("ACTIVATION")}: unknown activation {name!r}{suggest(name, ACTIVATIONS)}')
-    return ACTIVATIONS[name]
-
-
-def positive(cfg, key):
-    values = cfg[key] if isinstance(cfg[key], list) else [cfg[key]]
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise ConfigError(f'{cfg.path_of(key)}: must be positive integers, got {cfg[key]!r}')
 
 
 def mlp(in_dim, hidden, out_dim, hidden_layers, act, layer_norm):
@@ -195,21 +182,21 @@ class MeshGraphNet(MeshModel):
     """
 
     para_dict = {
-        'HIDDEN': {'value': 64, 'description': 'width of node and edge latents and of every MLP'},
-        'PROCESSOR_BLOCKS': {'value': 4, 'description': 'message-passing blocks'},
-        'MLP_LAYERS': {'value': 1, 'description': 'hidden layers in each MLP'},
-        'AGGREGATION': {'value': 'sum', 'description': 'sum | mean of the edges arriving at a vertex'},
-        'ACTIVATION': {'value': 'relu', 'description': 'relu | silu | gelu | tanh'},
+        'HIDDEN': {'value': 64, 'description': 'width of node and edge latents and of every MLP', 'min': 1},
+        'PROCESSOR_BLOCKS': {'value': 4, 'description': 'message-passing blocks', 'min': 1},
+        'MLP_LAYERS': {'value': 1, 'description': 'hidden layers in each MLP', 'min': 1},
+        'AGGREGATION': {
+            'value': 'sum',
+            'description': 'sum | mean of the edges arriving at a vertex',
+            'choices': ['sum', 'mean'],
+        },
+        'ACTIVATION': {'value': 'relu', 'description': 'relu | silu | gelu | tanh', 'choices': list(ACTIVATIONS)},
     }
     ARCH_KEYS = ('HIDDEN', 'PROCESSOR_BLOCKS', 'MLP_LAYERS', 'AGGREGATION', 'ACTIVATION')
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        for key in ('HIDDEN', 'PROCESSOR_BLOCKS', 'MLP_LAYERS'):
-            positive(cfg, key)
-        if cfg.AGGREGATION not in ('sum', 'mean'):
-            raise ConfigError(f"{cfg.path_of('AGGREGATION')}: {cfg.AGGREGATION!r} is not 'sum' or 'mean'")
-        act, hidden, layers = activation(cfg), cfg.HIDDEN, cfg.MLP_LAYERS
+        act, hidden, layers = ACTIVATIONS[cfg.ACTIVATION], cfg.HIDDEN, cfg.MLP_LAYERS
         self.mean_aggregation = cfg.AGGREGATION == 'mean'
         self.node_encoder = mlp(self.in_dim, hidden, hidden, layers, act, True)
         self.edge_encoder = mlp(COORDINATES + 1, hidden, hidden, layers, act, True)
@@ -246,19 +233,21 @@ class MeshMLP(MeshModel):
     """
 
     para_dict = {
-        'HIDDEN_DIMS': {'value': [128, 128, 128], 'description': 'widths of the hidden layers'},
-        'ACTIVATION': {'value': 'silu', 'description': 'relu | silu | gelu | tanh'},
-        'POINTS_PER_STEP': {'value': 0, 'description': 'train on this many shuffled points of a batch (0: all)'},
+        'HIDDEN_DIMS': {'value': [128, 128, 128], 'description': 'widths of the hidden layers', 'min': 1},
+        'ACTIVATION': {'value': 'silu', 'description': 'relu | silu | gelu | tanh', 'choices': list(ACTIVATIONS)},
+        'POINTS_PER_STEP': {
+            'value': 0,
+            'description': 'train on this many shuffled points of a batch (0: all)',
+            'min': 0,
+        },
     }
     ARCH_KEYS = ('HIDDEN_DIMS', 'ACTIVATION')
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        positive(cfg, 'HIDDEN_DIMS')
-        if cfg.POINTS_PER_STEP < 0:
-            raise ConfigError(f'{cfg.path_of("POINTS_PER_STEP")}: must be 0 (all points) or positive')
+        check_whole_sizes(cfg, 'HIDDEN_DIMS')
         self.points_per_step = cfg.POINTS_PER_STEP
-        act, layers, dim = activation(cfg), [], self.in_dim
+        act, layers, dim = ACTIVATIONS[cfg.ACTIVATION], [], self.in_dim
         for width in cfg.HIDDEN_DIMS:
             layers += [nn.Linear(dim, width), act()]
             dim = width

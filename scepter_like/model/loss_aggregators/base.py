@@ -33,15 +33,25 @@ def loss_terms(results):
     return {k: v for k, v in results.items() if k.startswith(TERM_PREFIX)}
 
 
-def aggregate_loss(aggregator, results, step):
+def aggregate_loss(aggregator, results, step, configured_at=None):
     """The loss to minimise from a model's train outputs ``results`` at train step ``step``.
 
-    ``results['loss']`` when the model gives one; otherwise ``aggregator`` over the
-    ``loss_*`` terms, put back as ``results['loss']`` beside ``weight_<term>`` (each term's
-    weight, e.g. ``weight_pde`` for ``loss_pde``) so the log shows both.
+    ``results['loss']`` when the model gives one (a scalar tensor); otherwise ``aggregator``
+    over the ``loss_*`` terms, put back as ``results['loss']`` beside ``weight_<term>`` (each
+    term's weight, e.g. ``weight_pde`` for ``loss_pde``) so the log shows both.
+    ``configured_at``: the config path of an aggregator the user asked for, which a single
+    ``loss`` would leave with nothing to balance (a ConfigError).
     """
     loss = results.get('loss')
     if loss is not None:
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            got = f'a tensor of shape {list(loss.shape)}' if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise DataError(f"the model's 'loss' must be a scalar tensor, got {got}; reduce it (mean)")
+        if configured_at:
+            raise ConfigError(
+                f'{configured_at}: the model returns one loss, no loss_* terms to balance;'
+                ' return the terms (loss_<name>) instead, or drop LOSS_AGGREGATOR'
+            )
         return loss
     terms = loss_terms(results)
     if not terms:

@@ -21,7 +21,6 @@ import random
 
 import torch
 
-from scepter_like.errors import ConfigError
 from scepter_like.model.loss_aggregators.base import LossAggregator
 from scepter_like.model.loss_aggregators.registry import LOSS_AGGREGATORS
 from scepter_like.utils.distributed import all_reduce_sum, get_world_size
@@ -32,21 +31,27 @@ _TINY = 1e-12  # keeps L(t) / L(t') finite when a term reaches zero
 @LOSS_AGGREGATORS.register_class()
 class Relobralo(LossAggregator):
     para_dict = {
-        'ALPHA': {'value': 0.999, 'description': 'weight of the history against the balance to the previous step'},
+        'ALPHA': {
+            'value': 0.999,
+            'description': 'weight of the history against the balance to the previous step',
+            'min': 0.0,
+            'max': 1.0,
+        },
         'RHO': {
             'value': 0.999,
             'description': 'probability of keeping the history each step (1 - RHO: look back to step 0)',
+            'min': 0.0,
+            'max': 1.0,
         },
-        'TEMPERATURE': {'value': 0.1, 'description': 'softmax temperature T (smaller: sharper balancing)'},
+        'TEMPERATURE': {
+            'value': 0.1,
+            'description': 'softmax temperature T (smaller: sharper balancing)',
+            'above': 0.0,
+        },
     }
 
     def __init__(self, cfg, logger=None, weights=None, seed=0):
         super().__init__(cfg, logger, weights, seed)
-        for key in ('ALPHA', 'RHO'):
-            if not 0.0 <= cfg[key] <= 1.0:
-                raise ConfigError(f'{cfg.path_of(key)}: must be in [0, 1], got {cfg[key]}')
-        if cfg.TEMPERATURE <= 0:
-            raise ConfigError(f'{cfg.path_of("TEMPERATURE")}: must be positive, got {cfg.TEMPERATURE}')
         self.alpha, self.rho, self.temperature = cfg.ALPHA, cfg.RHO, cfg.TEMPERATURE
         self.lambdas = None  # [m] weights of the last step
         self.initial = None  # [m] term values at the first step

@@ -52,12 +52,12 @@ class CheckpointHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_CHECKPOINT, 'description': 'after the LR and log hooks'},
         'INTERVAL': {'value': 1, 'description': 'save every this many epochs (<= 0: no epoch checkpoints)'},
-        'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)'},
+        'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)', 'min': 0},
         'SAVE_NAME_PREFIX': {'value': 'ldm_step', 'description': 'file name prefix'},
         'SAVE_LAST': {'value': False, 'description': 'save {prefix}-last.pth when training ends'},
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
-        'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart'},
+        'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart', 'min': 0},
         'ASYNC_SAVE': {
             'value': False,
             'description': 'serialize in the background too (training waits for a CPU copy of the state)',
@@ -75,8 +75,6 @@ class CheckpointHook(Hook):
         self.keep_last = cfg.KEEP_LAST
         self.async_save = cfg.ASYNC_SAVE
         self.writer = BackgroundWriter()
-        if self.keep_last < 0 or self.step_interval < 0:
-            raise ConfigError(f'{cfg.path}: KEEP_LAST and STEP_INTERVAL must be 0 or more')
         self.folder = None
         self.saved = []  # periodic checkpoints, oldest first
         self.best_value = None

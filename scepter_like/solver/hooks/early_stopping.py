@@ -17,17 +17,13 @@ class EarlyStoppingHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'order among eval hooks'},
         'MONITOR': {'value': 'accuracy', 'description': 'eval metric to watch'},
-        'MODE': {'value': 'max', 'description': 'max: greater is better | min: less is better'},
-        'PATIENCE': {'value': 3, 'description': 'evaluations without improvement before stopping'},
+        'MODE': {'value': 'max', 'description': 'max: greater | min: less is better', 'choices': ['max', 'min']},
+        'PATIENCE': {'value': 3, 'description': 'evaluations without improvement before stopping', 'min': 1},
         'MIN_DELTA': {'value': 0.0, 'description': 'smallest change that counts as an improvement'},
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        if cfg.MODE not in ('max', 'min'):
-            raise ConfigError(f"{cfg.path_of('MODE')}: {cfg.MODE!r} is not 'max' or 'min'")
-        if cfg.PATIENCE < 1:
-            raise ConfigError(f'{cfg.path_of("PATIENCE")}: must be at least 1, got {cfg.PATIENCE}')
         self.monitor = cfg.MONITOR
         self.greater = cfg.MODE == 'max'
         self.patience = cfg.PATIENCE

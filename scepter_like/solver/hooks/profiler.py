@@ -36,11 +36,11 @@ def nvtx_enabled():
 class ProfilerHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_PROFILER, 'description': 'runs first so a step is profiled whole'},
-        'START_STEP': {'value': 0, 'description': 'train steps to skip before the first cycle'},
-        'WAIT': {'value': 1, 'description': 'idle steps at the start of a cycle'},
-        'WARMUP': {'value': 1, 'description': 'traced but discarded steps of a cycle'},
-        'ACTIVE': {'value': 3, 'description': 'recorded steps of a cycle'},
-        'REPEAT': {'value': 1, 'description': 'cycles to record'},
+        'START_STEP': {'value': 0, 'description': 'train steps to skip before the first cycle', 'min': 0},
+        'WAIT': {'value': 1, 'description': 'idle steps at the start of a cycle', 'min': 0},
+        'WARMUP': {'value': 1, 'description': 'traced but discarded steps of a cycle', 'min': 0},
+        'ACTIVE': {'value': 3, 'description': 'recorded steps of a cycle', 'min': 1},
+        'REPEAT': {'value': 1, 'description': 'cycles to record', 'min': 1},
         'RECORD_SHAPES': {'value': False, 'description': 'record operator input shapes'},
         'PROFILE_MEMORY': {'value': False, 'description': 'record tensor memory'},
         'WITH_STACK': {'value': False, 'description': 'record Python stacks'},
@@ -51,14 +51,6 @@ class ProfilerHook(Hook):
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        from scepter_like.errors import ConfigError
-
-        for key in ('START_STEP', 'WAIT', 'WARMUP'):
-            if cfg[key] < 0:
-                raise ConfigError(f'{cfg.path_of(key)}: must be 0 or more, got {cfg[key]}')
-        for key in ('ACTIVE', 'REPEAT'):
-            if cfg[key] < 1:
-                raise ConfigError(f'{cfg.path_of(key)}: must be at least 1, got {cfg[key]}')
         self.total_steps = cfg.START_STEP + (cfg.WAIT + cfg.WARMUP + cfg.ACTIVE) * cfg.REPEAT
         self.output_dir = cfg.OUTPUT_DIR
         self.profiler = None

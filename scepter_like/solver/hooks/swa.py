@@ -38,11 +38,19 @@ class _BatchAsKwargs(torch.nn.Module):
 class SWAHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_SWA, 'description': 'after LrHook (200)'},
-        'START_EPOCH': {'value': 1, 'description': 'first epoch (1-based) whose final weights enter the average'},
-        'END_EPOCH': {'value': 0, 'description': 'last epoch (1-based) averaged; 0: the last epoch'},
+        'START_EPOCH': {
+            'value': 1,
+            'description': 'first epoch (1-based) whose final weights enter the average',
+            'min': 1,
+        },
+        'END_EPOCH': {'value': 0, 'description': 'last epoch (1-based) averaged; 0: the last epoch', 'min': 0},
         'SWA_LR': {'value': 0.0, 'description': '> 0: SWALR anneals the LR to this from START_EPOCH on'},
-        'ANNEAL_EPOCHS': {'value': 1, 'description': 'SWALR anneal_epochs'},
-        'ANNEAL_STRATEGY': {'value': 'cos', 'description': "SWALR anneal_strategy: 'cos' | 'linear'"},
+        'ANNEAL_EPOCHS': {'value': 1, 'description': 'SWALR anneal_epochs', 'min': 0},
+        'ANNEAL_STRATEGY': {
+            'value': 'cos',
+            'description': "SWALR anneal_strategy: 'cos' | 'linear'",
+            'choices': ['cos', 'linear'],
+        },
         'UPDATE_BN': {'value': True, 'description': 'recompute BatchNorm statistics of the average on the train data'},
         'EVAL_WITH_SWA': {'value': True, 'description': 'evaluate and test with the averaged weights'},
         'EXPORT': {'value': False, 'description': 'write WORK_DIR/swa/{EXPORT_NAME}.safetensors at the end'},
@@ -53,13 +61,11 @@ class SWAHook(Hook):
         super().__init__(cfg, logger)
         self.start_epoch = cfg.START_EPOCH
         self.end_epoch = cfg.END_EPOCH
-        if self.start_epoch < 1 or (self.end_epoch and self.end_epoch < self.start_epoch):
+        if self.end_epoch and self.end_epoch < self.start_epoch:
             raise ConfigError(
-                f'{cfg.path_of("START_EPOCH")}/END_EPOCH: need 1 <= START_EPOCH <= END_EPOCH (or END_EPOCH 0),'
-                f' got {self.start_epoch}/{self.end_epoch}'
+                f'{cfg.path_of("END_EPOCH")}: {self.end_epoch} is before START_EPOCH {self.start_epoch};'
+                ' give START_EPOCH <= END_EPOCH, or END_EPOCH 0 for the last epoch'
             )
-        if cfg.ANNEAL_STRATEGY not in ('cos', 'linear'):
-            raise ConfigError(f"{cfg.path_of('ANNEAL_STRATEGY')}: {cfg.ANNEAL_STRATEGY!r} is not 'cos' or 'linear'")
         self.swa_lr = float(cfg.SWA_LR)
         self.update_bn = cfg.UPDATE_BN
         self.eval_with_swa = cfg.EVAL_WITH_SWA
