@@ -5,17 +5,12 @@ scepter's are :class:`BaseOptimize` subclasses, built from the config and then c
 with the parameters.
 """
 
-import inspect
-
 from scepter_like.opt.optimizers.base_optimizer import BaseOptimize
-from scepter_like.opt.registry import OPTIMIZERS
+from scepter_like.opt.registry import OPTIMIZERS, build_attached
 
 __all__ = ['OPTIMIZERS', 'build_optimizer']
 
 
 def build_optimizer(cfg, parameters, logger=None):
     """The optimizer ``cfg`` names over ``parameters``, whichever shape its entry has."""
-    entry, cfg = OPTIMIZERS.resolve(cfg)
-    if inspect.isclass(entry) and issubclass(entry, BaseOptimize):
-        return OPTIMIZERS.build(cfg, logger=logger)(parameters)
-    return OPTIMIZERS.build(cfg, logger=logger, params=parameters)
+    return build_attached(OPTIMIZERS, BaseOptimize, cfg, parameters, 'params', logger)

@@ -6,8 +6,7 @@ it asks the solver to stop (the test data still runs).  Metrics are reduced over
 ranks, and the decision is broadcast from rank 0, so every rank stops together.
 """
 
-from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -33,13 +32,7 @@ class EarlyStoppingHook(Hook):
         self.stopped_epoch = None
 
     def before_solve(self, solver):
-        if self not in solver.hooks_dict['eval']:
-            raise ConfigError(f'{self.cfg.path}: EarlyStoppingHook watches evaluations; list it in SOLVER.EVAL_HOOKS')
-        names = solver.metric_names('eval')
-        if names is not None and self.monitor not in names:  # None: known after a first pass
-            raise ConfigError(
-                f'{self.cfg.path_of("MONITOR")}: no eval metric is called {self.monitor!r}; the metrics give {names}'
-            )
+        check_eval_metric(self, solver, 'MONITOR', 'watches evaluations')
 
     def after_epoch(self, solver):
         value = solver.epoch_outputs.get('eval', {}).get(self.monitor)

@@ -109,3 +109,21 @@ class Hook:
         once every hook has settled its configuration.
         """
         return getattr(cls, stage) is not getattr(Hook, stage)
+
+
+def check_eval_metric(hook, solver, key, job):
+    """For a hook that reads an eval metric: it is in EVAL_HOOKS, and the metric ``cfg[key]`` names exists.
+
+    ``job`` says what the hook does with evaluations (for the error).  Metric names not known
+    before a first pass (scepter's metrics) are checked when read.
+    """
+    from scepter_like.errors import ConfigError
+
+    if hook not in solver.hooks_dict['eval']:
+        raise ConfigError(f'{hook.cfg.path}: {type(hook).__name__} {job}; list it in SOLVER.EVAL_HOOKS')
+    names = solver.metric_names('eval')
+    if names is not None and hook.cfg[key] not in names:
+        raise ConfigError(
+            f'{hook.cfg.path_of(key)}: no eval metric is called {hook.cfg[key]!r}; the metrics give {names}'
+            + ('' if names else ' (give the config EVAL_DATA and METRICS)')
+        )

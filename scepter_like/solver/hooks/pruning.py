@@ -8,8 +8,7 @@ runner turns into a pruned trial. Without an attached trial (a trial's ``config.
 again) it only records the values. It reads solver state and changes none.
 """
 
-from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -36,14 +35,7 @@ class PruningHook(Hook):
         self.trial = trial
 
     def before_solve(self, solver):
-        if self not in solver.hooks_dict['eval']:
-            raise ConfigError(f'{self.cfg.path}: PruningHook reports evaluations; list it in SOLVER.EVAL_HOOKS')
-        names = solver.metric_names('eval')
-        if names is not None and self.metric not in names:  # None: known after a first pass
-            raise ConfigError(
-                f'{self.cfg.path_of("METRIC")}: no eval metric is called {self.metric!r}; the metrics give {names}'
-                + ('' if names else ' (give the config EVAL_DATA and METRICS)')
-            )
+        check_eval_metric(self, solver, 'METRIC', 'reports evaluations')
 
     def after_all_iter(self, solver):
         value = solver.epoch_outputs['eval'][self.metric]
