@@ -53,6 +53,7 @@ def checked_config(cfg):
     from scepter_like.solver.base_solver import DATA_KEYS
     from scepter_like.solver.compile import compile_settings
     from scepter_like.solver.environment import resolve_env
+    from scepter_like.solver.optimization import OptimizerPhases
 
     cfg = Config(copy.deepcopy(cfg.to_dict()))
     solvers, lists, singles, model_registries = _registries()
@@ -65,6 +66,11 @@ def checked_config(cfg):
     for key, registry in singles.items():
         if solver_cfg.get(key) is not None:
             registry.resolve(solver_cfg[key])
+    phases = OptimizerPhases(solver_cfg)  # each later phase's keys, then its optimizer and scheduler
+    for optimizer, scheduler in zip(phases.optimizers[1:], phases.schedulers[1:]):
+        singles['OPTIMIZER'].resolve(optimizer)
+        if scheduler is not None:
+            singles['LR_SCHEDULER'].resolve(scheduler)
     if solver_cfg.get('MODEL') is not None:
         _resolve_model(solver_cfg.MODEL, model_registries)
     for mode, key in DATA_KEYS.items():

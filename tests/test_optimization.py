@@ -218,6 +218,11 @@ ERRORS = {
     ),
     'unknown aggregator': (['SOLVER.LOSS_AGGREGATOR={NAME: Relobrallo}'], r'did you mean Relobralo'),
     'both starts': (['SOLVER.OPTIMIZER_PHASES.0.AT_EPOCH=3'], r'give exactly one of AT_STEP and AT_EPOCH'),
+    'a later phase key, by --print-config': (
+        ['--print-config', 'SOLVER.OPTIMIZER_PHASES.0.OPTIMIZER.MAX_ITR=1'],
+        r'^error: SOLVER\.OPTIMIZER_PHASES\[0\]\.OPTIMIZER\.MAX_ITR: unknown key for OPTIMIZERS\.LBFGS; did you mean'
+        r' MAX_ITER',
+    ),
 }
 
 
