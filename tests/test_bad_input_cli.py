@@ -144,6 +144,10 @@ CASES = {
         lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', '--import', _write(t, 'broken.py', 'x = 1\ndef f(:\n')],
         r"IMPORTS: '.*broken\.py' does not compile: invalid syntax at line 2 of .*broken\.py",
     ),
+    'import not UTF-8': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', '--import', _write(t, 'l1.py', b'x = "caf\xe9"\n', 'wb')],
+        r"IMPORTS: '.*l1\.py' is not UTF-8 text \(byte \d+\); save it as UTF-8",
+    ),
     'metric not derived from Metric': (
         lambda t, b: [
             '--cfg',

@@ -104,6 +104,35 @@ def test_the_optimizer_switches_at_its_step_and_the_schedule_follows(tmp_path):
     assert solver.progress.phase == 1 and solver.lr_scheduler is None
 
 
+def test_a_later_phase_scheduler_gets_an_lr_hook_and_starts_at_its_initial_rate(tmp_path):
+    cfg = poisson_cfg(
+        tmp_path / 'run',
+        5,
+        OPTIMIZER_PHASES=[
+            {'AT_EPOCH': 2, 'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1}, 'LR_SCHEDULER': {
+                'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}}
+        ],
+    )  # fmt: skip
+    solver = build_solver(cfg)  # TRAIN_HOOKS has no LrHook: the phase's scheduler needs one
+    assert [type(h).__name__ for h in solver.hooks_dict['train']] == ['BackwardHook', 'LrHook']
+    seen = []
+    solver.register_callback_on_iter_end(lambda s: seen.append(s.optimizer.param_groups[0]['lr']))
+    solver.solve()
+    solver.close()
+    assert seen == [0.001, 0.001, 0.1, 0.05, 0.025]  # the phase's first epoch at the scheduler's initial rate
+
+
+def test_float64_weights_describe_their_dtype_and_rebuild_in_it(tmp_path):
+    from scepter_like.model.description import describe, model_from_description
+
+    solver = build_solver(poisson_cfg(tmp_path / 'run', 1, DTYPE='float64'))
+    desc = describe(solver.unwrapped_model)
+    assert desc['dtype'] == 'float64'
+    rebuilt = model_from_description(desc, 'test')
+    assert all(p.dtype == torch.float64 for p in rebuilt.parameters())
+    assert torch.get_default_dtype() == torch.float32
+
+
 def test_pcgrad_in_the_solver_steps_with_the_projected_gradient(tmp_path):
     npz = write_blobs(tmp_path / 'blobs.npz')
     cfg = blob_solver_cfg(
@@ -218,6 +247,10 @@ ERRORS = {
     ),
     'unknown aggregator': (['SOLVER.LOSS_AGGREGATOR={NAME: Relobrallo}'], r'did you mean Relobralo'),
     'both starts': (['SOLVER.OPTIMIZER_PHASES.0.AT_EPOCH=3'], r'give exactly one of AT_STEP and AT_EPOCH'),
+    'swa_lr with phases': (
+        ['SOLVER.TRAIN_HOOKS+={NAME: SWAHook, SWA_LR: 0.01}'],
+        r'^error: SOLVER\.TRAIN_HOOKS\[\d\]\.SWA_LR: SWALR anneals one optimizer, and SOLVER\.OPTIMIZER_PHASES',
+    ),
     'a later phase key, by --print-config': (
         ['--print-config', 'SOLVER.OPTIMIZER_PHASES.0.OPTIMIZER.MAX_ITR=1'],
         r'^error: SOLVER\.OPTIMIZER_PHASES\[0\]\.OPTIMIZER\.MAX_ITR: unknown key for OPTIMIZERS\.LBFGS; did you mean'

@@ -953,6 +953,32 @@ def test_scepter_hook_list_stage_calls_count_and_reduce_scalar_hands_over_the_lo
     state, metadata = solver.save_safetensors()
     assert set(state) == set(solver.unwrapped_model.state_dict()) and metadata['step'] == '1'
     assert solver.probe_data == {} and solver.use_fsdp is False
+    solver._total_iter['eval'] += 1  # scepter counts per mode; here every mode shows the train count
+    assert dict(solver._total_iter) == {'train': 1, 'eval': 1, 'test': 1} and solver.progress.total_iter == 1
+    solver.train_mode()
+    solver.before_iter(hooks)
+    assert solver.step.index == 1  # a hook-list step knows its index (a loss aggregator's weights follow it)
+
+
+def test_a_scepter_metric_value_that_is_not_one_number_and_a_missing_eval_metric_are_errors():
+    from types import SimpleNamespace
+
+    from scepter_like.metric.whole_pass import WholePassMetric
+    from scepter_like.solver.hooks.hook import eval_metric
+
+    def per_class(pred, label):
+        return {'accuracy': torch.tensor([0.5, 0.7])}
+
+    metric = WholePassMetric(per_class, ['pred', 'label'])
+    metric.update({'pred': torch.zeros(2), 'label': torch.zeros(2)})
+    with pytest.raises(DataError, match=r"per_class returned a tensor of shape \[2\] as 'accuracy'; a metric"):
+        metric.compute()
+    solver = SimpleNamespace(epoch_outputs={})
+    assert eval_metric(solver, 'f1', 'EVAL_HOOKS[0].MONITOR') is None  # before any evaluation
+    solver.epoch_outputs['eval'] = {'accuracy': 0.9}
+    assert eval_metric(solver, 'accuracy', 'X') == 0.9
+    with pytest.raises(ConfigError, match=r"EVAL_HOOKS\[0\]\.MONITOR: no eval metric is called 'f1'; .*\['accuracy'\]"):
+        eval_metric(solver, 'f1', 'EVAL_HOOKS[0].MONITOR')
 
 
 # -- IMPORTS of scepter's own files -------------------------------------------------------------------------

@@ -228,3 +228,21 @@ def test_run_eval_under_torchrun_gives_the_same_numbers(trained, tmp_path):
     logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
     record = json.loads((tmp_path / 'metrics.json').read_text())
     assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # reduced over both ranks
+
+
+def test_a_description_never_makes_a_tool_import_a_file_it_names(trained, tmp_path):
+    """A checkpoint is data: a .py path in its description is not imported (no code of the file's choosing runs)."""
+    _, ckpt = trained
+    marker = tmp_path / 'ran'
+    evil = tmp_path / 'evil.py'
+    evil.write_text(f'open({str(marker)!r}, "w").close()\n')
+    state = torch.load(ckpt, weights_only=True)
+    state['model_description'] = dict(state['model_description'], architecture='EvilModel', imports=[str(evil)])
+    torch.save(state, tmp_path / 'crafted.pth')
+    np.savez(tmp_path / 'x.npz', img=np.zeros((2, 64), dtype=np.float32))
+    res = run_tool('run_inference.py', '--checkpoint', tmp_path / 'crafted.pth', '--input', tmp_path / 'x.npz',
+                   '--output', tmp_path / 'y.npz', cwd=tmp_path)  # fmt: skip
+    _one_error_line(
+        res, r'describes a EvilModel, registered by .*evil\.py: a \.py path the file names is never imported'
+    )
+    assert not marker.exists()

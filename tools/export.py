@@ -43,11 +43,11 @@ def config_path_beside(output):
 
 def export_safetensors(model, weights, output, cfg=None):
     """``model``'s weights and description as ``output``; with ``cfg``, the config beside it."""
-    from scepter_like.model.description import description_metadata
-    from scepter_like.utils.checkpoint import atomic_write_text, save_safetensors
+    from scepter_like.model.description import save_described_weights
+    from scepter_like.utils.checkpoint import atomic_write_text
 
     state = model.state_dict()
-    save_safetensors(state, output, metadata={'format': 'pt', 'source': weights, **description_metadata(model)})
+    save_described_weights(output, state, model, source=weights)
     if cfg is None:
         print(f'wrote {output} ({len(state)} tensors; the model description is in its metadata)')
         return

@@ -72,7 +72,7 @@ def infer_from_checkpoint(args, logger):
     from scepter_like.solver.loading import (
         inference_device,
         model_from_weights,
-        read_model_inputs,
+        model_inputs,
         read_npz,
         resolve_weights_path,
     )
@@ -81,10 +81,10 @@ def infer_from_checkpoint(args, logger):
     refuse_config_options(args, 'run_inference')
     if args.input is None:
         raise ConfigError('without --cfg (no TEST_DATA) run_inference needs --input x.npz')
-    read_npz(args.input)  # a bad file fails before anything is built
+    arrays = read_npz(args.input)  # a bad file fails before anything is built
     import_modules(args.imports)
     model = model_from_weights(resolve_weights_path(args.checkpoint), logger)
-    return predict(model, read_model_inputs(args.input, model), args.batch_size, inference_device())
+    return predict(model, model_inputs(model, arrays, args.input), args.batch_size, inference_device())
 
 
 def main(argv):

@@ -52,7 +52,8 @@ class WholePassMetric:
 
     def __init__(self, fn, keys):
         self.fn = fn
-        self.collector = PassCollector(keys, type(fn).__name__)
+        self.label = getattr(fn, '__name__', type(fn).__name__)  # a function's name, else its class's
+        self.collector = PassCollector(keys, self.label)
         self.names = None  # known once the metric ran
 
     def reset(self):
@@ -68,7 +69,13 @@ class WholePassMetric:
         data = self.collector.gathered()
         out = self.fn(*[data[key] for key in self.collector.keys])
         if not isinstance(out, dict):
-            raise DataError(f'{type(self.fn).__name__} must return a dict of name: value, got {type(out).__name__}')
-        values = {name: float(value) for name, value in out.items()}
+            raise DataError(f'{self.label} must return a dict of name: value, got {type(out).__name__}')
+        values = {}
+        for name, value in out.items():
+            try:
+                values[name] = float(value)
+            except (TypeError, ValueError, RuntimeError):  # not one number (a tensor of several, a string)
+                got = f'a tensor of shape {list(value.shape)}' if hasattr(value, 'shape') else type(value).__name__
+                raise DataError(f'{self.label} returned {got} as {name!r}; a metric value is one number') from None
         self.names = list(values)
         return values

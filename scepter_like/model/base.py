@@ -60,10 +60,12 @@ class BaseModel(torch.nn.Module):
 
         config = self.cfg.to_dict() if hasattr(self.cfg, 'to_dict') else dict(self.cfg or {})
         config.pop('NAME', None)
+        floating = next((p.dtype for p in self.parameters() if p.is_floating_point()), torch.float32)
         return {
             'architecture': architecture_name(self),
             'imports': registering_modules(self),
             'config': _without_pretrained(config),
+            'dtype': str(floating).removeprefix('torch.'),  # SOLVER.DTYPE: what to rebuild it in
         }
 
     @classmethod

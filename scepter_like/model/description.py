@@ -16,6 +16,9 @@ JSON.  ``BaseModel.describe`` writes it:
 """
 
 import json
+import os
+
+import torch
 
 from scepter_like.errors import CheckpointError
 from scepter_like.model.registry import LOSSES, MODELS
@@ -63,6 +66,13 @@ def description_metadata(model):
     return {} if desc is None else {MODEL_DESCRIPTION_KEY: json.dumps(desc)}
 
 
+def save_described_weights(path, state_dict, model, **metadata):
+    """``state_dict`` as a ``.safetensors`` file (atomic), its metadata ``metadata`` and ``model``'s description."""
+    from scepter_like.utils.checkpoint import save_safetensors
+
+    save_safetensors(state_dict, path, metadata={'format': 'pt', **metadata, **description_metadata(model)})
+
+
 def parse_description(value, source):
     """A description from a checkpoint (a dict) or safetensors metadata (JSON text); CheckpointError if malformed."""
     if isinstance(value, str):
@@ -78,15 +88,28 @@ def parse_description(value, source):
 
 
 def model_from_description(desc, source):
-    """The model ``desc`` describes, built after importing its ``imports``; fresh weights."""
-    import_user_modules(desc['imports'])
+    """The model ``desc`` describes, in its dtype, built after importing its ``imports``; fresh weights.
+
+    Only module names are imported (modules installed or under the working directory, as a
+    config's IMPORTS are); a ``.py`` path the file names is not, so a file cannot make a tool
+    run a file of its choosing: give such a module with ``--import``.
+    """
+    from scepter_like.solver.environment import DTYPES, default_dtype
+
+    paths = [m for m in desc['imports'] if m.endswith('.py') or '/' in m or os.sep in m]
+    import_user_modules([m for m in desc['imports'] if m not in paths])
     name = desc['architecture']
     if name not in MODELS:
-        raise CheckpointError(
-            f'{source} describes a {name}, which {desc["imports"]} do not register in MODELS; give the module'
-            ' that does with --import, or --cfg with the training config'
+        where = (
+            f'registered by {", ".join(paths)}: a .py path the file names is never imported'
+            if paths
+            else f'which its modules {desc["imports"]} do not register in MODELS'
         )
-    return MODELS.get(name).from_description(desc)
+        raise CheckpointError(
+            f'{source} describes a {name}, {where}; give the module with --import, or --cfg with the training config'
+        )
+    with default_dtype(DTYPES.get(desc.get('dtype'), torch.float32)):
+        return MODELS.get(name).from_description(desc)
 
 
 def architecture_differences(saved, model):

@@ -58,5 +58,7 @@ def explain(model, batch, error):
     where = f' ({cfg.path})' if cfg is not None and cfg.path else ''
     shapes = ', '.join(f'{k}: {_describe(v)}' for k, v in batch.items())
     keys = _size_keys(inner, side)
+    if side == 'input or output' and not keys:  # any broadcast error: a model's own bug keeps its traceback
+        return None
     fix = f'set {" or ".join(keys)} to fit the data' if keys else f"make the model's {side} sizes fit the data"
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'

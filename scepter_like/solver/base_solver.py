@@ -106,6 +106,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.dtype = DTYPES[cfg.DTYPE]
+        self._aggregator_path = cfg.path_of('LOSS_AGGREGATOR') if cfg.LOSS_AGGREGATOR is not None else None
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.compile_settings = compile_settings(cfg)
         self.step = StepState()
@@ -148,7 +149,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.construct_hook()
 
     def set_up(self):
-        """Data, model, metrics, device placement, optimizer; resume if asked; then the run records."""
+        """Data, model, metrics, device placement, optimizer; resume if asked (``solve`` writes the run records)."""
         with default_dtype(self.dtype):  # data and parameters are made in SOLVER.DTYPE
             self.construct_data()
             self.construct_model()
@@ -284,7 +285,6 @@ class BaseSolver(HookStages, ScepterProtocol):
         progress = self.progress
         start_training_run(self)  # never into another run's WORK_DIR; config.yaml, env.json, code_snapshot/
         self.before_solve()
-        self.stages.rebuild()  # hooks settled their configuration in before_solve
         announce_run(self)  # the model and data, what is left to train, the hook order
         try:
             with self.stop_signals.training_loop():
@@ -378,10 +378,7 @@ class BaseSolver(HookStages, ScepterProtocol):
                 step.begin(progress.total_iter, batch)
             before_iter()
             run_step(batch, batch_idx, progress.total_iter, rank)
-            progress.iters['train'] += 1
-            progress.total_iter += 1
-            if step.steps_optimizer and counts_optimizer_steps:
-                progress.optimizer_steps += 1
+            progress.count_step('train', step.steps_optimizer and counts_optimizer_steps)
             step.counted = True
             after_iter()
             step.end()
@@ -407,7 +404,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             step.begin()
             self.before_iter()
             step_fn(batch, batch_idx, progress.total_iter, self.rank)
-            progress.iters[mode] += 1
+            progress.count_step(mode, False)
             step.counted = True
             self.after_iter()
             step.end()
@@ -461,13 +458,13 @@ class BaseSolver(HookStages, ScepterProtocol):
     def total_loss(self, results):
         """``results['loss']``, else its ``loss_*`` terms through LOSS_AGGREGATOR (Sum: by LOSS_WEIGHTS).
 
-        The aggregated loss is put back into ``results['loss']``, beside each term's weight
-        (``weight_<term>``), so the log shows them; the terms stay in ``self.step.terms``
-        (``loss_aggregators.aggregate_loss``).
+        The aggregated loss is put back into ``results['loss']`` (with the weights of an
+        aggregator whose weights change), so the log shows them; the terms stay in
+        ``self.step.terms`` (``loss_aggregators.aggregate_loss``).
         """
-        self.step.terms = loss_terms(results)
-        configured = self.cfg.path_of('LOSS_AGGREGATOR') if self.cfg.LOSS_AGGREGATOR is not None else None
-        return aggregate_loss(self.loss_aggregator, results, self.step.index, configured)
+        if 'loss' not in results:
+            self.step.terms = loss_terms(results)
+        return aggregate_loss(self.loss_aggregator, results, self.step.index, self._aggregator_path)
 
     def _eval_forward(self, batch_data):
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model

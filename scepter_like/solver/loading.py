@@ -2,7 +2,8 @@
 
 The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
 ``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
-OPTIMIZER, LR_SCHEDULER, TRAIN_HOOKS, RESUME_FROM, the log file (and MAX_EPOCHS is 1), and
+OPTIMIZER, LR_SCHEDULER, OPTIMIZER_PHASES, LOSS_AGGREGATOR, TRAIN_HOOKS, RESUME_FROM, the
+log file (and MAX_EPOCHS is 1), and
 MODEL.PRETRAINED_MODEL (the given weights replace it).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
 (and, where the file describes its model, be of the config's architecture).  EVAL_HOOKS
@@ -16,7 +17,6 @@ import copy
 import os
 
 import numpy as np
-import torch
 
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
@@ -29,6 +29,7 @@ from scepter_like.utils.checkpoint import (
     load_state_dict_checked,
     load_weights_and_description,
 )
+from scepter_like.utils.distributed import default_device
 from scepter_like.utils.launch_env import read_launch_env
 
 EVAL_MODES = ('eval', 'test')
@@ -88,8 +89,8 @@ def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
 
 
 def inference_device():
-    """cuda:LOCAL_RANK where CUDA is available, else the CPU (what a solver would pick)."""
-    return torch.device('cuda', read_launch_env().local_rank) if torch.cuda.is_available() else torch.device('cpu')
+    """The device a solver would pick with ENV.DEVICE '' (cuda:LOCAL_RANK where CUDA is available, else the CPU)."""
+    return default_device(read_launch_env().local_rank)
 
 
 def model_from_weights(weights, logger):

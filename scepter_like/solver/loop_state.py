@@ -78,6 +78,14 @@ class TrainingProgress:
             left = min(left, self.max_steps - self.total_iter)
         return max(left, 0)
 
+    def count_step(self, mode, optimizer_step):
+        """A step of ``mode`` is done: a train step also counts in ``total_iter`` and, when it stepped the
+        optimizer, in ``optimizer_steps``."""
+        self.iters[mode] += 1
+        if mode == 'train':
+            self.total_iter += 1
+            self.optimizer_steps += optimizer_step
+
     # -- gradient accumulation --------------------------------------------------------------
     def accumulation_group(self):
         """``(size, closes)`` of the group the next train step belongs to.

@@ -113,7 +113,13 @@ class ScepterProtocol:
     _epoch = epoch
 
     def _set_total_iter(self, mode, value):
-        """scepter derives the epoch from the step count (``epoch = total_iter // epoch_max_iter + 1``): so here."""
+        """scepter derives the epoch from the step count (``epoch = total_iter // epoch_max_iter + 1``): so here.
+
+        Only the train count is kept (``total_iter`` is the train count in every mode): a write
+        to another mode's entry is ignored.
+        """
+        if mode != 'train':
+            return
         progress = self.progress
         progress.total_iter = value
         if progress.epoch_iters['train'] > 0:
@@ -288,14 +294,11 @@ class ScepterProtocol:
         So here: ``before_iter`` begins a step; ``after_iter`` counts it (before its hooks, as
         this project's loops do) and ends it after them.
         """
-        step = self.step
-        if stage == 'before_iter':
-            step.begin()
+        step, progress, train = self.step, self.progress, self._mode == 'train'
+        if stage == 'before_iter':  # (a scepter loop plans no accumulation group: scepter's BackwardHook does)
+            step.begin(progress.total_iter)
         elif stage == 'after_iter':
-            self.progress.iters[self._mode] += 1
-            if self._mode == 'train':
-                self.progress.total_iter += 1
-                self.progress.optimizer_steps += self.optimizer is not None
+            progress.count_step(self._mode, train and step.steps_optimizer and self.optimizer is not None)
             step.counted = True
         for hook in hooks:
             if not isinstance(hook, Hook) or hook.implements(stage):

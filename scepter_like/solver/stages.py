@@ -44,7 +44,8 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
     added = []
     for key, hook_cfg in REQUIRED_TRAIN_HOOKS.items():
         name = hook_cfg['NAME']
-        if cfg[key] is None or name in names or (key == 'OPTIMIZER' and steps_optimizer_itself):
+        given = _given(cfg, key)
+        if given is None or name in names or (key == 'OPTIMIZER' and steps_optimizer_itself):
             continue
         if any(_is_a(entry.get('NAME'), name) for entry in entries if hasattr(entry, 'get')):
             continue
@@ -52,10 +53,11 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
             if 'BackwardHook' in names and not _is_a('BackwardHook', 'BackwardHook', builtin=True):
                 logger.info(f'{cfg.path_of(key)} is stepped by {qualname(HOOKS.get("BackwardHook"))}: no LrHook added')
                 continue
-            if _is_scepter_scheduler(cfg[key]):
+            if _is_scepter_scheduler(given):
                 hook_cfg = {**hook_cfg, 'SET_BY_EPOCH': False}
         added.append(dict(hook_cfg))
-        logger.info(f'{cfg.path_of(key)} is set and {cfg.path_of("TRAIN_HOOKS")} has no {name}: added {hook_cfg}')
+        where = getattr(given, 'path', cfg.path_of(key))
+        logger.info(f'{where} is set and {cfg.path_of("TRAIN_HOOKS")} has no {name}: added {hook_cfg}')
     if added:
         cfg[HOOK_KEYS['train']] = [_plain_entry(e) for e in entries] + added
 
@@ -65,6 +67,14 @@ def _is_a(entry_name, required, builtin=False):
     if not isinstance(entry_name, str) or entry_name not in HOOKS or required not in HOOKS:
         return False
     return issubclass(HOOKS.get(entry_name), BUILTIN_HOOKS[required] if builtin else HOOKS.get(required))
+
+
+def _given(cfg, key):
+    """The config of ``key`` (OPTIMIZER, LR_SCHEDULER): the solver's, else a later optimizer phase's; or None."""
+    if cfg[key] is not None:
+        return cfg[key]
+    phases = cfg.get('OPTIMIZER_PHASES') or []
+    return next((p[key] for p in phases if hasattr(p, 'get') and p.get(key) is not None), None)
 
 
 def _is_scepter_scheduler(sched_cfg):
@@ -218,7 +228,13 @@ class HookStages:
         for fn in self.stages.functions(self._mode, stage):
             fn(self)
 
-    before_solve = _stage('before_solve')
+    def before_solve(self, hooks=None):
+        """Every mode's hooks' before_solve; then the table asks them again what they implement (they settle
+        their configuration there)."""
+        self._call('before_solve', hooks)
+        if hooks is None:
+            self.stages.rebuild()
+
     before_epoch = _stage('before_epoch')
     after_epoch = _stage('after_epoch')
     before_all_iter = _stage('before_all_iter')

@@ -34,6 +34,11 @@ class DistInfo:
         return self.world_size > 1
 
 
+def default_device(local_rank):
+    """``cuda:local_rank`` where CUDA is available, else the CPU: the device ENV.DEVICE '' picks."""
+    return torch.device('cuda', local_rank) if torch.cuda.is_available() else torch.device('cpu')
+
+
 def init_distributed(backend='', timeout_s=1800, device=''):
     """Read torchrun's (or SLURM's, see ``launch_env``) rank and world size; init the process group if > 1 process.
 
@@ -56,7 +61,7 @@ def init_distributed(backend='', timeout_s=1800, device=''):
         if dev.type == 'cuda' and dev.index is None:
             dev = torch.device('cuda', local_rank)
     else:
-        dev = torch.device('cuda', local_rank) if cuda else torch.device('cpu')
+        dev = default_device(local_rank)
     if dev.type == 'cuda':
         if not cuda:
             raise DistributedError(f'ENV.DEVICE is {device!r} but CUDA is not available; use cpu or leave it empty')

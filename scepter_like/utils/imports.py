@@ -78,6 +78,8 @@ def _import_one(name, base_dir):
     except SyntaxError as e:
         where = f'line {e.lineno} of {e.filename}' if e.lineno else e.filename
         raise ConfigError(f'IMPORTS: {name!r} does not compile: {e.msg} at {where}; fix the code there') from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f'IMPORTS: {name!r} is not UTF-8 text (byte {e.start}); save it as UTF-8') from None
     except UserError:
         raise
     except Exception as e:

@@ -37,8 +37,9 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
     """The loss to minimise from a model's train outputs ``results`` at train step ``step``.
 
     ``results['loss']`` when the model gives one (a scalar tensor); otherwise ``aggregator``
-    over the ``loss_*`` terms, put back as ``results['loss']`` beside ``weight_<term>`` (each
-    term's weight, e.g. ``weight_pde`` for ``loss_pde``) so the log shows both.
+    over the ``loss_*`` terms, put back as ``results['loss']``; an aggregator whose weights
+    change (``logs_weights``: Relobralo) puts each term's weight beside it, ``weight_<term>``
+    (``weight_pde`` for ``loss_pde``), so the log shows both.
     ``configured_at``: the config path of an aggregator the user asked for, which a single
     ``loss`` would leave with nothing to balance (a ConfigError).
     """
@@ -57,8 +58,9 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
     if not terms:
         raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
     loss = results['loss'] = aggregator(terms, step)
-    for name, weight in aggregator.weights().items():
-        results[WEIGHT_PREFIX + name[len(TERM_PREFIX) :]] = weight
+    if aggregator.logs_weights:
+        for name, weight in aggregator.weights().items():
+            results[WEIGHT_PREFIX + name[len(TERM_PREFIX) :]] = weight
     return loss
 
 
@@ -67,6 +69,7 @@ class LossAggregator:
 
     para_dict = {}
     performs_backward = False  # True: call backward(terms, step, params) instead of loss.backward()
+    logs_weights = True  # the weights change from step to step: aggregate_loss puts them beside the terms
 
     def __init__(self, cfg, logger=None, weights=None, seed=0):
         self.cfg = cfg
@@ -113,6 +116,7 @@ class Sum(LossAggregator):
     """``sum_k LOSS_WEIGHTS[k] * loss_k``: the solver's behaviour without an aggregator."""
 
     para_dict = {}
+    logs_weights = False  # the config's LOSS_WEIGHTS: nothing new to log at every step
 
     def __init__(self, cfg, logger=None, weights=None, seed=0):
         super().__init__(cfg, logger, weights, seed)

@@ -32,10 +32,8 @@ def project_conflicting(grads, orders):
     projected = grads.clone()
     for i, order in enumerate(orders):
         g = projected[i]
-        for j in order:
-            dot = torch.dot(g, grads[j])
-            if dot < 0:
-                g -= dot / grads[j].pow(2).sum() * grads[j]
+        for j in order:  # min(dot, 0): no projection where they agree, and no host sync to decide it
+            g -= torch.dot(g, grads[j]).clamp(max=0) / grads[j].pow(2).sum() * grads[j]
     return projected
 
 

@@ -27,7 +27,7 @@ import os
 
 from scepter_like.errors import ConfigError
 from scepter_like.solver import checkpoint_state
-from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
@@ -167,7 +167,7 @@ class CheckpointHook(Hook):
         if self.checked_eval == solver.last_eval_epoch:
             return
         self.checked_eval = solver.last_eval_epoch
-        value = solver.epoch_outputs['eval'].get(self.best_metric)
+        value = eval_metric(solver, self.best_metric, self.cfg.path_of('SAVE_BEST_BY'))
         if value is None or not math.isfinite(value):
             return
         better = self.best_value is None or (

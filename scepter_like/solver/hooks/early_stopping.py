@@ -6,7 +6,7 @@ it asks the solver to stop (the test data still runs).  Metrics are reduced over
 ranks, and the decision is broadcast from rank 0, so every rank stops together.
 """
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -35,7 +35,7 @@ class EarlyStoppingHook(Hook):
         check_eval_metric(self, solver, 'MONITOR', 'watches evaluations')
 
     def after_epoch(self, solver):
-        value = solver.epoch_outputs.get('eval', {}).get(self.monitor)
+        value = eval_metric(solver, self.monitor, self.cfg.path_of('MONITOR'))
         if value is None:
             return
         improved = self.best is None or (

@@ -113,13 +113,17 @@ class EMAHook(Hook):
         if self._swap is not None:
             self._swap.swap_back()
         if self.export and solver.failed is None and solver.is_main and self.ema:
-            from scepter_like.model.description import description_metadata
-            from scepter_like.utils.checkpoint import save_safetensors
+            from scepter_like.model.description import save_described_weights
 
             path = os.path.join(solver.work_dir, 'ema', f'{self.export_name}.safetensors')
-            meta = {'ema_updates': self.updates, 'decay': self.decay, 'optimizer_steps': solver.optimizer_steps}
-            meta.update(description_metadata(solver.unwrapped_model))
-            save_safetensors(self.ema, path, metadata=meta)
+            save_described_weights(
+                path,
+                self.ema,
+                solver.unwrapped_model,
+                ema_updates=self.updates,
+                decay=self.decay,
+                optimizer_steps=solver.optimizer_steps,
+            )
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 
     def before_save_checkpoint(self, solver, checkpoint):

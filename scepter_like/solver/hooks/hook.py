@@ -115,7 +115,7 @@ def check_eval_metric(hook, solver, key, job):
     """For a hook that reads an eval metric: it is in EVAL_HOOKS, and the metric ``cfg[key]`` names exists.
 
     ``job`` says what the hook does with evaluations (for the error).  Metric names not known
-    before a first pass (scepter's metrics) are checked when read.
+    before a first pass (scepter's metrics) are checked when read (``eval_metric``).
     """
     from scepter_like.errors import ConfigError
 
@@ -127,3 +127,16 @@ def check_eval_metric(hook, solver, key, job):
             f'{hook.cfg.path_of(key)}: no eval metric is called {hook.cfg[key]!r}; the metrics give {names}'
             + ('' if names else ' (give the config EVAL_DATA and METRICS)')
         )
+
+
+def eval_metric(solver, name, where):
+    """The latest evaluation's ``name``, or None before any; a ConfigError naming ``where`` (a config path)
+    when an evaluation ran without it (metric names a first pass makes known: scepter's metrics)."""
+    outputs = solver.epoch_outputs.get('eval') or {}
+    if name in outputs:
+        return outputs[name]
+    if outputs:
+        from scepter_like.errors import ConfigError
+
+        raise ConfigError(f'{where}: no eval metric is called {name!r}; the evaluation gave {sorted(outputs)}')
+    return None

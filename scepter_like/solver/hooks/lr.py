@@ -18,7 +18,7 @@ import math
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 
 
@@ -74,10 +74,12 @@ class LrHook(Hook):
         return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
     def _follow_phase(self, solver):
-        """After an optimizer switch, schedule from the new optimizer's learning rates."""
-        if solver.progress.phase != self.phase:
-            self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
-            self.phase = solver.progress.phase
+        """After an optimizer switch, schedule from the new optimizer's learning rates; True on a switch."""
+        if solver.progress.phase == self.phase:
+            return False
+        self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
+        self.phase = solver.progress.phase
+        return True
 
     def _apply(self, solver):
         """Set each group's LR: the scheduled LR times the warmup factor."""
@@ -92,7 +94,7 @@ class LrHook(Hook):
             for group, lr in zip(solver.optimizer.param_groups, self.sched_lrs):
                 group['lr'] = lr
             if isinstance(sched, ReduceLROnPlateau):
-                value = solver.epoch_outputs.get('eval', {}).get(self.plateau_metric)
+                value = eval_metric(solver, self.plateau_metric, self.cfg.path_of('PLATEAU_METRIC'))
                 if value is not None and solver.last_eval_epoch == solver.progress.epoch - 1:  # a fresh evaluation only
                     sched.step(value)
             else:
@@ -102,7 +104,8 @@ class LrHook(Hook):
     def before_epoch(self, solver):
         if not self.by_epoch:
             return
-        self._follow_phase(solver)
+        if self._follow_phase(solver):  # the new scheduler's first epoch runs at its initial rates
+            self.last_epoch = solver.progress.epoch
         if solver.progress.epoch > self.last_epoch:
             self._step_scheduler(solver)
             self.last_epoch = solver.progress.epoch

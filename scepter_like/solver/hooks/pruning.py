@@ -8,7 +8,7 @@ runner turns into a pruned trial. Without an attached trial (a trial's ``config.
 again) it only records the values. It reads solver state and changes none.
 """
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -38,7 +38,9 @@ class PruningHook(Hook):
         check_eval_metric(self, solver, 'METRIC', 'reports evaluations')
 
     def after_all_iter(self, solver):
-        value = solver.epoch_outputs['eval'][self.metric]
+        value = eval_metric(solver, self.metric, self.cfg.path_of('METRIC'))
+        if value is None:  # no evaluation results (an eval pass without METRICS)
+            return
         step = solver.progress.epoch + 1
         self.values[step] = value
         prune = False

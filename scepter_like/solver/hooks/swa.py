@@ -81,6 +81,11 @@ class SWAHook(Hook):
         from torch.optim.swa_utils import SWALR, AveragedModel
 
         model = solver.unwrapped_model
+        if self.swa_lr > 0 and len(solver.phases) > 1:
+            raise ConfigError(
+                f'{self.cfg.path_of("SWA_LR")}: SWALR anneals one optimizer, and SOLVER.OPTIMIZER_PHASES switches'
+                ' optimizers; set SWA_LR: 0 (average only) or give one optimizer'
+            )
         if self.averaged is None:
             self.averaged = AveragedModel(model)
             if self.swa_lr > 0:
@@ -149,12 +154,10 @@ class SWAHook(Hook):
         solver.unwrapped_model.load_state_dict(weights)
         solver.logger.info(f'SWA: the model now holds the average of {self.n_averaged} epochs')
         if self.export and solver.is_main:
-            from scepter_like.model.description import description_metadata
-            from scepter_like.utils.checkpoint import save_safetensors
+            from scepter_like.model.description import save_described_weights
 
             path = os.path.join(solver.work_dir, 'swa', f'{self.export_name}.safetensors')
-            meta = {'swa_epochs': self.n_averaged, **description_metadata(solver.unwrapped_model)}
-            save_safetensors(weights, path, metadata=meta)
+            save_described_weights(path, weights, solver.unwrapped_model, swa_epochs=self.n_averaged)
             solver.logger.info(f'SWA weights exported to {path}')
 
     def state_dict(self):
