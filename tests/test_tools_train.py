@@ -140,7 +140,7 @@ BAD_INPUTS = {
     ),
     'negative batch size': (
         lambda t: ['--cfg', DIGITS_CFG, 'SOLVER.TRAIN_DATA.BATCH_SIZE=-4'],
-        r'SOLVER\.TRAIN_DATA\.BATCH_SIZE: must be a positive integer, got -4',
+        r'SOLVER\.TRAIN_DATA\.BATCH_SIZE: must be at least 1, got -4',
     ),
     'unknown optimizer': (
         lambda t: ['--cfg', DIGITS_CFG, 'SOLVER.OPTIMIZER.NAME=SDG'],
