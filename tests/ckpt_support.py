@@ -37,21 +37,30 @@ TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
 COMMIT_ENV = 'SCEPTER_TEST_KILL_BEFORE_COMMIT'
 
 
+def _save_in_halves(real_save, obj, f, between, *args, **kwargs):
+    """``real_save(obj, f)`` written in two halves, ``between(out)`` called after the first (flushed) half."""
+    buffer = io.BytesIO()
+    real_save(obj, buffer, *args, **kwargs)
+    data = buffer.getvalue()
+    with open(f, 'wb') as out:
+        out.write(data[: len(data) // 2])
+        out.flush()
+        between(out)
+        out.write(data[len(data) // 2 :])
+
+
 def _tear_save_number(n):
     real_save, count = torch.save, [0]
+
+    def tear(out):
+        os.fsync(out.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)  # half the file on disk, and no cleanup
 
     def save(obj, f, *args, **kwargs):
         count[0] += 1
         if count[0] < n:
             return real_save(obj, f, *args, **kwargs)
-        buffer = io.BytesIO()
-        real_save(obj, buffer, *args, **kwargs)
-        data = buffer.getvalue()
-        with open(f, 'wb') as out:
-            out.write(data[: len(data) // 2])
-            out.flush()
-            os.fsync(out.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
+        _save_in_halves(real_save, obj, f, tear, *args, **kwargs)
 
     torch.save = save
 
@@ -81,14 +90,8 @@ def _signal_in_save(spec):
         chosen = count[0] == int(which) if which.isdigit() else which in os.path.basename(str(f))
         if not chosen:
             return real_save(obj, f, *args, **kwargs)
-        buffer = io.BytesIO()
-        real_save(obj, buffer, *args, **kwargs)
-        data = buffer.getvalue()
-        with open(f, 'wb') as out:
-            out.write(data[: len(data) // 2])
-            out.flush()
-            os.kill(os.getpid(), getattr(signal, name))  # the handler runs here, mid-write
-            out.write(data[len(data) // 2 :])
+        # the handler runs mid-write
+        _save_in_halves(real_save, obj, f, lambda out: os.kill(os.getpid(), getattr(signal, name)), *args, **kwargs)
 
     torch.save = save
 
