@@ -37,13 +37,16 @@ class PlainMetric:  # not derived from scepter_like.metric.base.Metric
         self.cfg = cfg
 """
 
-TUPLE_DATASET = """
+
+def dataset_module(name, item):
+    """The text of a user module registering dataset ``name`` of 16 items, ``__getitem__`` returning ``item``."""
+    return f"""
 import torch
 from scepter_like.data.registry import DATASETS
 
 
 @DATASETS.register_class()
-class TupleDataset:
+class {name}:
     def __init__(self, cfg, logger=None):
         self.cfg = cfg
 
@@ -51,8 +54,11 @@ class TupleDataset:
         return 16
 
     def __getitem__(self, index):
-        return torch.zeros(8), index % 3
+        {item}
 """
+
+
+TUPLE_DATASET = dataset_module('TupleDataset', 'return torch.zeros(8), index % 3')
 
 
 def _write(tmp, name, text, mode='w'):
@@ -208,21 +214,7 @@ def test_a_work_dir_that_cannot_be_written_is_one_error_line(blob_cfg):
     assert len(res.stderr.splitlines()) == 1
 
 
-RAISING_DATASET = """
-from scepter_like.data.registry import DATASETS
-
-
-@DATASETS.register_class()
-class RaisingDataset:
-    def __init__(self, cfg, logger=None):
-        self.cfg = cfg
-
-    def __len__(self):
-        return 16
-
-    def __getitem__(self, index):
-        raise RuntimeError('disk on fire')
-"""
+RAISING_DATASET = dataset_module('RaisingDataset', "raise RuntimeError('disk on fire')")
 
 RAISING = {
     'IMPORTS module': (
@@ -237,7 +229,7 @@ RAISING = {
             'SOLVER.TRAIN_DATA={NAME: RaisingDataset}',
         ],  # fmt: skip
         r'error: RaisingDataset \(SOLVER\.TRAIN_DATA\) raised RuntimeError: disk on fire',
-        'raising_ds.py", line 14, in __getitem__',
+        'raising_ds.py", line 15, in __getitem__',
     ),
     'dataset in a worker': (
         lambda t: [
@@ -246,7 +238,7 @@ RAISING = {
             'SOLVER.TRAIN_DATA={NAME: RaisingDataset, NUM_WORKERS: 1}',
         ],  # fmt: skip
         r'error: RaisingDataset \(SOLVER\.TRAIN_DATA\) raised RuntimeError: Caught RuntimeError in DataLoader worker',
-        'raising_ds.py", line 14, in __getitem__',
+        'raising_ds.py", line 15, in __getitem__',
     ),
 }
 
