@@ -88,7 +88,7 @@ class DistProbeHook(Hook):
         self.first_grads = None
         self.worker_pids = []
         self.allreduces = 0
-        self.backward_norms = []  # (total_iter, global gradient norm) at each after_backward
+        self.backward_norms = []  # (step index, global gradient norm) at each after_backward
 
     def before_solve(self, solver):
         names = {id(p): n for n, p in solver.unwrapped_model.named_parameters()}
@@ -125,7 +125,7 @@ class DistProbeHook(Hook):
     def after_backward(self, solver):
         grads = [_full(p.grad) for p in solver.unwrapped_model.parameters() if p.grad is not None]
         self.backward_norms.append(
-            (solver.progress.total_iter, torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])))
+            (solver.step.index, torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])))
         )
 
     def after_iter(self, solver):

@@ -143,7 +143,7 @@ def test_run_eval_path_uses_the_weights_training_evaluated_with(tmp_path):
     import logging
 
     from scepter_like.config import Config
-    from scepter_like.solver.loading import build_solver_with_weights, evaluate
+    from scepter_like.solver.inference_solver import build_solver_with_weights, evaluate
 
     cfg = _linear_cfg(tmp_path, {'DECAY': 0.9}, MAX_EPOCHS=2)
     cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True})

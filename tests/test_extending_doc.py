@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO, run_tool
 
 from scepter_like.errors import DataError
-from scepter_like.solver.predict import forward_checked
+from scepter_like.solver.model_call import forward_checked
 
 DOC = os.path.join(REPO, 'docs', 'extending.md')
 

@@ -56,8 +56,8 @@ def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):
 
 
 def test_forward_signature_mismatches_are_data_errors_and_onnx_finds_required_inputs():
+    from scepter_like.solver.model_call import forward_checked
     from scepter_like.solver.onnx_export import required_inputs
-    from scepter_like.solver.predict import forward_checked
 
     class Plain(torch.nn.Module):  # an ordinary forward: named inputs, an optional label
         def __init__(self):

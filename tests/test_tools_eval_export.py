@@ -17,7 +17,7 @@ import torch
 from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
 
 from scepter_like.config import Config
-from scepter_like.solver.loading import build_solver_with_weights
+from scepter_like.solver.inference_solver import build_solver_with_weights
 
 TRAIN_ARGS = ['SOLVER.MAX_EPOCHS=1', 'SOLVER.LR_SCHEDULER.T_MAX=1', 'SOLVER.TRAIN_HOOKS.3.SAVE_LAST=true']
 

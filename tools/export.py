@@ -59,7 +59,7 @@ def export_safetensors(model, weights, output, cfg=None):
 def sample_inputs(model, input_path, solver=None):
     """A dict of CPU tensors: the arrays of ``input_path`` as the model takes them, else the first samples
     of TEST_DATA / EVAL_DATA (the first batch, for a model with INPUT_BATCHING 'whole')."""
-    from scepter_like.solver.loading import read_model_inputs
+    from scepter_like.solver.inference_solver import read_model_inputs
     from scepter_like.solver.predict import as_tensors, input_batching
 
     rows = input_batching(model) == 'rows'
@@ -85,7 +85,7 @@ def export_onnx_file(model, args, solver=None):
 
 
 def export_with_config(args, logger):
-    from scepter_like.solver.loading import build_solver_with_weights, resolve_weights_path
+    from scepter_like.solver.inference_solver import build_solver_with_weights, resolve_weights_path
 
     cfg = load_config(args)
     data_modes = ()
@@ -106,7 +106,7 @@ def export_with_config(args, logger):
 
 
 def export_from_checkpoint(args, logger):
-    from scepter_like.solver.loading import model_from_weights, resolve_weights_path
+    from scepter_like.solver.inference_solver import model_from_weights, resolve_weights_path
     from scepter_like.utils.launch_env import process_rank
 
     refuse_config_options(args, 'export')

@@ -45,7 +45,7 @@ def main(argv):
         return 0
     if cfg.SOLVER.get('EVAL_DATA') is None and cfg.SOLVER.get('TEST_DATA') is None:
         raise ConfigError('SOLVER: run_eval needs EVAL_DATA or TEST_DATA; add one (or set it by an override)')
-    from scepter_like.solver.loading import build_solver_with_weights, evaluate, resolve_weights_path
+    from scepter_like.solver.inference_solver import build_solver_with_weights, evaluate, resolve_weights_path
     from scepter_like.utils.checkpoint import atomic_write_text
     from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger

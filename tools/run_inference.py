@@ -46,7 +46,12 @@ def test_data_batches(solver, batch_size):
 
 def infer_with_config(args, logger):
     """Outputs of the config's model with the checkpoint's weights, on --input or TEST_DATA."""
-    from scepter_like.solver.loading import build_solver_with_weights, model_inputs, read_npz, resolve_weights_path
+    from scepter_like.solver.inference_solver import (
+        build_solver_with_weights,
+        model_inputs,
+        read_npz,
+        resolve_weights_path,
+    )
     from scepter_like.solver.predict import predict_batches
 
     cfg = load_config(args)
@@ -69,7 +74,7 @@ def infer_with_config(args, logger):
 
 def infer_from_checkpoint(args, logger):
     """Outputs of the model the checkpoint describes, on --input."""
-    from scepter_like.solver.loading import (
+    from scepter_like.solver.inference_solver import (
         inference_device,
         model_from_weights,
         model_inputs,
@@ -94,7 +99,7 @@ def main(argv):
     if args.cfg and args.print_config:
         print(load_config(args).dump(), end='')
         return 0
-    from scepter_like.solver.loading import write_npz
+    from scepter_like.solver.inference_solver import write_npz
     from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 

@@ -15,37 +15,35 @@ with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks
 that state only through the methods under "requests from hooks".
 """
 
+from __future__ import annotations
+
 import functools
+import inspect
 import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from scepter_like.data.loader import build_data
 from scepter_like.errors import ConfigError
 from scepter_like.metric.registry import METRICS
-from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, aggregate_loss, loss_terms
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.compile import compile_model, compile_settings
 from scepter_like.solver.environment import DTYPES, default_dtype, resolve_env, set_up_environment
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
-from scepter_like.solver.optimization import OptimizerPhases, takes_closure
-from scepter_like.solver.parallel import (
-    PARALLEL_MODES,
-    autocast_context,
-    eval_context,
-    train_forward_context,
-    wrap_model,
-)
-from scepter_like.solver.predict import forward_checked
+from scepter_like.solver.model_call import forward_checked
+from scepter_like.solver.optimization import UpdateSettings, WeightUpdater
+from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import announce_run, open_work_dir, start_training_run
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
-from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, settle_loop_settings
+from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
 from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 
@@ -95,51 +93,43 @@ class BaseSolver(HookStages, ScepterProtocol):
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
     }
 
-    STEPS_OPTIMIZER_ITSELF = False  # a subclass whose run_step_train steps the optimizer: no BackwardHook added
+    STEPS_OPTIMIZER_ITSELF = False  # a subclass whose run_step_train steps the optimizer: the updater stands aside
 
-    def __init__(self, cfg, logger=None):
+    def __init__(self, cfg: Any, logger: logging.Logger | None = None):
         self.cfg = cfg
         self.logger = logger or logging.getLogger('scepter_like')
-        self.work_dir = cfg.WORK_DIR
+        self.work_dir: str = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
         self.resume_from = cfg.RESUME_FROM or None  # scepter's hooks test it against None
         self.extra_keys = list(cfg.EXTRA_KEYS)
-        self.loss_weights = dict(cfg.LOSS_WEIGHTS)
         self.dtype = DTYPES[cfg.DTYPE]
-        self._aggregator_path = cfg.path_of('LOSS_AGGREGATOR') if cfg.LOSS_AGGREGATOR is not None else None
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
-        self.compile_settings = compile_settings(cfg)
         self.step = StepState()
+        self.updater = WeightUpdater(cfg, self.logger)  # the optimisation step (solver/optimization.py)
+        self.compile_settings = compile_settings(cfg)
         self.stop_signals = StopSignals()  # run_train.py enters it before set-up; solve() for its loop
         self._mode = 'train'
 
-        self.env_cfg = None
-        self.dist_info = None
+        self.env_cfg: Any = None
+        self.dist_info: Any = None
         self.seed = 0
-        self.autocast_dtype = None  # settled from the hooks' loop_settings
-        self.stop_on_nonfinite_loss = False  # likewise: a NaN / inf in a log line's loss ends the run
-        self.failed = None  # the exception that ended solve(), for after_solve hooks
-        self.data_time = 0.0
-        self.model_flops = None  # forward FLOPs per sample, set by register_flops
-        self._probes = {}
+        self.failed: BaseException | None = None  # the exception that ended solve(), for after_solve hooks
+        self.model_flops: float | None = None  # forward FLOPs per sample, set by register_flops
+        self._probes: dict[str, Any] = {}
 
-        self.datas = {}
-        self.hooks_dict = {mode: [] for mode in MODES}
-        self._hook_keys = {}
-        self.stages = None  # StageTable, once the hooks are built
-        self.model = None
-        self.optimizer = None
-        self.lr_scheduler = None
-        self.phases = OptimizerPhases(cfg)  # SOLVER.OPTIMIZER (phase 0) and OPTIMIZER_PHASES
-        self.optimizer_takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
-        self.metrics = []
-        self.epoch_outputs = defaultdict(dict)  # mode -> {metric: float}; scepter's hooks index missing modes
-        self._file_handler = None
-        self.metrics_log = None  # rank 0: WORK_DIR/metrics.jsonl
-        self.resumed_from = None
+        self.datas: dict[str, Any] = {}
+        self.hooks_dict: dict[str, list] = {mode: [] for mode in MODES}
+        self._hook_keys: dict[str, Any] = {}
+        self.stages: StageTable | None = None  # once the hooks are built
+        self.model: Any = None
+        self.metrics: list = []
+        self.epoch_outputs: dict[str, dict] = defaultdict(dict)  # mode -> {metric: float}
+        self._file_handler: logging.Handler | None = None
+        self.metrics_log: Any = None  # rank 0: WORK_DIR/metrics.jsonl
+        self.resumed_from: str | None = None
 
     # -- set-up -------------------------------------------------------------------------------
-    def set_up_pre(self):
+    def set_up_pre(self) -> None:
         """Environment (seed, process group, device), work dir, log file, hooks."""
         self.env_cfg = resolve_env(self.cfg)
         self.dist_info = set_up_environment(self.env_cfg)
@@ -148,7 +138,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             self._file_handler, self.metrics_log = open_work_dir(self)
         self.construct_hook()
 
-    def set_up(self):
+    def set_up(self) -> None:
         """Data, model, metrics, device placement, optimizer; resume if asked (``solve`` writes the run records)."""
         with default_dtype(self.dtype):  # data and parameters are made in SOLVER.DTYPE
             self.construct_data()
@@ -160,18 +150,19 @@ class BaseSolver(HookStages, ScepterProtocol):
         torch.manual_seed(self.seed + self.rank)
         self.resumed_from = self.resume()
 
-    def construct_hook(self):
+    def construct_hook(self) -> None:
+        """The hooks of every mode, their stage table, and the updater's settings (SOLVER and BackwardHook keys)."""
         add_required_hooks(self.cfg, self.logger, self.STEPS_OPTIMIZER_ITSELF)
         self.hooks_dict, self._hook_keys = build_hooks(self.cfg, self.logger)
         self.stages = StageTable(self.hooks_dict)
-        settings = settle_loop_settings(self.cfg, self.hooks_dict['train'])
-        self.progress.accumulate_steps = settings['accumulate_steps']
-        self.autocast_dtype = settings['autocast_dtype']
-        self.stop_on_nonfinite_loss = settings['stop_on_nonfinite_loss']
-        if self.autocast_dtype is not None and self.dtype is not torch.float32:
-            raise ConfigError(f'{self.cfg.path_of("DTYPE")}: {self.cfg.DTYPE} cannot run under AMP; turn USE_AMP off')
+        backward_cfg, foreign = update_hooks(self.hooks_dict['train'])
+        self.updater.configure(
+            UpdateSettings.from_config(self.cfg, backward_cfg, self.device.type),
+            active=not (foreign or self.STEPS_OPTIMIZER_ITSELF),
+            seed=self.seed,
+        )
 
-    def construct_data(self):
+    def construct_data(self) -> None:
         """Build each mode's data; every mode's ``epoch_max_iter`` is known from here on."""
         progress = self.progress
         for mode in MODES:
@@ -182,19 +173,19 @@ class BaseSolver(HookStages, ScepterProtocol):
         if 'train' in self.datas:
             progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
 
-    def construct_model(self):
+    def construct_model(self) -> None:
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
         self.model = MODELS.build(self.cfg.MODEL, logger=self.logger)
         load_pretrained(self.model, self.cfg.MODEL, self.logger)
 
-    def construct_metrics(self):
+    def construct_metrics(self) -> None:
         entries = self.cfg.METRICS or []
         if not isinstance(entries, list):
             raise ConfigError(f'{self.cfg.path_of("METRICS")}: expected a list of metric configs')
         self.metrics = [METRICS.build(entry, logger=self.logger) for entry in entries]
 
-    def model_to_device(self, tg_model_ins=None):
+    def model_to_device(self, tg_model_ins: Any = None) -> Any:
         """Move to this rank's device, wrap (DDP / FSDP), compile (SOLVER.COMPILE); returns it when given one."""
         model = self.model if tg_model_ins is None else tg_model_ins
         wrapped = wrap_model(model, self.dist_info, self.cfg.PARALLEL, self.cfg.FIND_UNUSED_PARAMETERS)
@@ -204,77 +195,55 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.model = wrapped
         return None
 
-    def init_opti(self):
-        """The optimizer and LR scheduler of phase 0 (every phase is checked here) and the loss aggregator."""
+    def init_opti(self) -> None:
+        """The updater's phase-0 optimizer and scheduler (every phase checked against the train data), its
+        GradScaler and loss aggregator."""
         cfg = self.cfg
         if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
             raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
-        if cfg.OPTIMIZER is not None:
-            params = self.train_parameters()
-            if 'train' in self.datas:
-                self.phases.check(self.progress, self.autocast_dtype, params, self.logger)
-            self.use_optimizer_phase(0, params)
-        _ = self.loss_aggregator  # built now, so that a bad LOSS_AGGREGATOR fails before training
+        if cfg.OPTIMIZER is None and self.updater.active and self._listed_hook('BackwardHook'):
+            raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
+        train = self.progress if 'train' in self.datas else None
+        self.updater.set_up(self.train_parameters(), self.device, train)
 
-    @functools.cached_property
-    def loss_aggregator(self):
-        """The LOSS_AGGREGATORS entry that turns the model's ``loss_*`` terms into the loss (Sum by default)."""
-        agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
-        return LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=self.loss_weights, seed=self.seed)
+    def _listed_hook(self, name: str) -> bool:
+        return any(type(h).__name__ == name for h in self.hooks_dict['train'])
 
-    def use_optimizer_phase(self, index, params=None):
-        """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
-        self.optimizer, self.lr_scheduler = self.phases.build(index, params or self.train_parameters(), self.logger)
-        self.optimizer_takes_closure = takes_closure(self.optimizer)
-        self.progress.phase = index
-
-    # -- views of the loop's state (scepter's names: ScepterProtocol) -------------------------------
-    optimizer_steps = state_view('progress', 'optimizer_steps', settable=False)
-    accumulate_steps = state_view('progress', 'accumulate_steps', settable=False)
-    last_eval_epoch = state_view(
-        'progress', 'last_eval_epoch', 'The epoch whose evaluation epoch_outputs["eval"] holds.', False
-    )
-    sync_grads = state_view('step', 'sync_grads', settable=False)
-    in_accumulation = state_view('step', 'in_accumulation', settable=False)
+    # -- what hooks read (docs/extending.md, "The hook surface") --------------------------------------
+    optimizer = state_view('updater', 'optimizer', 'The optimizer of the current phase.')
+    lr_scheduler = state_view('updater', 'lr_scheduler', 'The LR scheduler of the current phase, or None.')
+    loss_aggregator = state_view('updater', 'loss_aggregator', "Turns the model's loss_* terms into the loss.", False)
+    optimizer_steps = state_view('progress', 'optimizer_steps', 'Optimizer steps taken.', settable=False)
+    last_eval_epoch = state_view('progress', 'last_eval_epoch', 'The epoch epoch_outputs["eval"] is of.', False)
 
     stop_requested = property(lambda self: self.progress.stop_reason is not None)
     rank = property(lambda self: self.dist_info.rank if self.dist_info else 0)
     world_size = property(lambda self: self.dist_info.world_size if self.dist_info else 1)
     is_main = property(lambda self: self.rank == 0)
     device = property(lambda self: self.dist_info.device if self.dist_info else torch.device('cpu'))
+    unwrapped_model = property(lambda self: unwrap_model(self.model))
 
     @functools.cached_property
-    def config_text(self):
+    def config_text(self) -> str:
         """The run's whole config as YAML, for checkpoint and export metadata (dumped once per run)."""
         return self.cfg.root.dump()
 
-    unwrapped_model = property(lambda self: unwrap_model(self.model))
-
-    @property
-    def batch_size(self):
-        """Per-rank batch size of the current mode's data (0 without data)."""
-        bundle = self.datas.get(self._mode)
-        return bundle.batch_size if bundle else 0
-
-    def train_finished(self):
-        return self.progress.train_finished()
-
     # -- requests from hooks ------------------------------------------------------------------------
-    def request_stop(self, reason):
+    def request_stop(self, reason: str) -> None:
         """End training at the next step boundary (the current step, evaluation and checkpoints complete)."""
         if self.progress.stop_reason is None:
             self.progress.stop_reason = reason
 
-    def request_probes(self):
+    def request_probes(self) -> None:
         """Keep what ``register_probe`` is given during the current step (ProbeDataHook dumps it)."""
         self.step.probe_wanted = True
 
-    def log_scalar(self, name, value):
+    def log_scalar(self, name: str, value: Any) -> None:
         """Add a scalar (a 0-dim tensor or a number) to this step's outputs: LogHook and TensorBoard show it."""
         self.step.outputs[name] = value.detach() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
     # -- the loop -------------------------------------------------------------------------------
-    def solve(self, epoch=None, every_epoch=False):
+    def solve(self, epoch: int | None = None, every_epoch: bool = False) -> None:
         """Train for MAX_EPOCHS (``epoch`` overrides it), evaluating every EVAL_INTERVAL; test at the end.
 
         ``every_epoch=True`` also runs the test data after every epoch.
@@ -310,12 +279,12 @@ class BaseSolver(HookStages, ScepterProtocol):
         finally:
             self.after_solve()
 
-    def _eval_due(self):
+    def _eval_due(self) -> bool:
         return 'eval' in self.datas and self.progress.eval_due()
 
-    def solve_train(self):
+    def solve_train(self) -> None:
         self.mode = 'train'
-        self.phases.enter_due(self)
+        self.updater.enter_due_phase(self.progress)
         self.before_epoch()
         # each pass over the data shuffles (and a sampled dataset redraws) anew, whatever the hooks did
         # (scepter's DistSamplerHook sets the sampler's epoch its own way)
@@ -324,14 +293,14 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.run_train()
         self.after_epoch()
 
-    def solve_eval(self):
+    def solve_eval(self) -> None:
         self._solve_no_grad('eval')
         self.progress.last_eval_epoch = self.progress.epoch
 
-    def solve_test(self):
+    def solve_test(self) -> None:
         self._solve_no_grad('test')
 
-    def _solve_no_grad(self, mode):
+    def _solve_no_grad(self, mode: str) -> None:
         if mode not in self.datas:
             return
         previous = self._mode
@@ -348,51 +317,68 @@ class BaseSolver(HookStages, ScepterProtocol):
         finally:
             self.mode = previous
 
-    def record_epoch_outputs(self, outputs):
+    def record_epoch_outputs(self, outputs: dict[str, Any]) -> None:
         """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""
         self.epoch_outputs[self._mode] = {k: float(v) if _is_scalar(v) else v for k, v in outputs.items()}
         self._outputs_recorded = True
         if self.metrics_log is not None:
             self.metrics_log.write_epoch_outputs(self, self._mode)
 
-    def run_train(self):
-        progress, step = self.progress, self.step
+    def run_train(self) -> None:
+        """The train steps of one epoch: plan the step -> before_iter -> run_step_train (forward, loss) ->
+        the updater's update (backward, after_backward, clip, step) -> count -> after_iter."""
+        progress, step, updater = self.progress, self.step, self.updater
         bundle = self.datas['train']
         first, stop = progress.start_train_epoch(bundle.num_batches())
         self.before_all_iter()
         batches = bundle.iterate(first, stop) if first < stop else iter(())
-        run_step, before_iter, after_iter = self.run_step_train, self.before_iter, self.after_iter
-        rank, to_device = self.rank, self.moves_batches
-        accumulating, counts_optimizer_steps = progress.accumulate_steps > 1, self.optimizer is not None
-        signals, device, phases = self.stop_signals, self.device, self.phases
+        run_step, update, before_iter, after_iter = self.run_step_train, self._update, self.before_iter, self.after_iter
+        rank, to_device, accumulate = self.rank, self.moves_batches, updater.settings.accumulate_steps
         t0 = time.perf_counter()
         for batch_idx, batch in enumerate(batches, progress.iters['train']):
-            self.data_time = time.perf_counter() - t0
+            data_time = time.perf_counter() - t0
             if to_device:
                 batch = self.transfer_data_to_device(batch)
-            if progress.total_iter >= phases.next_step:
-                phases.enter_due(self)
-            if accumulating:
-                step.begin(progress.total_iter, batch, *progress.accumulation_group())
-            else:
-                step.begin(progress.total_iter, batch)
+            if progress.total_iter >= updater.next_phase_step:
+                updater.enter_due_phase(progress)
+            step.begin(progress.total_iter, batch, *progress.accumulation_group(accumulate), data_time=data_time)
             before_iter()
             run_step(batch, batch_idx, progress.total_iter, rank)
-            progress.count_step('train', step.steps_optimizer and counts_optimizer_steps)
-            step.counted = True
-            after_iter()
-            step.end()
-            if step.steps_optimizer:  # a stop signal takes effect between optimizer steps, on every rank
-                progress.stop_signal = signals.agreed(device)
-                if progress.stop_signal:
-                    self.request_stop(f'signal {progress.stop_signal}')
+            self._finish_step('train', update(), after_iter)
+            if step.steps_optimizer:
+                self._agree_on_stop()
             if progress.stop_reason is not None:
                 break
             t0 = time.perf_counter()
         progress.finish_train_epoch()
         self.after_all_iter()
 
-    def _run_no_grad_loop(self, step_fn):
+    def _update(self) -> bool:
+        """The updater's update of this step; whether the optimizer stepped.  When something else steps the
+        optimizer (``updater.active`` false), the step counts as planned."""
+        if self.updater.active:
+            return self.updater.update(self.step, self._recompute_loss, self.after_backward)
+        return self.step.steps_optimizer and self.optimizer is not None
+
+    def _recompute_loss(self) -> torch.Tensor:
+        """The current step's loss evaluated again (a closure optimizer's later evaluations)."""
+        return self.updater.loss_of(self.train_forward(self.step.batch), self.step)
+
+    def _finish_step(self, mode: str, optimizer_step: bool, call_after_iter: Callable[[], Any]) -> None:
+        """A step's end, the same in every loop: count it, run its after_iter hooks, end it."""
+        self.progress.count_step(mode, optimizer_step)
+        self.step.counted = True
+        call_after_iter()
+        self.step.end()
+
+    def _agree_on_stop(self) -> None:
+        """At an optimizer-step boundary: stop when every rank has agreed on a stop signal (preemption.py)."""
+        signal = self.stop_signals.agreed()
+        if signal:
+            self.progress.stop_signal = signal
+            self.request_stop(f'signal {signal}')
+
+    def _run_no_grad_loop(self, step_fn: Callable) -> None:
         mode, progress, step = self._mode, self.progress, self.step
         bundle = self.datas[mode]
         progress.epoch_iters[mode] = bundle.num_batches()
@@ -404,25 +390,22 @@ class BaseSolver(HookStages, ScepterProtocol):
             step.begin()
             self.before_iter()
             step_fn(batch, batch_idx, progress.total_iter, self.rank)
-            progress.count_step(mode, False)
-            step.counted = True
-            self.after_iter()
-            step.end()
+            self._finish_step(mode, False, self.after_iter)
         self.record_epoch_outputs(self.compute_epoch_outputs())
         self.after_all_iter()
 
-    def run_eval(self):
+    def run_eval(self) -> None:
         self._run_no_grad_loop(self.run_step_eval)
 
-    def run_test(self):
+    def run_test(self) -> None:
         self._run_no_grad_loop(self.run_step_test)
 
     @property
-    def moves_batches(self):
+    def moves_batches(self) -> bool:
         """Whether batches need ``transfer_data_to_device`` (another device, or a SOLVER.DTYPE other than float32)."""
         return self.device.type != 'cpu' or self.dtype is not torch.float32
 
-    def transfer_data_to_device(self, batch):
+    def transfer_data_to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
         """The batch on this rank's device, its floating tensors in SOLVER.DTYPE when that is not float32."""
         device, cast = self.device, None if self.dtype is torch.float32 else self.dtype
         return {
@@ -432,54 +415,32 @@ class BaseSolver(HookStages, ScepterProtocol):
             for k, v in batch.items()
         }
 
-    def forward_context(self):
-        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps, autocast under AMP.
-
-        An aggregator that does its own backward (PCGrad) reduces the gradients itself: no_sync always.
-        """
-        sync_grads = self.step.sync_grads and not self.loss_aggregator.performs_backward
-        return train_forward_context(self.model, sync_grads, self.autocast_dtype, self.device.type)
-
-    def autocast(self):
-        return autocast_context(self.autocast_dtype, self.device.type)
-
-    def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
-        """Forward one batch; leaves the loss in ``self.step.loss`` for BackwardHook."""
+    def run_step_train(self, batch_data: dict[str, Any], batch_idx: int = 0, step: Any = None, rank: Any = None):
+        """Forward one batch; leaves the loss in ``self.step.loss`` for the updater."""
         results = self.train_forward(batch_data)
-        self.step.loss = self.total_loss(results)
+        self.step.loss = self.updater.loss_of(results, self.step)
         self.step.outputs = detached_outputs(results)
         return results
 
-    def train_forward(self, batch_data):
-        """The model's train outputs for a batch (also how a closure optimizer re-evaluates the step's loss)."""
-        with self.forward_context():
+    def train_forward(self, batch_data: dict[str, Any]) -> dict[str, Any]:
+        """The model's train outputs for a batch, under the updater's forward context (no_sync, autocast)."""
+        with self.updater.forward_context(self.model, self.step.sync_grads):
             return forward_checked(self.model, batch_data)
 
-    def total_loss(self, results):
-        """``results['loss']``, else its ``loss_*`` terms through LOSS_AGGREGATOR (Sum: by LOSS_WEIGHTS).
-
-        The aggregated loss is put back into ``results['loss']`` (with the weights of an
-        aggregator whose weights change), so the log shows them; the terms stay in
-        ``self.step.terms`` (``loss_aggregators.aggregate_loss``).
-        """
-        if 'loss' not in results:
-            self.step.terms = loss_terms(results)
-        return aggregate_loss(self.loss_aggregator, results, self.step.index, self._aggregator_path)
-
-    def _eval_forward(self, batch_data):
+    def _eval_forward(self, batch_data: dict[str, Any]) -> dict[str, Any]:
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
-        with self.autocast():
+        with self.updater.autocast():
             results = forward_checked(model, batch_data)
         self.step.outputs = detached_outputs(results)
         return results
 
-    def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
+    def run_step_eval(self, batch_data: dict[str, Any], batch_idx: int = 0, step: Any = None, rank: Any = None):
         return self._eval_forward(batch_data)
 
-    def run_step_test(self, batch_data, batch_idx=0, step=None, rank=None):
+    def run_step_test(self, batch_data: dict[str, Any], batch_idx: int = 0, step: Any = None, rank: Any = None):
         return self._eval_forward(batch_data)
 
-    def predict(self, inputs, batch_size=256):
+    def predict(self, inputs: dict[str, Any], batch_size: int = 256) -> dict[str, Any]:
         """``{key: numpy array}`` of the model's per-sample outputs for ``inputs`` (a dict of arrays).
 
         Batched, in eval mode, under ``no_grad``; the model's mode is restored afterwards.
@@ -487,18 +448,18 @@ class BaseSolver(HookStages, ScepterProtocol):
         """
         from scepter_like.solver.predict import predict
 
-        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.autocast)
+        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.updater.autocast)
 
-    def compute_epoch_outputs(self):
+    def compute_epoch_outputs(self) -> dict[str, Any]:
         """The flat ``{name: float}`` summary of an eval / test epoch (none in BaseSolver)."""
         return {}
 
-    def metric_names(self, mode='eval'):
+    def metric_names(self, mode: str = 'eval') -> list[str] | None:
         """Names ``epoch_outputs[mode]`` will hold: none in BaseSolver; None (known after a pass) for scepter's
         ``_build_metrics`` entries, which a scepter-style ``run_eval`` runs."""
         return None if any(isinstance(m, dict) for m in self.metrics) else []
 
-    def register_flops(self, data, keys=None):
+    def register_flops(self, data: dict[str, Any], keys: list[str] | None = None) -> float:
         """The model's forward FLOPs per sample (fvcore), kept in ``model_flops``: the log then shows FLOP/s.
 
         ``data`` is a batch dict (cut to its first sample); ``keys`` (all when empty) selects the inputs.
@@ -508,33 +469,59 @@ class BaseSolver(HookStages, ScepterProtocol):
         return register_flops(self, data, keys)
 
     # -- checkpoint state ------------------------------------------------------------------------
-    def save_checkpoint(self, path=None):
+    def save_checkpoint(self, path: str | None = None) -> dict[str, Any]:
         """The full training state (a dict); with ``path`` also written there atomically (rank 0).
 
         With a path every rank calls it (the RNG states of all ranks are gathered).  Without one,
         scepter's ``save_checkpoint() -> dict`` (scepter's CheckpointHook calls it on rank 0
         only), it takes no collective and holds this rank's RNG state alone.  A subclass
-        overriding it scepter's way decides what CheckpointHook writes (``checkpoint_state``).
+        overriding it scepter's way decides what CheckpointHook writes (``training_state``).
         """
         ckpt = checkpoint_state.collect_training_state(self, every_rank=path is not None)
         if path is not None:
             checkpoint_state.write_checkpoint(self, ckpt, path)
         return ckpt
 
-    def load_checkpoint(self, checkpoint):
+    def load_checkpoint(self, checkpoint: Any) -> Any:
         """Restore a checkpoint file's path, or the dict it holds (scepter's ``load_checkpoint(dict)``)."""
         if isinstance(checkpoint, (str, os.PathLike)):
-            source, checkpoint = checkpoint, checkpoint_state.load_checkpoint_file(checkpoint)
+            source, checkpoint = str(checkpoint), checkpoint_state.load_checkpoint_file(checkpoint)
         else:
             source = 'the checkpoint'
         checkpoint_state.restore_training_state(self, checkpoint, source)
         return checkpoint
 
-    def resume(self):
+    def training_state(self) -> dict[str, Any]:
+        """What a checkpoint file holds (a collective: every rank calls it): the dict of a scepter-style
+        ``save_checkpoint()`` override (made plain), else the full training state."""
+        if self._overrides_scepter_way('save_checkpoint'):
+            return checkpoint_state.plain_state(self.save_checkpoint())
+        return checkpoint_state.collect_training_state(self)
+
+    def restore_state(self, ckpt: dict[str, Any], source: str) -> None:
+        """Put a loaded checkpoint back: through a scepter-style ``load_checkpoint(dict)`` override, else whole."""
+        if self._overrides_scepter_way('load_checkpoint'):
+            self.load_checkpoint(ckpt)
+        else:
+            checkpoint_state.restore_training_state(self, ckpt, source)
+
+    def _overrides_scepter_way(self, name: str) -> bool:
+        """Whether the class replaces BaseSolver's ``name`` with scepter's signature (``save_checkpoint(self)`` /
+        ``load_checkpoint(self, checkpoint)``)."""
+        method = getattr(type(self), name)
+        if method is getattr(BaseSolver, name):
+            return False
+        try:
+            inspect.signature(method).bind(self, *(() if name == 'save_checkpoint' else ({},)))
+        except TypeError:
+            return False
+        return True
+
+    def resume(self) -> str | None:
         """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
         return checkpoint_state.resume(self)
 
-    def close(self):
+    def close(self) -> None:
         """Write out pending metrics.jsonl lines and detach the log file (the process group is the caller's)."""
         if self.metrics_log is not None:
             self.metrics_log.flush()

@@ -3,14 +3,13 @@
 One dict of tensors and plain values (so ``torch.load(weights_only=True)`` reads it):
 model (unwrapped), its description (``scepter_like.model.description``: what rebuilds the
 model without the config), optimizer, LR scheduler, solver progress, every hook's state
-(the grad scaler lives in BackwardHook's), and the RNG states of every rank; plus meta.
+(the updater's: optimizer, scheduler, loss aggregator, grad scaler), and the RNG states of every rank; plus meta.
 
 A solver subclass that overrides ``save_checkpoint() -> dict`` / ``load_checkpoint(dict)``
 (scepter's signatures) decides what the file holds and how it is put back: CheckpointHook,
-a preemption and RESUME_FROM go through its methods (``checkpoint_of`` / ``restore``).
+a preemption and RESUME_FROM go through the solver's ``training_state`` / ``restore_state``.
 """
 
-import inspect
 import os
 import time
 from collections import OrderedDict, defaultdict
@@ -21,7 +20,7 @@ import torch
 import scepter_like
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
-from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
+from scepter_like.solver.parallel import load_model_state, model_state_dict
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
     MODEL_DESCRIPTION_KEY,
@@ -58,9 +57,7 @@ def collect_training_state(solver, every_rank=True):
         },
         'model': model_state_dict(solver.model),
         MODEL_DESCRIPTION_KEY: describe(solver.unwrapped_model),
-        'optimizer': optimizer_state_dict(solver.optimizer) if solver.optimizer is not None else None,
-        'lr_scheduler': solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None,
-        'loss_aggregator': solver.loss_aggregator.state_dict() if solver.loss_aggregator is not None else None,
+        **solver.updater.state_dict(),  # optimizer, lr_scheduler, loss_aggregator, update
         'solver': progress_state(solver),
         'hooks': {key: hook.state_dict() for key, hook in solver.hooks_by_key().items()},
         'rng': rng,
@@ -70,35 +67,6 @@ def collect_training_state(solver, every_rank=True):
     if solver.metrics_log is not None:
         solver.metrics_log.flush()
     return ckpt
-
-
-def _overridden(solver, name):
-    """The solver's own ``name`` method when its class replaces BaseSolver's with scepter's signature, else None."""
-    from scepter_like.solver.base_solver import BaseSolver
-
-    method = getattr(type(solver), name)
-    if method is getattr(BaseSolver, name):
-        return None
-    try:  # scepter's: save_checkpoint(self) / load_checkpoint(self, checkpoint)
-        inspect.signature(method).bind(solver, *(() if name == 'save_checkpoint' else ({},)))
-    except TypeError:
-        return None
-    return getattr(solver, name)
-
-
-def checkpoint_of(solver):
-    """What a checkpoint file holds: an overriding ``save_checkpoint()``'s dict (made plain), else the full state."""
-    save = _overridden(solver, 'save_checkpoint')
-    return plain_state(save()) if save is not None else collect_training_state(solver)
-
-
-def restore(solver, ckpt, source):
-    """Put a loaded checkpoint back: through an overriding ``load_checkpoint(dict)``, else the full state."""
-    load = _overridden(solver, 'load_checkpoint')
-    if load is not None:
-        load(ckpt)
-    else:
-        restore_training_state(solver, ckpt, source)
 
 
 def write_checkpoint(solver, ckpt, path):
@@ -126,24 +94,7 @@ def restore_training_state(solver, ckpt, source):
     fix = 'resume with the config of the run that wrote it, or start a new WORK_DIR'
     check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
     load_model_state(solver.model, ckpt['model'], source)
-    phase = ckpt['solver'].get('phase', 0)
-    if solver.optimizer is not None and phase != solver.progress.phase:
-        if phase >= len(solver.phases):
-            raise CheckpointError(
-                f'{source} was saved in optimizer phase {phase}; this config has {len(solver.phases)} phase(s)'
-                ' (SOLVER.OPTIMIZER_PHASES)'
-            )
-        solver.use_optimizer_phase(phase)  # the optimizer (and scheduler) whose state the checkpoint holds
-    for name, obj, load in (
-        ('optimizer', solver.optimizer, load_optimizer_state),
-        ('lr_scheduler', solver.lr_scheduler, lambda o, s: o.load_state_dict(s)),
-        ('loss_aggregator', solver.loss_aggregator, lambda o, s: o.load_state_dict(s)),
-    ):
-        if obj is not None and ckpt.get(name) is not None:
-            try:
-                load(obj, ckpt[name])
-            except (ValueError, KeyError, RuntimeError, IndexError) as e:
-                raise CheckpointError(f'{source}: the {name} state does not fit this config ({e})') from None
+    solver.updater.load_state_dict(ckpt, ckpt['solver'].get('phase', 0), solver.progress, source)
     progress = dict(ckpt['solver'])
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:
@@ -202,7 +153,7 @@ def resume(solver):
     path = resume_path(solver)
     if path is None:
         return None
-    restore(solver, load_checkpoint_file(path), path)
+    solver.restore_state(load_checkpoint_file(path), path)
     progress = solver.progress
     solver.logger.info(
         f'resumed from {path} at epoch {progress.epoch}, iter {progress.iters["train"]}, step {progress.total_iter}'
@@ -216,7 +167,7 @@ def save_preempted(solver):
     folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
     if solver.is_main:
         os.makedirs(folder, exist_ok=True)
-    write_checkpoint(solver, checkpoint_of(solver), os.path.join(folder, name))
+    write_checkpoint(solver, solver.training_state(), os.path.join(folder, name))
     if solver.is_main:
         write_latest_pointer(folder, name)
     stop = Preempted(solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name))

@@ -6,6 +6,10 @@ of them; hooks read them and change them only through named solver methods, so a
 PRIORITY orders its work, never what it sees.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import torch
 
 from scepter_like.errors import ConfigError
@@ -21,12 +25,11 @@ class TrainingProgress:
     steps done (a step's own count is in by the time its ``after_iter`` hooks run).
     """
 
-    def __init__(self, max_epochs, max_steps=0, num_folds=1, eval_interval=1, accumulate_steps=1):
+    def __init__(self, max_epochs: int, max_steps: int = 0, num_folds: int = 1, eval_interval: int = 1):
         self.max_epochs = max_epochs
         self.max_steps = max_steps  # 0: no limit
         self.num_folds = num_folds
         self.eval_interval = eval_interval
-        self.accumulate_steps = accumulate_steps
         self.epoch = 0
         self.iters = dict.fromkeys(MODES, 0)
         self.epoch_iters = dict.fromkeys(MODES, 0)  # batches in this mode's epoch (a fold of a train pass)
@@ -37,7 +40,7 @@ class TrainingProgress:
         self.last_eval_epoch = -1  # the epoch whose evaluation epoch_outputs['eval'] holds
         self.stop_reason = None  # set by request_stop: training ends at the next step boundary
         self.stop_signal = 0  # the signal every rank agreed to stop on (preemption.StopSignals)
-        self.phase = 0  # the optimizer phase in use (SOLVER.OPTIMIZER_PHASES; optimization.py)
+        self.phase = 0  # the optimizer phase in use (SOLVER.OPTIMIZER_PHASES; the updater sets it)
 
     # -- the data of an epoch ---------------------------------------------------------------
     @property
@@ -87,13 +90,13 @@ class TrainingProgress:
             self.optimizer_steps += optimizer_step
 
     # -- gradient accumulation --------------------------------------------------------------
-    def accumulation_group(self):
-        """``(size, closes)`` of the group the next train step belongs to.
+    def accumulation_group(self, n: int) -> tuple[int, bool]:
+        """``(size, closes)`` of the group of ``n`` micro-batches the next train step belongs to.
 
-        Groups of ACCU_STEP micro-batches count from the epoch's start; the last group of an
-        epoch (or before MAX_STEPS) may be shorter and is averaged over its own length.
+        Groups count from the epoch's start; the last group of an epoch (or before
+        MAX_STEPS) may be shorter and is averaged over its own length.
         """
-        it, n = self.iters['train'], self.accumulate_steps
+        it = self.iters['train']
         group_start = it - it % n
         size = min(n, self.train_stop - group_start)
         return size, it + 1 >= group_start + size
@@ -159,9 +162,10 @@ class StepState:
     closure optimizer evaluates it again); ``sync_grads``: this step's backward all-reduces
     the gradients (the last micro-batch of an accumulation group); ``group_size``:
     micro-batches averaged into the optimizer step; ``steps_optimizer``: the optimizer steps
-    after this step's backward; ``loss``: the training loss the step left for BackwardHook;
+    after this step's backward; ``loss``: the training loss the step left for the updater;
     ``terms``: the ``loss_*`` terms it was aggregated from (PCGrad differentiates each);
-    ``outputs``: the step's outputs, detached.  ``running``: a step is between ``begin``
+    ``outputs``: the step's outputs, detached; ``data_time``: seconds spent waiting for
+    the batch.  ``running``: a step is between ``begin``
     and ``end``; ``counted``: its counts are in (``TrainingProgress``), i.e. its
     ``after_iter`` hooks are running.  scepter's counter views (``solver.iter``,
     ``solver.total_iter``, ``solver.epoch``) read these two.
@@ -177,6 +181,7 @@ class StepState:
         'group_size',
         'steps_optimizer',
         'probe_wanted',
+        'data_time',
         'running',
         'counted',
     )
@@ -191,10 +196,18 @@ class StepState:
         self.group_size = 1
         self.steps_optimizer = True
         self.probe_wanted = False
+        self.data_time = 0.0
         self.running = False
         self.counted = False
 
-    def begin(self, index=0, batch=None, group_size=1, steps_optimizer=True):
+    def begin(
+        self,
+        index: int = 0,
+        batch: Any = None,
+        group_size: int = 1,
+        steps_optimizer: bool = True,
+        data_time: float = 0.0,
+    ) -> None:
         self.index = index
         self.batch = batch
         self.loss = None
@@ -203,6 +216,7 @@ class StepState:
         self.group_size = group_size
         self.steps_optimizer = steps_optimizer
         self.probe_wanted = False
+        self.data_time = data_time
         self.running = True
         self.counted = False
 
@@ -211,7 +225,7 @@ class StepState:
         self.running = self.counted = False
 
     def take_loss(self):
-        """The loss, handed over once (BackwardHook's backward consumes it)."""
+        """The loss, handed over once (the updater's backward consumes it)."""
         loss, self.loss = self.loss, None
         return loss
 

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.solver.predict import forward_checked, input_batching
+from scepter_like.solver.model_call import forward_checked
+from scepter_like.solver.predict import input_batching
 from scepter_like.utils.checkpoint import atomic_write
 from scepter_like.utils.torch_noise import quiet_onnx_export
 

@@ -1,10 +1,24 @@
-"""The optimizer and LR scheduler of each optimisation phase, and closure optimizers.
+"""The optimisation step and its one owner, ``WeightUpdater``.
 
-A run starts in phase 0 (``SOLVER.OPTIMIZER`` / ``LR_SCHEDULER``); ``SOLVER.OPTIMIZER_PHASES``
-lists later phases, each starting at a train step (``AT_STEP``: that many steps done) or at
-the start of an epoch (``AT_EPOCH``, 0-based), with its own optimizer over the same
-parameters and its own scheduler (none when it names none) -- the Adam then L-BFGS recipe
-of physics-informed training::
+Everything that changes the weights lives here and reads top to bottom in
+``WeightUpdater.update``::
+
+    backward of the step's loss / group size      (or the loss aggregator's own backward: PCGrad)
+    on the last micro-batch of a group:
+        unscale (fp16)  ->  after_backward hooks  ->  clip  ->  unanimous non-finite skip
+        ->  optimizer step (a closure step for L-BFGS)  ->  zero_grad
+
+The updater holds what that needs: the optimizer phases (``SOLVER.OPTIMIZER`` and
+``OPTIMIZER_PHASES``), the current optimizer and LR scheduler, the loss aggregator, the
+GradScaler, and the settings of ``UpdateSettings`` (accumulation, clipping, AMP, the
+non-finite policy), which come from ``SOLVER.ACCU_STEP`` and BackwardHook's keys.  The loop
+(``BaseSolver.run_train``) calls ``update`` once per train step; hooks only observe what it
+did (``after_backward``, ``progress.optimizer_steps``).
+
+Phases: a run starts in phase 0; each later phase starts at a train step (``AT_STEP``:
+that many steps done) or at the start of an epoch (``AT_EPOCH``, 0-based), with its own
+optimizer over the same parameters and its own scheduler (none when it names none) -- the
+Adam then L-BFGS recipe of physics-informed training::
 
     OPTIMIZER: {NAME: Adam, LEARNING_RATE: 0.001}
     OPTIMIZER_PHASES:
@@ -12,23 +26,32 @@ of physics-informed training::
         OPTIMIZER: {NAME: LBFGS, LEARNING_RATE: 1.0, MAX_ITER: 1, MAX_EVAL: 25, LINE_SEARCH_FN: strong_wolfe}
 
 The checkpoint records the phase (``TrainingProgress.phase``) and holds the optimizer of
-that phase, so a resume in either phase, or right at the switch, continues exactly.
-
-A closure optimizer (one whose ``step`` requires a closure, as L-BFGS's does) is stepped by
-BackwardHook with a closure that re-evaluates the current batch's loss; it cannot
-accumulate gradients over micro-batches nor take a GradScaler, so both are config errors.
+that phase, so a resume in either phase, or right at the switch, continues exactly.  A
+closure optimizer (one whose ``step`` requires a closure, as L-BFGS's does) re-evaluates
+the current batch's loss; it cannot accumulate gradients over micro-batches nor take a
+GradScaler, so both are config errors.
 """
 
+from __future__ import annotations
+
+import contextlib
+import dataclasses
 import inspect
 import math
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
 from scepter_like.config import Config
-from scepter_like.errors import ConfigError
+from scepter_like.errors import CheckpointError, ConfigError, TrainingError
+from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, LossAggregator, aggregate_loss, loss_terms
 from scepter_like.opt.lr_schedulers.registry import build_lr_scheduler
 from scepter_like.opt.optimizers.registry import build_optimizer
 from scepter_like.registry import resolve_params
+from scepter_like.solver.loop_state import StepState, TrainingProgress
+from scepter_like.solver.parallel import full_tensor, load_optimizer_state, optimizer_state_dict
+from scepter_like.utils.distributed import all_reduce_max, all_reduce_sum, get_world_size
 
 PHASE_PARA_DICT = {
     'AT_STEP': {'value': 0, 'description': 'the phase starts once this many train steps are done', 'min': 0},
@@ -36,9 +59,12 @@ PHASE_PARA_DICT = {
     'OPTIMIZER': {'value': None, 'description': "the phase's OPTIMIZERS config", 'required': True},
     'LR_SCHEDULER': {'value': None, 'description': "the phase's LR_SCHEDULERS config (none: a constant LR)"},
 }
+AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
+NONFINITE_POLICIES = ('stop', 'skip', 'off')
+_NULL_CONTEXT = contextlib.nullcontext()
 
 
-def takes_closure(optimizer):
+def takes_closure(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step`` requires a closure (L-BFGS) rather than merely accepting one."""
     try:
         closure = inspect.signature(optimizer.step).parameters.get('closure')
@@ -47,14 +73,61 @@ def takes_closure(optimizer):
     return closure is not None and closure.default is inspect.Parameter.empty
 
 
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+    """How the updater runs a step: BackwardHook's keys and SOLVER.ACCU_STEP, settled once."""
+
+    accumulate_steps: int = 1
+    gradient_clip: float = -1.0  # <= 0: off
+    autocast_dtype: torch.dtype | None = None
+    nonfinite_policy: str = 'stop'
+    max_nonfinite_steps: int = 10
+    empty_cache_step: int = -1  # torch.cuda.empty_cache() every N optimizer steps on CUDA; <= 0: off
+
+    @classmethod
+    def from_config(cls, solver_cfg: Config, backward_cfg: Config | None, device_type: str) -> UpdateSettings:
+        """From the SOLVER config and the train BackwardHook's config (None: defaults), for a run on ``device_type``.
+
+        ``SOLVER.ACCU_STEP`` and ``BackwardHook.ACCUMULATE_STEP`` are one knob: set either;
+        two different values are a ConfigError naming both.
+        """
+        accumulate = solver_cfg.ACCU_STEP
+        if backward_cfg is None:
+            return cls(accumulate_steps=accumulate)
+        if backward_cfg.ACCUMULATE_STEP != 1:
+            if accumulate not in (1, backward_cfg.ACCUMULATE_STEP):
+                raise ConfigError(
+                    f'{solver_cfg.path_of("ACCU_STEP")} ({accumulate}) and {backward_cfg.path_of("ACCUMULATE_STEP")}'
+                    f' ({backward_cfg.ACCUMULATE_STEP}) disagree on accumulate_steps; set one of them'
+                )
+            accumulate = backward_cfg.ACCUMULATE_STEP
+        autocast = AMP_DTYPES[backward_cfg.AMP_DTYPE] if backward_cfg.USE_AMP else None
+        if autocast is not None and solver_cfg.DTYPE != 'float32':
+            raise ConfigError(
+                f'{solver_cfg.path_of("DTYPE")}: {solver_cfg.DTYPE} cannot run under AMP; turn USE_AMP off'
+            )
+        if autocast is torch.float16 and device_type != 'cuda':
+            raise ConfigError(
+                f'{backward_cfg.path_of("AMP_DTYPE")}: fp16 needs CUDA (this run is on {device_type}); use bf16'
+            )
+        return cls(
+            accumulate_steps=accumulate,
+            gradient_clip=backward_cfg.GRADIENT_CLIP,
+            autocast_dtype=autocast,
+            nonfinite_policy=backward_cfg.NONFINITE_POLICY,
+            max_nonfinite_steps=backward_cfg.MAX_NONFINITE_STEPS,
+            empty_cache_step=backward_cfg.EMPTY_CACHE_STEP,
+        )
+
+
 class OptimizerPhases:
     """The phases of a SOLVER config: which one is due, and building each one's optimizer and scheduler."""
 
-    def __init__(self, solver_cfg):
+    def __init__(self, solver_cfg: Config):
         self.cfg = solver_cfg
-        self.optimizers = [solver_cfg.OPTIMIZER]
-        self.schedulers = [solver_cfg.LR_SCHEDULER]
-        self.starts = [('step', 0)]  # (kind, value) per phase
+        self.optimizers: list[Config | None] = [solver_cfg.OPTIMIZER]
+        self.schedulers: list[Config | None] = [solver_cfg.LR_SCHEDULER]
+        self.starts: list[tuple[str, int]] = [('step', 0)]  # (kind, value) per phase
         entries = solver_cfg.OPTIMIZER_PHASES or []
         if entries and solver_cfg.OPTIMIZER is None:
             raise ConfigError(f'{solver_cfg.path_of("OPTIMIZER_PHASES")}: later phases need a first SOLVER.OPTIMIZER')
@@ -72,24 +145,25 @@ class OptimizerPhases:
             self.starts.append(('step', phase.AT_STEP) if phase.AT_STEP else ('epoch', phase.AT_EPOCH))
             self.optimizers.append(phase.OPTIMIZER)
             self.schedulers.append(phase.LR_SCHEDULER)
-        self.next_step = math.inf  # the train step at which the next step-started phase is due
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.optimizers)
 
-    def build(self, index, params, logger=None):
+    def build(self, index: int, params: list[torch.nn.Parameter], logger: Any = None) -> tuple[Any, Any]:
         """(optimizer, LR scheduler or None) of phase ``index`` over ``params``."""
         optimizer = build_optimizer(self.optimizers[index], params, logger)
         scheduler_cfg = self.schedulers[index]
         scheduler = build_lr_scheduler(scheduler_cfg, optimizer, logger) if scheduler_cfg is not None else None
         return optimizer, scheduler
 
-    def start_step(self, index, epoch_steps):
+    def start_step(self, index: int, epoch_steps: int) -> int:
         """The train step phase ``index`` starts at, given ``epoch_steps`` train steps per epoch."""
         kind, value = self.starts[index]
         return value if kind == 'step' else value * epoch_steps
 
-    def check(self, progress, autocast_dtype, params, logger=None):
+    def check(
+        self, progress: TrainingProgress, settings: UpdateSettings, params: list[torch.nn.Parameter], logger: Any = None
+    ) -> None:
         """Every phase builds, starts after the one before and within the run; closure optimizers fit the loop.
 
         Builds each phase's optimizer and scheduler once and drops them, so a bad later phase
@@ -103,7 +177,7 @@ class OptimizerPhases:
         for index in range(len(self)):
             optimizer, _ = self.build(index, params, logger)
             if takes_closure(optimizer):
-                self._check_closure(index, progress.accumulate_steps, autocast_dtype)
+                self._check_closure(index, settings)
             if index == 0:
                 continue
             start = self.start_step(index, epoch_steps)
@@ -118,31 +192,22 @@ class OptimizerPhases:
                 raise ConfigError(f'{where}: phases must start in order, each after the one before')
             previous = start
 
-    def _check_closure(self, index, accumulate_steps, autocast_dtype):
-        where, name = self.optimizers[index].path, self.optimizers[index].NAME
-        if accumulate_steps > 1:
+    def _check_closure(self, index: int, settings: UpdateSettings) -> None:
+        opt_cfg = self.optimizers[index]
+        assert opt_cfg is not None
+        where, name = opt_cfg.path, opt_cfg.NAME
+        if settings.accumulate_steps > 1:
             raise ConfigError(
                 f'{where}: {name} re-evaluates the loss in its step and cannot accumulate'
                 f' gradients over micro-batches; set SOLVER.ACCU_STEP (BackwardHook.ACCUMULATE_STEP) to 1'
             )
-        if autocast_dtype is torch.float16:
+        if settings.autocast_dtype is torch.float16:
             raise ConfigError(
                 f'{where}: {name} cannot step through a GradScaler (fp16); use BackwardHook AMP_DTYPE: bf16 or no AMP'
             )
 
-    def enter_due(self, solver):
-        """At a step boundary: switch ``solver`` to the phase due now, if it is not the current one."""
-        due = self.due(solver.progress)
-        if due != solver.progress.phase:
-            solver.use_optimizer_phase(due)
-            scheduler = solver.lr_scheduler
-            solver.logger.info(
-                f'optimizer phase {due} of {len(self) - 1} from step {solver.progress.total_iter}:'
-                f' {self.optimizers[due].NAME}' + (f' with {type(scheduler).__name__}' if scheduler is not None else '')
-            )
-
-    def due(self, progress):
-        """The phase the run should be in at ``progress`` (the last one whose start it has reached)."""
+    def due(self, progress: TrainingProgress) -> int:
+        """The phase the run should be in at ``progress``: the last one whose start it has reached."""
         index = progress.phase
         while index + 1 < len(self):
             kind, value = self.starts[index + 1]
@@ -150,7 +215,286 @@ class OptimizerPhases:
             if not reached:
                 break
             index += 1
-        # the loop looks for step-started phases only; an epoch-started one begins with its epoch
-        upcoming = self.starts[index + 1] if index + 1 < len(self) else ('epoch', 0)
-        self.next_step = upcoming[1] if upcoming[0] == 'step' else math.inf
         return index
+
+    def next_step(self, index: int) -> float:
+        """The train step at which the phase after ``index`` starts, when it starts at a step (else inf: an
+        epoch-started phase begins with its epoch)."""
+        if index + 1 >= len(self) or self.starts[index + 1][0] != 'step':
+            return math.inf
+        return self.starts[index + 1][1]
+
+
+class WeightUpdater:
+    """Owns the optimisation step: optimizer phases, optimizer, scheduler, loss aggregator, GradScaler, settings.
+
+    The solver builds it from its config, gives it the settings (``UpdateSettings``) once the
+    hooks are built and the parameters in ``set_up``; then the loop calls ``update`` once per
+    train step.  ``active`` is False when something else steps the optimizer (a BackwardHook
+    that is not this project's, or a solver whose ``run_step_train`` steps itself): the
+    updater then only holds the optimizer and scheduler, as scepter's solver does.
+    """
+
+    def __init__(self, solver_cfg: Config, logger: Any):
+        self.cfg = solver_cfg
+        self.logger = logger
+        self.seed = 0
+        self.phases = OptimizerPhases(solver_cfg)
+        self.settings = UpdateSettings(accumulate_steps=solver_cfg.ACCU_STEP)
+        self.active = True
+        self.optimizer: Any = None
+        self.lr_scheduler: Any = None
+        self.scaler: torch.amp.GradScaler | None = None
+        self.takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
+        self.next_phase_step: float = math.inf  # the train step at which the next step-started phase is due
+        self.nonfinite_in_a_row = 0
+        self.nonfinite_total = 0
+        self._params: list[torch.nn.Parameter] = []
+        self._device_type = 'cpu'
+        self._bad: torch.Tensor | None = None  # non-finite losses seen in the open accumulation group
+        self._aggregator: LossAggregator | None = None
+        self._aggregator_path = (
+            solver_cfg.path_of('LOSS_AGGREGATOR') if solver_cfg.LOSS_AGGREGATOR is not None else None
+        )
+
+    # -- set-up ---------------------------------------------------------------------------------
+    @property
+    def loss_aggregator(self) -> LossAggregator:
+        """The LOSS_AGGREGATORS entry that turns the model's ``loss_*`` terms into the loss (Sum by default)."""
+        if self._aggregator is None:
+            agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
+            weights = dict(self.cfg.LOSS_WEIGHTS)
+            self._aggregator = LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=weights, seed=self.seed)
+        return self._aggregator
+
+    def configure(self, settings: UpdateSettings, active: bool, seed: int) -> None:
+        """The step's settings; ``active`` False: something else steps the optimizer; ``seed``: the aggregator's."""
+        self.settings, self.active, self.seed = settings, active, seed
+
+    def set_up(self, params: list[torch.nn.Parameter], device: torch.device, progress: TrainingProgress | None) -> None:
+        """Phase 0's optimizer and scheduler over ``params`` (every phase checked against ``progress``, the train
+        data's, when there is train data), the GradScaler under fp16 and the loss aggregator."""
+        self._params = params
+        self._device_type = device.type
+        autocast = self.settings.autocast_dtype
+        if self.cfg.OPTIMIZER is not None:
+            if progress is not None:
+                self.phases.check(progress, self.settings, params, self.logger)
+            self.use_phase(0, progress)
+            if autocast is torch.float16:
+                self.scaler = torch.amp.GradScaler('cuda')
+        _ = self.loss_aggregator  # built now, so that a bad LOSS_AGGREGATOR fails before training
+
+    def use_phase(self, index: int, progress: TrainingProgress | None = None) -> None:
+        """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
+        self.optimizer, self.lr_scheduler = self.phases.build(index, self._params, self.logger)
+        self.takes_closure = takes_closure(self.optimizer)
+        self.next_phase_step = self.phases.next_step(index)
+        if progress is not None:
+            progress.phase = index
+
+    def enter_due_phase(self, progress: TrainingProgress) -> None:
+        """At a step boundary: switch to the phase due now, if it is not the current one."""
+        due = self.phases.due(progress)
+        if due == progress.phase:
+            return
+        self.use_phase(due, progress)
+        opt_cfg, scheduler = self.phases.optimizers[due], self.lr_scheduler
+        self.logger.info(
+            f'optimizer phase {due} of {len(self.phases) - 1} from step {progress.total_iter}: {opt_cfg.NAME}'
+            + (f' with {type(scheduler).__name__}' if scheduler is not None else '')
+        )
+
+    def describe(self) -> str:
+        """One line for the run's start: who steps the optimizer, and how."""
+        if not self.active:
+            return f'update: by the solver or its BackwardHook ({type(self.optimizer).__name__})'
+        s = self.settings
+        amp = f'autocast to {s.autocast_dtype} on {self._device_type}' if s.autocast_dtype is not None else 'off'
+        clip = f'global norm {s.gradient_clip:g}' if s.gradient_clip > 0 else 'off'
+        phases = f' ({len(self.phases)} optimizer phases)' if len(self.phases) > 1 else ''
+        return (
+            f'update: {type(self.optimizer).__name__}{phases}, accumulate {s.accumulate_steps}, clip {clip},'
+            f' mixed precision {amp}, non-finite losses: {s.nonfinite_policy}'
+        )
+
+    # -- the forward -----------------------------------------------------------------------------
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """``torch.autocast`` to the AMP dtype, or a null context without AMP."""
+        dtype = self.settings.autocast_dtype
+        return _NULL_CONTEXT if dtype is None else torch.autocast(device_type=self._device_type, dtype=dtype)
+
+    def forward_context(self, model: torch.nn.Module, sync_grads: bool) -> contextlib.AbstractContextManager[Any]:
+        """What a train forward runs under: DDP's ``no_sync`` on accumulation micro-steps, autocast under AMP.
+
+        ``no_sync`` only needs the forward: it decides whether the backward that follows
+        all-reduces the gradients.  An aggregator that does its own backward (PCGrad)
+        reduces the gradients itself: no_sync always.
+        """
+        no_sync = hasattr(model, 'no_sync') and (not sync_grads or self.loss_aggregator.performs_backward)
+        if not no_sync and self.settings.autocast_dtype is None:
+            return _NULL_CONTEXT
+        return self._forward_stack(model, no_sync)
+
+    @contextlib.contextmanager
+    def _forward_stack(self, model: Any, no_sync: bool) -> Iterator[None]:
+        with model.no_sync() if no_sync else _NULL_CONTEXT, self.autocast():
+            yield
+
+    def loss_of(self, results: dict[str, Any], step: StepState) -> torch.Tensor:
+        """The loss to minimise from a train forward's ``results``: ``results['loss']``, else the ``loss_*`` terms
+        through the aggregator (put back as ``results['loss']``; the terms stay in ``step.terms``)."""
+        if 'loss' not in results:
+            step.terms = loss_terms(results)
+        return aggregate_loss(self.loss_aggregator, results, step.index, self._aggregator_path)
+
+    # -- the update -----------------------------------------------------------------------------
+    def update(
+        self, step: StepState, recompute: Callable[[], torch.Tensor], after_backward: Callable[[], None]
+    ) -> bool:
+        """Backward of ``step``'s loss and, on the last micro-batch of its group, the optimizer step.
+
+        ``recompute`` evaluates the step's loss again (a closure optimizer's later
+        evaluations); ``after_backward`` calls the hooks of that stage.  Returns whether the
+        optimizer stepped: a micro-step, a skipped non-finite step and a step without a
+        loss do not.
+        """
+        loss = step.take_loss()
+        if loss is None:
+            return False
+        if self.settings.nonfinite_policy == 'skip':
+            bad = ~torch.isfinite(loss.detach())
+            self._bad = bad if self._bad is None else self._bad | bad
+        self._backward(loss, step, step.group_size)
+        if not step.steps_optimizer:
+            return False
+        optimizer, scaler = self.optimizer, self.scaler
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # after_backward hooks and clipping see the true gradients
+        after_backward()
+        self._clip(step)
+        if self.settings.nonfinite_policy == 'skip' and self._skip_agreed(step.index):
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.update()  # unscale_ ran; update() closes that step for the scaler
+            return False
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        elif self.takes_closure:
+            optimizer.step(self._closure(loss, step, recompute))
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        every = self.settings.empty_cache_step
+        if every > 0 and self._device_type == 'cuda' and (step.index + 1) % every == 0:
+            torch.cuda.empty_cache()
+        return True
+
+    def _backward(self, loss: torch.Tensor, step: StepState, group_size: int) -> None:
+        """Add the gradients of ``loss / group_size`` (scaled under fp16) to ``.grad``."""
+
+        def prepared(value: torch.Tensor) -> torch.Tensor:
+            value = value / group_size if group_size > 1 else value
+            return self.scaler.scale(value) if self.scaler is not None else value
+
+        aggregator = self.loss_aggregator
+        if step.terms and aggregator.performs_backward:  # PCGrad: each term's gradient, projected
+            aggregator.backward({k: prepared(v) for k, v in step.terms.items()}, step.index, self._params)
+        else:
+            prepared(loss).backward()
+
+    def _clip(self, step: StepState) -> None:
+        if self.settings.gradient_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, self.settings.gradient_clip)
+            step.outputs['grad_norm'] = full_tensor(norm).detach()  # a DTensor under FSDP
+
+    def _closure(self, loss: torch.Tensor, step: StepState, recompute: Callable[[], torch.Tensor]) -> Callable:
+        """The closure a closure optimizer calls: first the step's own loss, then fresh evaluations of its batch."""
+        pending = [loss]
+
+        def closure() -> torch.Tensor:
+            if pending:
+                return _agreed(pending.pop().detach())
+            self.optimizer.zero_grad(set_to_none=True)
+            again = recompute()
+            self._backward(again, step, 1)
+            self._clip(step)
+            return _agreed(again.detach())
+
+        return closure
+
+    def _skip_agreed(self, index: int) -> bool:
+        """One decision for all ranks: skip when any rank saw a non-finite loss in this group."""
+        assert self._bad is not None
+        flag = self._bad.to(torch.int32).reshape(1)
+        self._bad = None
+        if not all_reduce_max(flag).item():
+            self.nonfinite_in_a_row = 0
+            return False
+        self.nonfinite_in_a_row += 1
+        self.nonfinite_total += 1
+        self.logger.warning(
+            f'non-finite loss at step {index + 1}: optimizer step skipped'
+            f' ({self.nonfinite_in_a_row} in a row, {self.nonfinite_total} in all)'
+        )
+        if self.nonfinite_in_a_row >= self.settings.max_nonfinite_steps:
+            raise TrainingError(
+                f'{self.nonfinite_in_a_row} non-finite losses in a row (BackwardHook MAX_NONFINITE_STEPS);'
+                ' lower the learning rate, clip gradients or check the data'
+            )
+        return True
+
+    # -- checkpoint -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint entries: ``optimizer`` and ``lr_scheduler`` (full tensors), ``loss_aggregator`` and
+        ``update`` (GradScaler, non-finite counts); the phase is in the progress state."""
+        update: dict[str, Any] = {
+            'nonfinite_in_a_row': self.nonfinite_in_a_row,
+            'nonfinite_total': self.nonfinite_total,
+        }
+        if self.scaler is not None:
+            update['scaler'] = self.scaler.state_dict()
+        return {
+            'optimizer': optimizer_state_dict(self.optimizer) if self.optimizer is not None else None,
+            'lr_scheduler': self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+            'loss_aggregator': self.loss_aggregator.state_dict(),
+            'update': update,
+        }
+
+    def load_state_dict(self, ckpt: dict[str, Any], phase: int, progress: TrainingProgress, source: str) -> None:
+        """Restore from a checkpoint's entries (``state_dict``'s keys), saved in optimizer phase ``phase``.
+
+        Checkpoints written before the updater kept the GradScaler and the non-finite counts
+        in BackwardHook's hook state; those load too.
+        """
+        if self.optimizer is not None and phase != progress.phase:
+            if phase >= len(self.phases):
+                raise CheckpointError(
+                    f'{source} was saved in optimizer phase {phase}; this config has {len(self.phases)} phase(s)'
+                    ' (SOLVER.OPTIMIZER_PHASES)'
+                )
+            self.use_phase(phase, progress)  # the optimizer (and scheduler) whose state the checkpoint holds
+        for name, obj, load in (
+            ('optimizer', self.optimizer, load_optimizer_state),
+            ('lr_scheduler', self.lr_scheduler, lambda o, s: o.load_state_dict(s)),
+            ('loss_aggregator', self.loss_aggregator, lambda o, s: o.load_state_dict(s)),
+        ):
+            if obj is not None and ckpt.get(name) is not None:
+                try:
+                    load(obj, ckpt[name])
+                except (ValueError, KeyError, RuntimeError, IndexError) as e:
+                    raise CheckpointError(f'{source}: the {name} state does not fit this config ({e})') from None
+        update = ckpt.get('update')
+        if update is None:  # written before the updater: BackwardHook's hook state held it
+            update = next((s for k, s in ckpt.get('hooks', {}).items() if k.endswith('.BackwardHook')), {})
+        self.nonfinite_in_a_row = update.get('nonfinite_in_a_row', 0)
+        self.nonfinite_total = update.get('nonfinite_total', 0)
+        if self.scaler is not None and 'scaler' in update:
+            self.scaler.load_state_dict(update['scaler'])
+
+
+def _agreed(loss: torch.Tensor) -> torch.Tensor:
+    """``loss``, averaged over ranks under DDP (a closure optimizer decides from it on every rank alike)."""
+    world = get_world_size()
+    return all_reduce_sum(loss.clone()) / world if world > 1 else loss

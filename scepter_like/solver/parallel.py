@@ -9,7 +9,6 @@ a single process, DDP and FSDP, and between world sizes.
 import contextlib
 import sys
 
-import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from scepter_like.utils.checkpoint import load_state_dict_checked, unwrap_model
@@ -114,30 +113,6 @@ def _gathered(model):
         for unit in units:
             unit.reshard()
         model.set_reshard_after_forward(True)
-
-
-_NULL_CONTEXT = contextlib.nullcontext()
-
-
-def autocast_context(dtype, device_type):
-    """``torch.autocast`` to ``dtype`` (None: one shared null context)."""
-    return _NULL_CONTEXT if dtype is None else torch.autocast(device_type=device_type, dtype=dtype)
-
-
-def train_forward_context(model, sync_grads, autocast_dtype, device_type):
-    """DDP's ``no_sync`` on accumulation micro-steps, and autocast under AMP; without either, the null context.
-
-    ``no_sync`` only needs the forward: it decides whether the backward that follows
-    all-reduces the gradients.
-    """
-    no_sync = not sync_grads and hasattr(model, 'no_sync')
-    if not no_sync and autocast_dtype is None:
-        return _NULL_CONTEXT
-    stack = contextlib.ExitStack()
-    if no_sync:
-        stack.enter_context(model.no_sync())
-    stack.enter_context(autocast_context(autocast_dtype, device_type))
-    return stack
 
 
 def eval_context(model):

@@ -10,7 +10,9 @@
   at each optimizer-step boundary; under DDP that is a MAX all-reduce of the signal number
   started at one boundary and read at the next, so it overlaps a whole step, costs no
   wait, and every rank gets the same answer at the same step (a signal that arrives during
-  step N stops every rank after step N + 1; in one process after step N).  The solver
+  step N stops every rank after step N + 1; in one process after step N).  It runs on a
+  process group of its own (gloo, on the CPU), so it never queues behind the gradients'
+  all-reduces, and under nccl it never makes the host wait for the device.  The solver
   then writes a checkpoint, marks it ``latest`` and raises ``errors.Preempted``.
 - A second SIGINT stops at once (KeyboardInterrupt).
 
@@ -43,6 +45,7 @@ class StopSignals:
         self._depth = 0
         self._previous = {}
         self._pending = None  # (work, tensor) of the all-reduce started at the last boundary
+        self._group = None  # the CPU process group the agreement runs on (made in training_loop)
 
     def __enter__(self):
         self._depth += 1
@@ -67,6 +70,10 @@ class StopSignals:
         """Entered around the training loop: from here on a signal is acted on at a step boundary."""
         with self:
             self.training = True
+            if is_dist() and self._group is None:  # every rank enters the loop: the group is made together
+                import torch.distributed as dist
+
+                self._group = dist.new_group(backend='gloo')
             yield self
 
     def _handle(self, signum, frame):
@@ -77,9 +84,9 @@ class StopSignals:
         if not self.training:  # set-up: nothing to save, so no reason to wait
             raise Preempted(signum)
 
-    def agreed(self, device):
-        """The signal every rank acts on at this boundary (0: go on); a collective under DDP on ``device``."""
-        if not is_dist():
+    def agreed(self):
+        """The signal every rank acts on at this boundary (0: go on); a collective under DDP."""
+        if self._group is None:
             return self.received
         import torch.distributed as dist
 
@@ -91,6 +98,6 @@ class StopSignals:
         if decided:  # the stop: no further boundary to decide
             self._pending = None
             return decided
-        flag = torch.tensor([self.received], dtype=torch.int64, device=device)
-        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True), flag)
+        flag = torch.tensor([self.received], dtype=torch.int64)
+        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True), flag)
         return 0

@@ -102,7 +102,7 @@ def announce_run(solver):
 
 
 def run_summary(solver):
-    """The start-of-run lines: model and its parameters, data per mode, device, threads and world, work dir."""
+    """The start-of-run lines: model and its parameters, data per mode, the update, device, threads, world, work dir."""
     import torch
 
     model = solver.unwrapped_model
@@ -117,6 +117,8 @@ def run_summary(solver):
             f'{mode} data: {len(bundle.dataset):,} samples, batch {bundle.batch_size} per rank,'
             f' {solver.progress.epoch_iters[mode]} batches per epoch on this rank'
         )
+    if 'train' in solver.datas and solver.optimizer is not None:
+        lines.append(solver.updater.describe())
     threads = torch.get_num_threads()
     lines.append(
         f'device {solver.device} ({threads} intra-op thread{"s" if threads != 1 else ""} per process),'

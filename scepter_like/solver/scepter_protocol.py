@@ -20,7 +20,6 @@ import torch
 
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import description_metadata
-from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.loop_state import MODES
 from scepter_like.solver.parallel import is_fsdp
@@ -148,11 +147,11 @@ class ScepterProtocol:
 
     @property
     def accu_step(self):
-        return self.progress.accumulate_steps
+        return self.updater.settings.accumulate_steps
 
     # -- the current step -------------------------------------------------------------------------
     loss = state_view(
-        'step', 'loss', "This step's training loss until BackwardHook uses it (scepter's hooks set it to None)."
+        'step', 'loss', "This step's training loss until the update uses it (scepter's hooks set it to None)."
     )
     iter_outputs = state_view('step', 'outputs', "This step's outputs, detached.")
 
@@ -168,7 +167,7 @@ class ScepterProtocol:
         self.step.outputs = {key: value for key, value in entries if value is not None}
 
     def _reduce_scalar(self, data_dict):
-        """scepter's: hand ``data_dict['loss']`` to BackwardHook; the outputs with 0-dim tensors averaged over ranks."""
+        """scepter's: hand ``data_dict['loss']`` to the update; the outputs with 0-dim tensors averaged over ranks."""
         if 'loss' in data_dict:
             self.step.loss = data_dict['loss']
         keys = data_dict.keys() if isinstance(data_dict, OrderedDict) else sorted(data_dict)  # one order on all ranks
@@ -226,8 +225,8 @@ class ScepterProtocol:
     # -- what scepter's hooks ask of the solver ----------------------------------------------------------
     @property
     def scaler(self):
-        """The fp16 GradScaler of the train BackwardHook, or None (no AMP, bf16, or scepter's own BackwardHook)."""
-        return next((h.scaler for h in self.hooks_dict['train'] if isinstance(h, BackwardHook)), None)
+        """The updater's fp16 GradScaler, or None (no AMP, bf16, or scepter's own BackwardHook)."""
+        return self.updater.scaler if self.updater.active else None
 
     def train_parameters(self):
         """The parameters the optimizer trains (those that require grad)."""
@@ -291,17 +290,17 @@ class ScepterProtocol:
     def _call_hook_list(self, stage, hooks):
         """scepter's loops call ``self.after_iter(self.hooks_dict[mode])`` and count in the stage methods.
 
-        So here: ``before_iter`` begins a step; ``after_iter`` counts it (before its hooks, as
-        this project's loops do) and ends it after them.
+        So here: ``before_iter`` begins a step; ``after_iter`` runs the train step's update,
+        counts the step (before its hooks, as this project's loops do) and ends it after them.
         """
-        step, progress, train = self.step, self.progress, self._mode == 'train'
+
+        def call_hooks():
+            for hook in hooks:
+                if not isinstance(hook, Hook) or hook.implements(stage):
+                    getattr(hook, stage)(self)
+
         if stage == 'before_iter':  # (a scepter loop plans no accumulation group: scepter's BackwardHook does)
-            step.begin(progress.total_iter)
-        elif stage == 'after_iter':
-            progress.count_step(self._mode, train and step.steps_optimizer and self.optimizer is not None)
-            step.counted = True
-        for hook in hooks:
-            if not isinstance(hook, Hook) or hook.implements(stage):
-                getattr(hook, stage)(self)
-        if stage == 'after_iter':
-            step.end()
+            self.step.begin(self.progress.total_iter)
+        if stage != 'after_iter':
+            return call_hooks()
+        self._finish_step(self._mode, self._mode == 'train' and self._update(), call_hooks)

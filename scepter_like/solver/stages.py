@@ -105,29 +105,15 @@ def build_hooks(cfg, logger):
     return hooks_dict, keys
 
 
-LOOP_SETTINGS = {'accumulate_steps': 1, 'autocast_dtype': None, 'stop_on_nonfinite_loss': False}  # neutral values
+def update_hooks(train_hooks):
+    """``(config of this project's BackwardHook or None, whether another BackwardHook steps the optimizer)``.
 
-
-def settle_loop_settings(cfg, train_hooks):
-    """``{name: value}`` of LOOP_SETTINGS from SOLVER.ACCU_STEP and the train hooks' ``loop_settings()``.
-
-    A setting at its neutral value defers to the others; two different values are a
-    ConfigError naming both places.
+    The updater reads its settings from the first; the second (scepter's BackwardHook,
+    registered under the name by a user's import) makes the built-in update stand aside.
     """
-    settings = {name: (neutral, None) for name, neutral in LOOP_SETTINGS.items()}
-    settings['accumulate_steps'] = (cfg.ACCU_STEP, cfg.path_of('ACCU_STEP'))
-    for hook in train_hooks:
-        for name, value in hook.loop_settings().items():
-            neutral = LOOP_SETTINGS[name]
-            if value is neutral or value == neutral:
-                continue
-            current, where = settings[name]
-            if not (current is neutral or current == neutral) and current != value:
-                raise ConfigError(
-                    f'{where} ({current}) and {hook.cfg.path} ({value}) disagree on {name}; set one of them'
-                )
-            settings[name] = (value, hook.cfg.path)
-    return {name: value for name, (value, _) in settings.items()}
+    ours = next((h for h in train_hooks if isinstance(h, BackwardHook)), None)
+    foreign = any(type(h).__name__ == 'BackwardHook' and not isinstance(h, BackwardHook) for h in train_hooks)
+    return (ours.cfg if ours is not None else None), foreign
 
 
 def call_every(fns, solver, failed, logger):
@@ -241,7 +227,7 @@ class HookStages:
     after_all_iter = _stage('after_all_iter')
     before_iter = _stage('before_iter')
     after_iter = _stage('after_iter')
-    after_backward = _stage('after_backward')  # BackwardHook calls it, between backward and optimizer step
+    after_backward = _stage('after_backward')  # the updater calls it, between backward and optimizer step
 
     def after_solve(self, hooks=None):
         """Every hook's after_solve runs (they finish writes) even when one fails; the first error is raised.

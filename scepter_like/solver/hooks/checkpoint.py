@@ -26,7 +26,6 @@ import math
 import os
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
@@ -101,9 +100,9 @@ class CheckpointHook(Hook):
             )
         if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
             if self.step_interval > 0:
-                solver.register_callback_on_iter_end(self._after_train_step)
+                solver.register_stage_callback('after_iter', self._after_train_step)
             if self.interval > 0:
-                solver.register_callback_on_epoch_end(self._after_train_epoch)
+                solver.register_stage_callback('after_epoch', self._after_train_epoch)
             self._registered = True
 
     def _save(self, solver, name, periodic=True):
@@ -113,7 +112,7 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        ckpt = checkpoint_state.checkpoint_of(solver)  # a collective: every rank takes part
+        ckpt = solver.training_state()  # a collective: every rank takes part
         if not solver.is_main:
             return path
         if self.async_save:
@@ -145,7 +144,7 @@ class CheckpointHook(Hook):
     def _after_train_step(self, solver):
         if solver.progress.total_iter % self.step_interval == 0:
             self._step_due = True
-        if self._step_due and not solver.in_accumulation:
+        if self._step_due and not solver.step.in_accumulation:
             self._step_due = False
             self._save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.pth')
 
@@ -164,9 +163,9 @@ class CheckpointHook(Hook):
         """Consider the newest eval results once; save the best checkpoint when they improve."""
         if not self.save_best or 'eval' not in solver.epoch_outputs:
             return
-        if self.checked_eval == solver.last_eval_epoch:
+        if self.checked_eval == solver.progress.last_eval_epoch:
             return
-        self.checked_eval = solver.last_eval_epoch
+        self.checked_eval = solver.progress.last_eval_epoch
         value = eval_metric(solver, self.best_metric, self.cfg.path_of('SAVE_BEST_BY'))
         if value is None or not math.isfinite(value):
             return

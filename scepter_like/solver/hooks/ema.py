@@ -90,14 +90,14 @@ class EMAHook(Hook):
         self._model_floats = list(floats.values())
         self._floats = [self.ema[k] for k in floats]
         self._others = [(self.ema[k], v) for k, v in others.items()]
-        self._seen_steps = solver.optimizer_steps
+        self._seen_steps = solver.progress.optimizer_steps
         if self.eval_with_ema and self._swap is None:
             self._swap = swap_in_for_eval(solver, lambda: self.ema)
 
     def after_iter(self, solver):
-        if solver.optimizer_steps == self._seen_steps:
+        if solver.progress.optimizer_steps == self._seen_steps:
             return
-        self._seen_steps = steps = solver.optimizer_steps
+        self._seen_steps = steps = solver.progress.optimizer_steps
         if steps <= self.start_step:
             for ema, value in zip(self._floats, self._model_floats):
                 ema.copy_(value)
@@ -122,7 +122,7 @@ class EMAHook(Hook):
                 solver.unwrapped_model,
                 ema_updates=self.updates,
                 decay=self.decay,
-                optimizer_steps=solver.optimizer_steps,
+                optimizer_steps=solver.progress.optimizer_steps,
             )
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 

@@ -53,7 +53,7 @@ class FieldPlotHook(Hook):
         self.parts = []
 
     def after_iter(self, solver):
-        outputs = solver.iter_outputs
+        outputs = solver.step.outputs
         missing = [k for k in self.keys if k not in outputs]
         if missing:
             raise DataError(f'FieldPlotHook needs {missing} in the model outputs; they hold {sorted(outputs)}')

@@ -87,13 +87,6 @@ class Hook:
     def after_load_checkpoint(self, solver, checkpoint):
         pass
 
-    def loop_settings(self):
-        """How the loop must run train steps for this hook, asked once when the hooks are built.
-
-        Keys: ``accumulate_steps`` (micro-batches per optimizer step), ``autocast_dtype``.
-        """
-        return {}
-
     def state_dict(self):
         """State to carry across a resume (plain values and tensors only)."""
         return {}

@@ -63,7 +63,7 @@ class LogHook(Hook):
 
     def before_all_iter(self, solver):
         if self._bar is not None:
-            label = f'epoch {solver.progress.epoch + 1}/{solver.max_epochs}'
+            label = f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs}'
             self._bar.start(label, solver.progress.train_stop, solver.progress.iters[solver.mode])
 
     def after_iter(self, solver):
@@ -71,8 +71,8 @@ class LogHook(Hook):
             self._bar.tick(solver.progress.iters[solver.mode])
         if self.interval <= 0:
             return
-        self._scalars.add(solver.iter_outputs)
-        self._data_time += solver.data_time
+        self._scalars.add(solver.step.outputs)
+        self._data_time += solver.step.data_time
         if solver.progress.iters[solver.mode] % self.interval == 0:
             self._write_line(solver)
 
@@ -84,7 +84,7 @@ class LogHook(Hook):
 
     def after_epoch(self, solver):
         seconds = time.perf_counter() - self._epoch_start
-        solver.logger.info(f'epoch {solver.progress.epoch + 1}/{solver.max_epochs} trained in {seconds:.2f}s')
+        solver.logger.info(f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s')
 
     def _write_line(self, solver):
         now = time.perf_counter()
@@ -95,15 +95,15 @@ class LogHook(Hook):
         values = dict(means)
         if solver.optimizer is not None:
             values['lr'] = solver.optimizer.param_groups[0]['lr']
-        progress = solver.progress
+        progress, mode = solver.progress, solver.mode
         text = (
-            f'epoch {progress.epoch + 1}/{solver.max_epochs} iter {progress.iters[solver.mode]}/{solver.epoch_max_iter}'
+            f'epoch {progress.epoch + 1}/{progress.max_epochs} iter {progress.iters[mode]}/{progress.epoch_iters[mode]}'
             f' step {progress.total_iter}'
             + ''.join(f' {k}: {v:.4g}' for k, v in values.items())
             + f' time: {step_time * 1e3:.2f}ms data: {data_time * 1e3:.2f}ms'
         )
         if step_time > 0:
-            samples_per_s = solver.batch_size * solver.world_size / step_time
+            samples_per_s = solver.datas[solver.mode].batch_size * solver.world_size / step_time
             text += f' samples/s: {samples_per_s:.0f}'
             if solver.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
                 text += f' FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}'
@@ -114,7 +114,9 @@ class LogHook(Hook):
         if solver.metrics_log is not None:
             solver.metrics_log.write_train(solver, step_time, data_time, values)
         bad = [k for k, v in means.items() if not math.isfinite(v)]
-        if 'loss' in bad and solver.stop_on_nonfinite_loss:  # every rank read the same all-reduced means
+        if (
+            'loss' in bad and solver.updater.settings.nonfinite_policy == 'stop'
+        ):  # every rank read the same all-reduced means
             raise TrainingError(
                 f'the loss is {means["loss"]} in the log interval up to step {progress.total_iter}; lower the learning'
                 ' rate, clip gradients (BackwardHook GRADIENT_CLIP) or check the data; NONFINITE_POLICY: skip'

@@ -64,14 +64,16 @@ class LrHook(Hook):
             self.sched_lrs = [g['lr'] for g in optimizer.param_groups]
             self.start_ratio = self.warmup_start_lr / self.sched_lrs[0] if self.sched_lrs[0] else 1.0
         if 'train' in solver.datas:
-            batches = solver.datas['train'].num_batches() / solver.num_folds
-            self._warmup_steps = round(self.warmup_epochs * math.ceil(batches / solver.accumulate_steps))
+            batches = solver.datas['train'].num_batches() / solver.progress.num_folds
+            self._warmup_steps = round(
+                self.warmup_epochs * math.ceil(batches / solver.updater.settings.accumulate_steps)
+            )
         self._apply(solver)
 
     def _progress(self, solver):
         if self.by_epoch:
             return solver.progress.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
-        return solver.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
+        return solver.progress.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
     def _follow_phase(self, solver):
         """After an optimizer switch, schedule from the new optimizer's learning rates; True on a switch."""
@@ -95,7 +97,9 @@ class LrHook(Hook):
                 group['lr'] = lr
             if isinstance(sched, ReduceLROnPlateau):
                 value = eval_metric(solver, self.plateau_metric, self.cfg.path_of('PLATEAU_METRIC'))
-                if value is not None and solver.last_eval_epoch == solver.progress.epoch - 1:  # a fresh evaluation only
+                if (
+                    value is not None and solver.progress.last_eval_epoch == solver.progress.epoch - 1
+                ):  # a fresh evaluation only
                     sched.step(value)
             else:
                 sched.step()
@@ -117,9 +121,9 @@ class LrHook(Hook):
         return super().implements(stage)
 
     def after_iter(self, solver):
-        if solver.optimizer_steps == self.seen_steps:
+        if solver.progress.optimizer_steps == self.seen_steps:
             return
-        self.seen_steps = solver.optimizer_steps
+        self.seen_steps = solver.progress.optimizer_steps
         self._follow_phase(solver)
         self._step_scheduler(solver)
         self._apply(solver)

@@ -81,7 +81,7 @@ class SWAHook(Hook):
         from torch.optim.swa_utils import SWALR, AveragedModel
 
         model = solver.unwrapped_model
-        if self.swa_lr > 0 and len(solver.phases) > 1:
+        if self.swa_lr > 0 and len(solver.updater.phases) > 1:
             raise ConfigError(
                 f'{self.cfg.path_of("SWA_LR")}: SWALR anneals one optimizer, and SOLVER.OPTIMIZER_PHASES switches'
                 ' optimizers; set SWA_LR: 0 (average only) or give one optimizer'

@@ -47,7 +47,7 @@ class TensorboardLogHook(Hook):
             self._attached = True
 
     def after_iter(self, solver):
-        self._scalars.add(solver.iter_outputs)
+        self._scalars.add(solver.step.outputs)
         if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
             self._write_train(solver)
 
