@@ -64,7 +64,7 @@ def check_latest(folder):
     name = (folder / 'latest').read_text().strip()
     ckpt = torch.load(folder / name, weights_only=True)
     assert {'model', 'optimizer', 'solver', 'rng'} <= ckpt.keys()
-    assert name == f'ldm_step-step-{ckpt["solver"]["total_iter"]}.pth'
+    assert name == f'checkpoint-step-{ckpt["solver"]["total_iter"]}.pth'
     return ckpt['solver']['total_iter']
 
 
@@ -81,7 +81,7 @@ def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
     )
     assert torn.returncode == -9
     left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
-    assert left_behind == ['.tmp.ldm_step-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
+    assert left_behind == ['.tmp.checkpoint-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
     steps = [check_latest(folder)]
     assert steps == [2]
 
@@ -92,7 +92,7 @@ def test_sigkill_while_saving_always_leaves_a_loadable_latest(tmp_path):
     assert unsynced.returncode == -9
     assert not any((folder / name).exists() for name in left_behind)  # the torn file went at the start
     left_behind = [name for name in os.listdir(folder) if name.startswith(TMP_PREFIX)]
-    assert left_behind == ['.tmp.ldm_step-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
+    assert left_behind == ['.tmp.checkpoint-step-3.pth.' + left_behind[0].rsplit('.', 1)[1]]
     assert torch.load(folder / left_behind[0], weights_only=True)['solver']['total_iter'] == 3  # written, not committed
     steps.append(check_latest(folder))
     assert steps == [2, 2]

@@ -55,7 +55,7 @@ def setup(tmp_path_factory):
     solver.solve()
     solver.close()
     (tmp / 'job.yaml').write_text(yaml.safe_dump(cfg))
-    good = tmp / 'run' / 'checkpoints' / 'ldm_step-epoch-1.pth'
+    good = tmp / 'run' / 'checkpoints' / 'checkpoint-epoch-1.pth'
     bad = tmp / 'bad'
     bad.mkdir()
     data = good.read_bytes()

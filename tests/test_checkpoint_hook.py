@@ -43,8 +43,8 @@ def hook_state(ckpt, name):
 
 def test_keep_last_prunes_periodic_checkpoints_and_keeps_the_best_apart(tmp_path):
     solver, history = run(tmp_path, 4, ckpt_hooks(KEEP_LAST=2, SAVE_BEST_BY='+accuracy'))
-    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth', 'ldm_step-epoch-3.pth', 'ldm_step-epoch-4.pth']
-    best = torch.load(tmp_path / 'run' / 'checkpoints' / 'ldm_step-best.pth', weights_only=True)
+    assert checkpoint_files(tmp_path) == ['latest', 'checkpoint-best.pth', 'checkpoint-epoch-3.pth', 'checkpoint-epoch-4.pth']
+    best = torch.load(tmp_path / 'run' / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)
     first_best = history.index(max(history))
     assert hook_state(best, 'CheckpointHook')['best_value'] == max(history)
     # the best checkpoint holds the model right after the first epoch that reached the best
@@ -55,13 +55,13 @@ def test_save_best_by_minus_metric_keeps_the_lowest(tmp_path):
     solver, history = run(tmp_path, 3, ckpt_hooks(INTERVAL=0, SAVE_BEST_BY='-accuracy'))
     hook = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CheckpointHook')
     assert hook.best_value == min(history) and hook.best_epoch == history.index(min(history)) + 1
-    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth']
+    assert checkpoint_files(tmp_path) == ['latest', 'checkpoint-best.pth']
 
 
 def test_best_tracking_and_hook_state_survive_a_resume(tmp_path):
     hooks = ckpt_hooks(SAVE_BEST_BY='-accuracy', KEEP_LAST=1)
     _, first = run(tmp_path, 2, hooks)
-    best_path = tmp_path / 'run' / 'checkpoints' / 'ldm_step-best.pth'
+    best_path = tmp_path / 'run' / 'checkpoints' / 'checkpoint-best.pth'
     mtime = os.stat(best_path).st_mtime_ns
     solver, second = run(tmp_path, 4, hooks, RESUME_FROM='auto')
     history = first + second[1:]  # the resumed run starts with the evaluation of epoch 2 already done
@@ -73,19 +73,19 @@ def test_best_tracking_and_hook_state_survive_a_resume(tmp_path):
     assert counter.steps == solver.progress.total_iter == 24  # state_dict / load_state_dict carried the count
     # before_save_checkpoint added a tensor to the file; after_load_checkpoint read it back
     assert torch.equal(counter.loaded_extra, torch.full((2,), 12.0))
-    assert checkpoint_files(tmp_path) == ['latest', 'ldm_step-best.pth', 'ldm_step-epoch-4.pth']
+    assert checkpoint_files(tmp_path) == ['latest', 'checkpoint-best.pth', 'checkpoint-epoch-4.pth']
 
 
 def test_checkpoint_holds_the_full_training_state(tmp_path):
     solver, _ = run(tmp_path, 1, ckpt_hooks())
-    ckpt = torch.load(tmp_path / 'run' / 'checkpoints' / 'ldm_step-epoch-1.pth', weights_only=True)
+    ckpt = torch.load(tmp_path / 'run' / 'checkpoints' / 'checkpoint-epoch-1.pth', weights_only=True)
     assert {'model', 'optimizer', 'lr_scheduler', 'solver', 'hooks', 'rng', 'meta', 'counter_extra'} <= ckpt.keys()
     assert ckpt['model'].keys() == solver.unwrapped_model.state_dict().keys()
     assert not any(k.startswith('module.') for k in ckpt['model'])
     assert ckpt['solver']['total_iter'] == 6 and ckpt['solver']['eval_pending'] is True
     assert {'python', 'numpy', 'torch'} <= ckpt['rng'][0].keys() and len(ckpt['rng']) == 1
     assert ckpt['meta']['world_size'] == 1 and 'TrainValSolver' in ckpt['meta']['config']
-    assert (tmp_path / 'run' / 'checkpoints' / 'latest').read_text().strip() == 'ldm_step-epoch-1.pth'
+    assert (tmp_path / 'run' / 'checkpoints' / 'latest').read_text().strip() == 'checkpoint-epoch-1.pth'
 
 
 def test_unknown_best_metric_is_a_config_error(tmp_path):
@@ -108,7 +108,7 @@ def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_
     )
     solver.solve()
     # groups per 6-step epoch: steps 1-4 and 5-6; due at 3, 6, 9, 12 -> saved at 4, 6, 10, 12
-    assert checkpoint_files(tmp_path) == ['latest'] + [f'ldm_step-step-{s}.pth' for s in (10, 12, 4, 6)]
+    assert checkpoint_files(tmp_path) == ['latest'] + [f'checkpoint-step-{s}.pth' for s in (10, 12, 4, 6)]
     assert [(step, acc, n) for step, acc, n in seen if step in (4, 6, 10, 12)] == [
         (s, False, 0) for s in (4, 6, 10, 12)
     ]
@@ -157,8 +157,8 @@ def test_saves_finish_in_the_background_with_the_same_files(tmp_path, monkeypatc
     def release(s):  # training went on while the first save (step 3) was not yet in place
         if s.progress.total_iter == 4 and not gate.is_set():
             steps_when_released.append(s.progress.total_iter)
-            assert not (folder_b / 'latest').exists() and not (folder_b / 'ldm_step-step-3.pth').exists()
-            assert any(name.startswith('.tmp.ldm_step-step-3.pth') for name in os.listdir(folder_b)) != async_save
+            assert not (folder_b / 'latest').exists() and not (folder_b / 'checkpoint-step-3.pth').exists()
+            assert any(name.startswith('.tmp.checkpoint-step-3.pth') for name in os.listdir(folder_b)) != async_save
             gate.set()
 
     solver.register_callback_on_iter_end(release)
@@ -192,8 +192,8 @@ def test_a_hook_failing_at_the_end_still_lets_the_last_checkpoint_land(tmp_path,
     with pytest.raises(RuntimeError, match='final export failed'):
         run(tmp_path, 2, hooks)
     folder = tmp_path / 'run' / 'checkpoints'
-    assert (folder / 'latest').read_text().strip() == 'ldm_step-last.pth'
-    assert torch.load(folder / 'ldm_step-last.pth', weights_only=True)['solver']['total_iter'] == 12
+    assert (folder / 'latest').read_text().strip() == 'checkpoint-last.pth'
+    assert torch.load(folder / 'checkpoint-last.pth', weights_only=True)['solver']['total_iter'] == 12
     assert not [name for name in os.listdir(folder) if name.startswith('.tmp.')]
 
 

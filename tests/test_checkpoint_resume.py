@@ -84,7 +84,7 @@ def latest_step(work_dir):
 
 
 def final_state(work_dir):
-    ckpt = torch.load(os.path.join(work_dir, 'checkpoints', 'ldm_step-last.pth'), weights_only=True)
+    ckpt = torch.load(os.path.join(work_dir, 'checkpoints', 'checkpoint-last.pth'), weights_only=True)
     ckpt.pop('meta')  # time, paths
     return ckpt
 
@@ -130,6 +130,6 @@ def test_kill_and_resume_is_bit_exact(tmp_path, workers):
     # pruning and best tracking came out the same across three resumes
     assert sorted(os.listdir(alone / 'checkpoints')) == sorted(os.listdir(chain / 'checkpoints'))
     assert_same(
-        torch.load(alone / 'checkpoints' / 'ldm_step-best.pth', weights_only=True)['model'],
-        torch.load(chain / 'checkpoints' / 'ldm_step-best.pth', weights_only=True)['model'],
+        torch.load(alone / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)['model'],
+        torch.load(chain / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)['model'],
     )

@@ -206,9 +206,9 @@ def test_only_rank0_writes_files(digits):
     assert set(os.listdir(work)) - {'code_snapshot'} == {'checkpoints', 'std_log.txt'} | run_records
     ckpts = sorted(os.listdir(work / 'checkpoints'))
     assert ckpts == sorted(
-        ['latest', 'ldm_step-best.pth', 'ldm_step-last.pth']
-        + [f'ldm_step-epoch-{e}.pth' for e in (1, 2)]
-        + [f'ldm_step-step-{s}.pth' for s in (30, 60, 90)]
+        ['latest', 'checkpoint-best.pth', 'checkpoint-last.pth']
+        + [f'checkpoint-epoch-{e}.pth' for e in (1, 2)]
+        + [f'checkpoint-step-{s}.pth' for s in (30, 60, 90)]
     )
     log = (work / 'std_log.txt').read_text()
     assert 'test final' in log and '[rank 1]' not in log
@@ -245,12 +245,12 @@ def test_eval_metrics_exact_under_ddp(digits, digits_single):
 def test_kill_and_resume_under_torchrun_is_exact(digits):
     killed, _ = digits['killed']
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILLed with its workers
-    assert digits['after_kill'] == ['latest', 'ldm_step-step-30.pth']
+    assert digits['after_kill'] == ['latest', 'checkpoint-step-30.pth']
     proc, logs = digits['resumed']
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'resumed from' in logs[0][0] and 'step-30.pth' in logs[0][0]
-    ref = load(digits['ddp_work'] / 'checkpoints' / 'ldm_step-last.pth')
-    got = load(digits['resumed_work'] / 'checkpoints' / 'ldm_step-last.pth')
+    ref = load(digits['ddp_work'] / 'checkpoints' / 'checkpoint-last.pth')
+    got = load(digits['resumed_work'] / 'checkpoints' / 'checkpoint-last.pth')
     assert_state_equal(ref['model'], got['model'])
     for i, state in ref['optimizer']['state'].items():
         assert_state_equal(state, got['optimizer']['state'][i])
@@ -259,7 +259,7 @@ def test_kill_and_resume_under_torchrun_is_exact(digits):
 
 def test_resume_with_other_world_size_maps_position_and_warns(digits):
     """A 2-rank checkpoint (global batch 32) resumed by one process with batch 16."""
-    ckpt_path = digits['ddp_work'] / 'checkpoints' / 'ldm_step-step-30.pth'
+    ckpt_path = digits['ddp_work'] / 'checkpoints' / 'checkpoint-step-30.pth'
     ckpt = load(ckpt_path)
     tmp = digits['tmp']
     records = []
@@ -368,7 +368,7 @@ def multinode(noise_data):
             if p.poll() is None:
                 p.kill()
     logs = [rank_logs(str(tmp / f'node{node}-logs')).get(0, ('', '')) for node in (0, 1)]
-    step5 = tmp / 'multinode' / 'checkpoints' / 'ldm_step-step-5.pth'
+    step5 = tmp / 'multinode' / 'checkpoints' / 'checkpoint-step-5.pth'
     args = [
         f'SOLVER.WORK_DIR={tmp / "resumed"}',
         f'SOLVER.RESUME_FROM={step5}',
@@ -380,9 +380,9 @@ def multinode(noise_data):
         'agent_stderr': [err.decode(errors='replace') for _, err in results],
         'logs': logs,
         'ranks': [load(tmp / 'probe-mn' / f'rank{r}.pt') for r in (0, 1)],
-        'last': tmp / 'multinode' / 'checkpoints' / 'ldm_step-last.pth',
+        'last': tmp / 'multinode' / 'checkpoints' / 'checkpoint-last.pth',
         'resumed': resumed,
-        'resumed_last': tmp / 'resumed' / 'checkpoints' / 'ldm_step-last.pth',
+        'resumed_last': tmp / 'resumed' / 'checkpoints' / 'checkpoint-last.pth',
     }
 
 

@@ -150,7 +150,7 @@ def test_run_eval_path_uses_the_weights_training_evaluated_with(tmp_path):
     solver = build_solver(cfg)
     solver.solve()
     trained = solver.epoch_outputs['eval']
-    last = str(tmp_path / 'w' / 'checkpoints' / 'ldm_step-last.pth')
+    last = str(tmp_path / 'w' / 'checkpoints' / 'checkpoint-last.pth')
     ckpt = torch.load(last, weights_only=True)
     assert all(torch.equal(ckpt['eval_model'][k], ckpt['hooks']['train.1.EMAHook']['ema'][k]) for k in ckpt['model'])
     again = build_solver_with_weights(Config(cfg), last, logging.getLogger('scepter_like.test'))

@@ -167,7 +167,7 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
     with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run .*RESUME_FROM=auto'):
         build_solver(cfg).solve()
     cfg['SOLVER']['RESUME_FROM'] = 'auto'
-    assert build_solver(cfg).resumed_from.endswith('ldm_step-epoch-1.pth')
+    assert build_solver(cfg).resumed_from.endswith('checkpoint-epoch-1.pth')
 
 
 def test_resuming_a_finished_run_says_so_and_eval_data_records_no_shuffle(blobs, tmp_path, caplog):

@@ -266,7 +266,7 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
     _, work = trained_mesh
     lines = [json.loads(line) for line in (work / 'metrics.jsonl').read_text().splitlines()]
     evaluated = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
-    checkpoint = work / 'checkpoints' / 'ldm_step-epoch-1.pth'
+    checkpoint = work / 'checkpoints' / 'checkpoint-epoch-1.pth'
     description = torch.load(checkpoint, weights_only=True)['model_description']
     assert description['architecture'] == 'MeshGraphNet' and description['imports'] == ['tasks.mesh_regression.models']
     assert 'STATS' not in description['config'] and len(description['stats']['feature_mean']) == 6
@@ -355,7 +355,7 @@ def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_pa
 
     assert train(tmp_path / 'alone').returncode == 0
     folder = tmp_path / 'chain' / 'checkpoints'
-    resumed = {1: 'ldm_step-step-6.pth at epoch 1, iter 2, step 6', 2: 'ldm_step-step-9.pth at epoch 2, iter 1, step 9'}
+    resumed = {1: 'checkpoint-step-6.pth at epoch 1, iter 2, step 6', 2: 'checkpoint-step-9.pth at epoch 2, iter 1, step 9'}
     for i, kill in enumerate(['train:7', 'train:11', '']):
         res = train(tmp_path / 'chain', kill, resume=i > 0)
         assert res.returncode == (-9 if kill else 0), res.stderr[-3000:]
@@ -363,7 +363,7 @@ def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_pa
             assert f'resumed from {folder}/{resumed[i]}\n' in res.stdout, res.stdout[-3000:]
 
     def final(work):
-        ckpt = torch.load(work / 'checkpoints' / 'ldm_step-last.pth', weights_only=True)
+        ckpt = torch.load(work / 'checkpoints' / 'checkpoint-last.pth', weights_only=True)
         ckpt.pop('meta')
         return ckpt
 

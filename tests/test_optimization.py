@@ -209,7 +209,7 @@ def run_job(cfg, work_dir, kill_at='', resume=False):
 
 
 def final_state(work_dir):
-    ckpt = torch.load(os.path.join(work_dir, 'checkpoints', 'ldm_step-last.pth'), weights_only=True)
+    ckpt = torch.load(os.path.join(work_dir, 'checkpoints', 'checkpoint-last.pth'), weights_only=True)
     ckpt.pop('meta')
     return ckpt
 

@@ -120,7 +120,7 @@ def test_a_second_sigint_stops_at_once_and_the_previous_latest_stays(alone, tmp_
     assert 'interrupted' in res.stderr and 'stopped by' not in res.stdout and 'Traceback' not in res.stderr
     names = checkpoint_files(work)
     assert not [n for n in names if n.startswith('.tmp') or n.startswith('preempted')], names
-    assert latest_name(work) == 'ldm_step-step-8.pth' and saved_step(work, 'ldm_step-step-8.pth') == 8
+    assert latest_name(work) == 'checkpoint-step-8.pth' and saved_step(work, 'checkpoint-step-8.pth') == 8
 
 
 def test_a_signal_during_a_periodic_checkpoint_write_lets_it_finish(alone, tmp_path):
@@ -131,7 +131,7 @@ def test_a_signal_during_a_periodic_checkpoint_write_lets_it_finish(alone, tmp_p
     assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
     names = checkpoint_files(work)
     assert not [n for n in names if n.startswith('.tmp')], names
-    assert saved_step(work, 'ldm_step-best.pth') == 6  # the interrupted write completed
+    assert saved_step(work, 'checkpoint-best.pth') == 6  # the interrupted write completed
     assert latest_name(work) == 'preempted-step-7.pth'  # the next step boundary
 
 
@@ -176,7 +176,7 @@ def blobs_job(tmp_path_factory):
 
     proc, logs = torchrun(config('ref'), [], tmp, 'ref')
     assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
-    return tmp, config, load(tmp / 'ref' / 'checkpoints' / 'ldm_step-last.pth')
+    return tmp, config, load(tmp / 'ref' / 'checkpoints' / 'checkpoint-last.pth')
 
 
 @pytest.mark.parametrize('target, name', [('rank1', 'SIGUSR1'), ('launcher', 'SIGTERM')])
@@ -198,7 +198,7 @@ def test_a_stop_signal_under_torchrun_stops_every_rank_one_step_later_and_resume
         assert 'Traceback' not in logs[rank][1], logs[rank][1][-2000:]
     proc, logs = torchrun(cfg, ['SOLVER.RESUME_FROM=auto', 'SOLVER.TRAIN_HOOKS.2.SIGNAL_AT_STEP=0'], tmp, f'r-{target}')
     assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
-    got = load(work / 'checkpoints' / 'ldm_step-last.pth')
+    got = load(work / 'checkpoints' / 'checkpoint-last.pth')
     assert_state_equal(reference['model'], got['model'])
 
 
@@ -209,7 +209,7 @@ def test_elastic_restart_resumes_from_latest_by_itself(blobs_job):
     launcher = ['--rdzv-backend=c10d', f'--rdzv-endpoint=127.0.0.1:{free_port()}', '--max-restarts=1']
     proc, _ = torchrun(cfg, [], tmp, 'elastic', launcher=launcher)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = load(tmp / 'elastic' / 'checkpoints' / 'ldm_step-last.pth')
+    got = load(tmp / 'elastic' / 'checkpoints' / 'checkpoint-last.pth')
     assert_state_equal(reference['model'], got['model'])
     restarted = (tmp / 'elastic' / 'std_log.txt').read_text()
     assert 'resumed from' in restarted and 'step-8.pth' in restarted
@@ -235,7 +235,7 @@ def test_slurm_variables_launch_two_processes_without_torchrun(blobs_job):
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     ranks = [load(tmp / 'probe-slurm' / f'rank{r}.pt') for r in (0, 1)]
     assert [(r['rank'], r['world_size']) for r in ranks] == [(0, 2), (1, 2)]
-    got = load(tmp / 'slurm' / 'checkpoints' / 'ldm_step-last.pth')
+    got = load(tmp / 'slurm' / 'checkpoints' / 'checkpoint-last.pth')
     assert_state_equal(reference['model'], got['model'])  # the same run as under torchrun
 
 

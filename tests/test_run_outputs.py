@@ -158,7 +158,7 @@ def test_progress_bar_is_tqdm_and_keeps_log_lines_off_its_line():
 
     from tqdm import tqdm
 
-    from scepter_like.utils.progress import ProgressBar
+    from scepter_like.utils.progress_bar import ProgressBar
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -869,13 +869,13 @@ def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through
     assert all(record['scaler']) and set(record['params']) == {4}
     acc = eval_record['eval'][0]['acc@1']
     assert 0 < acc <= 1 and yaml.safe_load(record['template'])['INTERVAL'] == 4
-    ckpt = torch.load(tmp_path / 'a' / 'checkpoints' / 'ldm_step-epoch-1.pth', weights_only=True)
+    ckpt = torch.load(tmp_path / 'a' / 'checkpoints' / 'checkpoint-epoch-1.pth', weights_only=True)
     assert sorted(ckpt) == ['checkpoint', 'epoch', 'lr_scheduler', 'state_dict', 'total_iters']  # the solver's dict
     assert ckpt['epoch'] == 1 and ckpt['total_iters'] == {'train': 6, 'eval': 6, 'test': 6}
     evals = [json.loads(line) for line in (tmp_path / 'a' / 'metrics.jsonl').read_text().splitlines()]
     assert [r['values'] for r in evals if r['kind'] == 'eval'] == [{'acc@1': acc}]
 
-    resume = f'SOLVER.RESUME_FROM={tmp_path / "a" / "checkpoints" / "ldm_step-epoch-1.pth"}'
+    resume = f'SOLVER.RESUME_FROM={tmp_path / "a" / "checkpoints" / "checkpoint-epoch-1.pth"}'
     cfg = scepter_style_config(tmp_path, tmp_path / 'b', 2)
     second = run_tool('run_train.py', '--cfg', cfg, '--import', code, resume)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -883,7 +883,7 @@ def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through
     record = json.loads((tmp_path / 'b' / 'record.json').read_text())
     assert record['steps'] == [8, 12] and record['epochs'] == [[2, 6, 6, 12]]  # epoch 2 only, steps 7..12
     assert record['lr'] == [pytest.approx(0.2)] * 6  # the scheduler's state came back
-    assert torch.load(tmp_path / 'b' / 'checkpoints' / 'ldm_step-epoch-2.pth', weights_only=True)['epoch'] == 2
+    assert torch.load(tmp_path / 'b' / 'checkpoints' / 'checkpoint-epoch-2.pth', weights_only=True)['epoch'] == 2
 
 
 # -- scepter's components in this project's TrainValSolver ---------------------------------------------------
@@ -926,7 +926,7 @@ def test_train_val_solver_runs_a_scepter_metric_beside_its_own_and_saves_the_eva
     assert set(outputs) == {'acc@1', 'accuracy'} and outputs['acc@1'] == pytest.approx(outputs['accuracy'])
     assert isinstance(outputs['acc@1'], float) and solver.metric_names('eval') == ['acc@1', 'accuracy']
     assert train_keys[0] == ['accuracy', 'loss']  # the model's METRIC joins the step's outputs
-    assert os.path.isfile(tmp_path / 'w' / 'checkpoints' / 'ldm_step-best.pth')  # SAVE_BEST_BY a scepter metric
+    assert os.path.isfile(tmp_path / 'w' / 'checkpoints' / 'checkpoint-best.pth')  # SAVE_BEST_BY a scepter metric
     saved = torch.load(tmp_path / 'w' / 'eval_00002.pth', weights_only=True)
     assert saved['logits'].shape == (96, 3) and saved['label'].shape == (96,)
     assert torch.allclose(saved['logits'].sum(-1), torch.ones(96))  # ACT_NAME: softmax

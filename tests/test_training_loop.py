@@ -329,7 +329,7 @@ def test_resume_between_an_epoch_and_its_evaluation_does_not_train_the_epoch_aga
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
     first = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1))
     first.solve()
-    epoch_1 = str(tmp_path / 'w' / 'checkpoints' / 'ldm_step-epoch-1.pth')
+    epoch_1 = str(tmp_path / 'w' / 'checkpoints' / 'checkpoint-epoch-1.pth')
     assert torch.load(epoch_1, weights_only=True)['solver']['eval_pending']
     for keys in ({'MAX_EPOCHS': 3}, {'MAX_EPOCHS': 3, 'EVAL_INTERVAL': 2}, {'MAX_EPOCHS': 3, 'EVAL_DATA': None}):
         resumed = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, RESUME_FROM=epoch_1, **keys))

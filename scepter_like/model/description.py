@@ -94,7 +94,7 @@ def model_from_description(desc, source):
     config's IMPORTS are); a ``.py`` path the file names is not, so a file cannot make a tool
     run a file of its choosing: give such a module with ``--import``.
     """
-    from scepter_like.solver.environment import DTYPES, default_dtype
+    from scepter_like.utils.dtypes import DTYPES, default_dtype
 
     paths = [m for m in desc['imports'] if m.endswith('.py') or '/' in m or os.sep in m]
     import_user_modules([m for m in desc['imports'] if m not in paths])

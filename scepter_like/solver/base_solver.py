@@ -24,7 +24,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -34,7 +34,8 @@ from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.compile import compile_model, compile_settings
-from scepter_like.solver.environment import DTYPES, default_dtype, resolve_env, set_up_environment
+from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.solver.hooks.hook import SolverSurface
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
 from scepter_like.solver.model_call import forward_checked
 from scepter_like.solver.optimization import UpdateSettings, WeightUpdater
@@ -46,6 +47,7 @@ from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
 from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
+from scepter_like.utils.dtypes import DTYPES, default_dtype
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
 
@@ -529,3 +531,9 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.logger.removeHandler(self._file_handler)
             self._file_handler.close()
             self._file_handler = None
+
+
+if TYPE_CHECKING:  # mypy checks that the solver offers every name of the hook surface
+
+    def _offers_the_hook_surface(solver: BaseSolver) -> SolverSurface:
+        return solver

@@ -9,8 +9,6 @@ CPU of an otherwise idle machine gains from more: set N, or 0 for torch's choice
 honours ``OMP_NUM_THREADS``).
 """
 
-import contextlib
-
 import torch
 
 from scepter_like.config import Config
@@ -32,20 +30,6 @@ ENV_PARA_DICT = {
     },
     'USE_PL': {'value': False, 'description': "scepter's PyTorch Lightning switch: accepted when false"},
 }
-
-
-DTYPES = {'float32': torch.float32, 'float64': torch.float64}  # SOLVER.DTYPE
-
-
-@contextlib.contextmanager
-def default_dtype(dtype):
-    """torch's default dtype set to ``dtype`` inside, restored after (what SOLVER.DTYPE builds under)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def resolve_env(solver_cfg):

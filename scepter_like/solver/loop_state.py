@@ -38,7 +38,7 @@ class TrainingProgress:
         self.optimizer_steps = 0
         self.epoch_finished = False  # the current train epoch ran to its end
         self.last_eval_epoch = -1  # the epoch whose evaluation epoch_outputs['eval'] holds
-        self.stop_reason = None  # set by request_stop: training ends at the next step boundary
+        self.stop_reason: str | None = None  # set by request_stop: training ends at the next step boundary
         self.stop_signal = 0  # the signal every rank agreed to stop on (preemption.StopSignals)
         self.phase = 0  # the optimizer phase in use (SOLVER.OPTIMIZER_PHASES; the updater sets it)
 

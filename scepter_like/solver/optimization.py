@@ -299,9 +299,9 @@ class WeightUpdater:
         if due == progress.phase:
             return
         self.use_phase(due, progress)
-        opt_cfg, scheduler = self.phases.optimizers[due], self.lr_scheduler
+        name, scheduler = type(self.optimizer).__name__, self.lr_scheduler
         self.logger.info(
-            f'optimizer phase {due} of {len(self.phases) - 1} from step {progress.total_iter}: {opt_cfg.NAME}'
+            f'optimizer phase {due} of {len(self.phases) - 1} from step {progress.total_iter}: {name}'
             + (f' with {type(scheduler).__name__}' if scheduler is not None else '')
         )
 
@@ -485,7 +485,7 @@ class WeightUpdater:
                     load(obj, ckpt[name])
                 except (ValueError, KeyError, RuntimeError, IndexError) as e:
                     raise CheckpointError(f'{source}: the {name} state does not fit this config ({e})') from None
-        update = ckpt.get('update')
+        update: dict[str, Any] | None = ckpt.get('update')
         if update is None:  # written before the updater: BackwardHook's hook state held it
             update = next((s for k, s in ckpt.get('hooks', {}).items() if k.endswith('.BackwardHook')), {})
         self.nonfinite_in_a_row = update.get('nonfinite_in_a_row', 0)

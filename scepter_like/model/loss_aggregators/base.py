@@ -104,6 +104,10 @@ class LossAggregator:
         """``{term name: 0-dim tensor}``: the weight each term had in the last loss (empty before the first call)."""
         raise NotImplementedError
 
+    def backward(self, terms, step, params):
+        """Write the gradients of ``terms`` into ``params``' ``.grad`` (only where ``performs_backward``)."""
+        raise NotImplementedError
+
     def state_dict(self):
         return {}
 

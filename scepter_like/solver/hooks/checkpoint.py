@@ -26,7 +26,7 @@ import math
 import os
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, SolverSurface, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
@@ -52,7 +52,7 @@ class CheckpointHook(Hook):
         'PRIORITY': {'value': PRIORITY_CHECKPOINT, 'description': 'after the LR and log hooks'},
         'INTERVAL': {'value': 1, 'description': 'save every this many epochs (<= 0: no epoch checkpoints)'},
         'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)', 'min': 0},
-        'SAVE_NAME_PREFIX': {'value': 'ldm_step', 'description': 'file name prefix'},
+        'SAVE_NAME_PREFIX': {'value': 'checkpoint', 'description': "file name prefix (scepter's default is ldm_step)"},
         'SAVE_LAST': {'value': False, 'description': 'save {prefix}-last.pth when training ends'},
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
@@ -82,7 +82,7 @@ class CheckpointHook(Hook):
         self._step_due = False
         self._registered = False
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         self.writer.wait()  # a save of an earlier solve() lands before its temp files are swept
         self.folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
         if solver.is_main:
@@ -105,7 +105,7 @@ class CheckpointHook(Hook):
                 solver.register_stage_callback('after_epoch', self._after_train_epoch)
             self._registered = True
 
-    def _save(self, solver, name, periodic=True):
+    def _save(self, solver: SolverSurface, name, periodic=True):
         self.writer.wait()  # one save in flight; a failed background write surfaces here
         if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
             if name in self.saved:
@@ -123,7 +123,7 @@ class CheckpointHook(Hook):
             self.writer.submit(lambda: self._publish(solver, tmp, name, periodic))
         return path
 
-    def _publish(self, solver, tmp, name, periodic):
+    def _publish(self, solver: SolverSurface, tmp, name, periodic):
         """The file, then the ``latest`` pointer, then pruning: each only after the one before is complete."""
         path = os.path.join(self.folder, name)
         commit_temp(tmp, path)
@@ -141,25 +141,25 @@ class CheckpointHook(Hook):
             if os.path.exists(old_path):
                 os.remove(old_path)
 
-    def _after_train_step(self, solver):
+    def _after_train_step(self, solver: SolverSurface):
         if solver.progress.total_iter % self.step_interval == 0:
             self._step_due = True
         if self._step_due and not solver.step.in_accumulation:
             self._step_due = False
             self._save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.pth')
 
-    def _after_train_epoch(self, solver):
+    def _after_train_epoch(self, solver: SolverSurface):
         progress = solver.progress
         if (progress.epoch + 1) % self.interval == 0 and progress.iters['train'] == progress.epoch_iters['train']:
             self._save(solver, f'{self.prefix}-epoch-{progress.epoch + 1}.pth')
 
-    def before_epoch(self, solver):
+    def before_epoch(self, solver: SolverSurface):
         self._check_best(solver)
 
-    def before_save_checkpoint(self, solver, checkpoint):
+    def before_save_checkpoint(self, solver: SolverSurface, checkpoint):
         self.writer.wait()  # any checkpoint (the solver's own too) comes after this hook's pending commit
 
-    def _check_best(self, solver):
+    def _check_best(self, solver: SolverSurface):
         """Consider the newest eval results once; save the best checkpoint when they improve."""
         if not self.save_best or 'eval' not in solver.epoch_outputs:
             return
@@ -177,7 +177,7 @@ class CheckpointHook(Hook):
             self._save(solver, f'{self.prefix}-best.pth', periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if solver.failed is not None or self.folder is None:
             self.writer.wait()  # let a save that was under way complete
             return

@@ -6,7 +6,7 @@ it asks the solver to stop (the test data still runs).  Metrics are reduced over
 ranks, and the decision is broadcast from rank 0, so every rank stops together.
 """
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric, eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface, check_eval_metric, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -31,10 +31,10 @@ class EarlyStoppingHook(Hook):
         self.bad_evals = 0
         self.stopped_epoch = None
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         check_eval_metric(self, solver, 'MONITOR', 'watches evaluations')
 
-    def after_epoch(self, solver):
+    def after_epoch(self, solver: SolverSurface):
         value = eval_metric(solver, self.monitor, self.cfg.path_of('MONITOR'))
         if value is None:
             return
@@ -56,7 +56,7 @@ class EarlyStoppingHook(Hook):
             solver.request_stop(reason)
             solver.logger.info(reason)
 
-    def after_load_checkpoint(self, solver, checkpoint):
+    def after_load_checkpoint(self, solver: SolverSurface, checkpoint):
         if self.stopped_epoch is not None:  # the run this checkpoint came from had stopped early
             solver.request_stop(f'the run stopped early at epoch {self.stopped_epoch + 1}')
 

@@ -19,7 +19,7 @@ import torch
 
 from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.eval_weights import swap_in_for_eval
-from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.hook import Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 
 PRIORITY_EMA = 50  # after BackwardHook (0) has stepped the optimizer, before the log (100)
@@ -77,7 +77,7 @@ class EMAHook(Hook):
         """The decay of update number ``t`` (0-based)."""
         return min(self.decay, (1 + t) / (10 + t)) if self.decay_warmup else self.decay
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         floats, others = averaged_state(solver.unwrapped_model)
         if self._loaded is not None:
             missing = sorted((set(floats) | set(others)) - set(self._loaded))
@@ -94,7 +94,7 @@ class EMAHook(Hook):
         if self.eval_with_ema and self._swap is None:
             self._swap = swap_in_for_eval(solver, lambda: self.ema)
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         if solver.progress.optimizer_steps == self._seen_steps:
             return
         self._seen_steps = steps = solver.progress.optimizer_steps
@@ -109,7 +109,7 @@ class EMAHook(Hook):
         for ema, value in self._others:
             ema.copy_(value)
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if self._swap is not None:
             self._swap.swap_back()
         if self.export and solver.failed is None and solver.is_main and self.ema:
@@ -126,7 +126,7 @@ class EMAHook(Hook):
             )
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 
-    def before_save_checkpoint(self, solver, checkpoint):
+    def before_save_checkpoint(self, solver: SolverSurface, checkpoint):
         # what evaluation uses, for run_eval / export; the same tensors as the hook state, stored once
         if self.eval_with_ema and self.ema:
             checkpoint['eval_model'] = self.ema

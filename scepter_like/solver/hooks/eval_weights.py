@@ -10,6 +10,8 @@ training weights.
 
 import torch
 
+from scepter_like.solver.hooks.hook import SolverSurface
+
 
 class WeightSwap:
     """Copies ``weights()`` (``{state-dict key: tensor}``) into ``model`` and restores the originals."""
@@ -39,7 +41,7 @@ class WeightSwap:
         self._saved = None
 
 
-def swap_in_for_eval(solver, weights):
+def swap_in_for_eval(solver: SolverSurface, weights):
     """Run every eval and test pass of ``solver`` with ``weights()`` (None or {} : raw weights)."""
     swap = WeightSwap(solver.unwrapped_model, weights)
     for mode in ('eval', 'test'):

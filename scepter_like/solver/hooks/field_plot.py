@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import atomic_write
 from scepter_like.utils.distributed import all_gather_object
@@ -49,17 +49,17 @@ class FieldPlotHook(Hook):
         self.parts = []
         self.last_path = None
 
-    def before_all_iter(self, solver):
+    def before_all_iter(self, solver: SolverSurface):
         self.parts = []
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         outputs = solver.step.outputs
         missing = [k for k in self.keys if k not in outputs]
         if missing:
             raise DataError(f'FieldPlotHook needs {missing} in the model outputs; they hold {sorted(outputs)}')
         self.parts.append([outputs[k].detach().cpu().numpy() for k in self.keys])
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface):
         gathered = [p for rank_parts in all_gather_object(self.parts) for p in rank_parts]
         self.parts = []
         if not solver.is_main or not gathered:
@@ -69,7 +69,12 @@ class FieldPlotHook(Hook):
             solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.progress.total_iter}.png'
         )
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        png = render_field(coords, *fields, title=f'{solver.mode}, step {solver.progress.total_iter}')
+        png = render_field(
+            coords,
+            fields[0],
+            fields[1] if len(fields) > 1 else None,
+            title=f'{solver.mode}, step {solver.progress.total_iter}',
+        )
         atomic_write(path, lambda f: f.write(png))
         self.last_path = path
         solver.logger.info(f'field plot written to {path}')

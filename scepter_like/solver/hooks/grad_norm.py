@@ -2,7 +2,7 @@
 
 import torch
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.parallel import full_tensor
 
@@ -26,10 +26,10 @@ class GradNormHook(Hook):
         self.norm_type = cfg.NORM_TYPE
         self._params = []
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         self._params = [p for p in solver.unwrapped_model.parameters() if p.requires_grad]
 
-    def after_backward(self, solver):
+    def after_backward(self, solver: SolverSurface):
         grads = [p.grad for p in self._params if p.grad is not None]
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, self.norm_type)

@@ -1,26 +1,121 @@
-"""Hook base class and the named priority levels.
+"""Hook base class, the named priority levels, and the solver surface a hook sees.
 
 The solver's loop, with the stage each hook may implement::
 
     before_solve
     for epoch:      before_epoch, before_all_iter
-        for batch:  before_iter, run_step_*, after_iter  (after_backward: inside BackwardHook's after_iter)
+        for batch:  before_iter
+                    run_step_train (forward, loss)
+                    the update (backward; after_backward; clip; optimizer step)
+                    count the step; after_iter
                     after_all_iter, after_epoch
     after_solve
 
 Hooks run in ascending PRIORITY (ties keep config order).  A hook implements only the
 stages it needs: the solver calls a stage only on hooks that override it (and that, asked
 through ``implements`` after ``before_solve``, have work there), so an unused stage costs
-nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint``
-let a hook add to and read back the checkpoint; ``state_dict`` / ``load_state_dict``
-carry its own state across a resume.  ``after_backward`` runs between the backward pass and
+nothing per step.  ``before_save_checkpoint`` / ``after_load_checkpoint`` let a hook add to
+and read back the checkpoint; ``state_dict`` / ``load_state_dict`` carry its own state
+across a resume.  ``after_backward`` runs inside the update, between the backward pass and
 the optimizer step, on optimizer steps only: gradients are present (all-reduced under DDP,
-unscaled under fp16) and not yet clipped.
+unscaled under fp16) and not yet clipped; the step is not counted yet there
+(``solver.step.index`` is its 0-based number).
 
-Hooks read the solver's state and change it only through its named methods
-(``request_stop``, ``request_probes``, ``log_scalar``); a hook that needs the loop to run
-its steps differently (accumulation, autocast) says so in ``loop_settings``.
+Hooks observe: none performs a part of the optimisation step (``WeightUpdater``,
+solver/optimization.py, does).  What a hook may read and call is ``SolverSurface``; it
+changes the solver's state only through the requests there (``request_stop``,
+``log_scalar``, ``request_probes``), so PRIORITY orders work, never data flow.
 """
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from scepter_like.data.loader import DataBundle
+    from scepter_like.solver.loop_state import StepState, TrainingProgress
+    from scepter_like.solver.optimization import WeightUpdater
+    from scepter_like.utils.metrics_log import MetricsLog
+
+
+class SolverSurface(Protocol):
+    """What a hook may read and call on the solver; everything else is the solver's own.
+
+    Read-only unless a request.  scepter's names (``solver.epoch``, ``solver.iter``,
+    ``solver.total_iter``, ``solver.iter_outputs``, ...) stay on the solver for scepter's
+    code, with scepter's offsets (solver/scepter_protocol.py); this project's hooks use
+    ``progress`` and ``step`` instead.
+    """
+
+    # -- the loop's state
+    @property
+    def mode(self) -> str: ...  # 'train' | 'eval' | 'test': the pass running now
+
+    progress: TrainingProgress  # epochs, iterations per mode, steps and optimizer steps done, what is finished
+    step: StepState  # the current step: its index, loss, outputs (detached), accumulation, data time
+    epoch_outputs: dict[str, dict[str, Any]]  # mode -> {metric: float} of the last eval / test pass
+    failed: BaseException | None  # in after_solve: the error that ended training, else None
+
+    # -- the model and its optimisation
+    model: torch.nn.Module  # as trained (wrapped by DDP / FSDP, compiled)
+
+    @property
+    def unwrapped_model(self) -> torch.nn.Module: ...  # the plain module
+
+    @property
+    def optimizer(self) -> Any: ...  # the current phase's optimizer, or None
+
+    @property
+    def lr_scheduler(self) -> Any: ...  # the current phase's LR scheduler, or None
+
+    updater: WeightUpdater  # the update's settings and phases (read only)
+    model_flops: float | None  # forward FLOPs per sample when measured (register_flops)
+
+    # -- the data
+    datas: dict[str, DataBundle]  # mode -> the dataset, sampler and loader of that mode
+
+    def metric_names(self, mode: str = 'eval') -> list[str] | None: ...  # None: known after a first pass
+
+    def transfer_data_to_device(self, batch: dict[str, Any]) -> dict[str, Any]: ...
+
+    # -- the run
+    work_dir: str
+    logger: logging.Logger
+    metrics_log: MetricsLog | None  # rank 0: WORK_DIR/metrics.jsonl
+    resumed_from: str | None  # the checkpoint the run resumed from
+    hooks_dict: dict[str, list[Any]]  # mode -> that mode's hooks, in PRIORITY order
+
+    @property
+    def is_main(self) -> bool: ...  # rank 0: the rank that writes files
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    # -- requests
+    def request_stop(self, reason: str) -> None: ...  # training ends at the next step boundary
+
+    def log_scalar(self, name: str, value: Any) -> None: ...  # a scalar in this step's outputs (log, TensorBoard)
+
+    def request_probes(self) -> None: ...  # keep what the step registers as probes
+
+    def pop_probes(self) -> dict[str, Any]: ...  # the step's probes, handed over once
+
+    def register_stage_callback(self, stage: str, fn: Callable[[Any], Any], mode: str = 'train') -> None: ...
+
+    def training_state(self) -> dict[str, Any]: ...  # what a checkpoint holds (a collective: every rank calls it)
+
+    def save_safetensors(self) -> tuple[dict[str, Any], dict[str, str]]: ...  # weights and metadata for export
+
 
 PRIORITY_BACKWARD = 0
 PRIORITY_LOG = 100
@@ -47,55 +142,57 @@ STAGES = (
 
 
 class Hook:
-    para_dict = {'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first; ties keep config order'}}
+    para_dict: dict[str, Any] = {
+        'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first; ties keep config order'}
+    }
 
-    def __init__(self, cfg, logger=None):
+    def __init__(self, cfg: Any, logger: logging.Logger | None = None):
         self.cfg = cfg
         self.logger = logger
         self.priority = cfg.get('PRIORITY', PRIORITY_NORMAL) if cfg is not None else PRIORITY_NORMAL
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface) -> None:
         pass
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface) -> None:
         pass
 
-    def before_epoch(self, solver):
+    def before_epoch(self, solver: SolverSurface) -> None:
         pass
 
-    def after_epoch(self, solver):
+    def after_epoch(self, solver: SolverSurface) -> None:
         pass
 
-    def before_all_iter(self, solver):
+    def before_all_iter(self, solver: SolverSurface) -> None:
         pass
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface) -> None:
         pass
 
-    def before_iter(self, solver):
+    def before_iter(self, solver: SolverSurface) -> None:
         pass
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface) -> None:
         pass
 
-    def after_backward(self, solver):
+    def after_backward(self, solver: SolverSurface) -> None:
         pass
 
-    def before_save_checkpoint(self, solver, checkpoint):
+    def before_save_checkpoint(self, solver: SolverSurface, checkpoint: dict[str, Any]) -> None:
         pass
 
-    def after_load_checkpoint(self, solver, checkpoint):
+    def after_load_checkpoint(self, solver: SolverSurface, checkpoint: dict[str, Any]) -> None:
         pass
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """State to carry across a resume (plain values and tensors only)."""
         return {}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
     @classmethod
-    def implements(cls, stage):
+    def implements(cls, stage: str) -> bool:
         """Whether the solver should call this hook at ``stage``: the class overrides it.
 
         A hook may narrow this per instance; the solver asks again after ``before_solve``,
@@ -104,7 +201,7 @@ class Hook:
         return getattr(cls, stage) is not getattr(Hook, stage)
 
 
-def check_eval_metric(hook, solver, key, job):
+def check_eval_metric(hook: Hook, solver: SolverSurface, key: str, job: str) -> None:
     """For a hook that reads an eval metric: it is in EVAL_HOOKS, and the metric ``cfg[key]`` names exists.
 
     ``job`` says what the hook does with evaluations (for the error).  Metric names not known
@@ -122,7 +219,7 @@ def check_eval_metric(hook, solver, key, job):
         )
 
 
-def eval_metric(solver, name, where):
+def eval_metric(solver: SolverSurface, name: str, where: str) -> Any:
     """The latest evaluation's ``name``, or None before any; a ConfigError naming ``where`` (a config path)
     when an evaluation ran without it (metric names a first pass makes known: scepter's metrics)."""
     outputs = solver.epoch_outputs.get('eval') or {}

@@ -15,9 +15,9 @@ import time
 import torch
 
 from scepter_like.errors import TrainingError
-from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.utils.progress import ProgressBar, format_hms
+from scepter_like.utils.progress_bar import ProgressBar, format_hms
 from scepter_like.utils.scalars import ScalarSums
 
 
@@ -39,34 +39,34 @@ class LogHook(Hook):
         super().__init__(cfg, logger)
         self.interval = cfg.LOG_INTERVAL
         self.show_gpu_mem = cfg.SHOW_GPU_MEM
-        self.progress = {True: 'on', False: 'off'}.get(cfg.PROGRESS, cfg.PROGRESS)
+        self.show_bar = {True: 'on', False: 'off'}.get(cfg.PROGRESS, cfg.PROGRESS)  # PROGRESS: when to show the bar
         self.last_logged = {}  # the means of the last line written
         self._bar = None
         self._scalars = ScalarSums()  # since the last line
         self._data_time = 0.0
         self._since = self._epoch_start = time.perf_counter()
 
-    def before_solve(self, solver):
-        if solver.is_main and (self.progress == 'on' or (self.progress == 'auto' and sys.stdout.isatty())):
+    def before_solve(self, solver: SolverSurface):
+        if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and sys.stdout.isatty())):
             self._bar = ProgressBar(sys.stdout)
             self._bar.attach(solver.logger)
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if self._bar is not None:
             self._bar.detach()
             self._bar = None
 
-    def before_epoch(self, solver):
+    def before_epoch(self, solver: SolverSurface):
         self._since = self._epoch_start = time.perf_counter()
         self._scalars = ScalarSums()  # drops what an interrupted epoch left
         self._data_time = 0.0
 
-    def before_all_iter(self, solver):
+    def before_all_iter(self, solver: SolverSurface):
         if self._bar is not None:
             label = f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs}'
             self._bar.start(label, solver.progress.train_stop, solver.progress.iters[solver.mode])
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         if self._bar is not None:
             self._bar.tick(solver.progress.iters[solver.mode])
         if self.interval <= 0:
@@ -76,17 +76,17 @@ class LogHook(Hook):
         if solver.progress.iters[solver.mode] % self.interval == 0:
             self._write_line(solver)
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface):
         if self.interval > 0 and self._scalars.count:  # MAX_STEPS, a stop or the epoch's end cut an interval
             self._write_line(solver)
         if self._bar is not None:
             self._bar.finish(solver.progress.iters[solver.mode])
 
-    def after_epoch(self, solver):
+    def after_epoch(self, solver: SolverSurface):
         seconds = time.perf_counter() - self._epoch_start
         solver.logger.info(f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s')
 
-    def _write_line(self, solver):
+    def _write_line(self, solver: SolverSurface):
         now = time.perf_counter()
         count = self._scalars.count
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP

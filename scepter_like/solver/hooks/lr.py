@@ -18,7 +18,7 @@ import math
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, SolverSurface, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 
 
@@ -46,7 +46,7 @@ class LrHook(Hook):
         self.phase = 0  # the optimizer phase sched_lrs belong to
         self._warmup_steps = 0
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         optimizer = solver.optimizer
         if optimizer is None:
             raise ConfigError('LrHook needs SOLVER.OPTIMIZER; add an optimizer config')
@@ -70,12 +70,12 @@ class LrHook(Hook):
             )
         self._apply(solver)
 
-    def _progress(self, solver):
+    def _warmup_fraction(self, solver: SolverSurface):
         if self.by_epoch:
             return solver.progress.epoch / self.warmup_epochs if self.warmup_epochs else 1.0
         return solver.progress.optimizer_steps / self._warmup_steps if self._warmup_steps else 1.0
 
-    def _follow_phase(self, solver):
+    def _follow_phase(self, solver: SolverSurface):
         """After an optimizer switch, schedule from the new optimizer's learning rates; True on a switch."""
         if solver.progress.phase == self.phase:
             return False
@@ -83,14 +83,14 @@ class LrHook(Hook):
         self.phase = solver.progress.phase
         return True
 
-    def _apply(self, solver):
+    def _apply(self, solver: SolverSurface):
         """Set each group's LR: the scheduled LR times the warmup factor."""
-        p = self._progress(solver)
+        p = self._warmup_fraction(solver)
         factor = 1.0 if p >= 1.0 else self.start_ratio + (1.0 - self.start_ratio) * p
         for group, lr in zip(solver.optimizer.param_groups, self.sched_lrs):
             group['lr'] = lr * factor
 
-    def _step_scheduler(self, solver):
+    def _step_scheduler(self, solver: SolverSurface):
         sched = solver.lr_scheduler
         if sched is not None:
             for group, lr in zip(solver.optimizer.param_groups, self.sched_lrs):
@@ -105,7 +105,7 @@ class LrHook(Hook):
                 sched.step()
             self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
 
-    def before_epoch(self, solver):
+    def before_epoch(self, solver: SolverSurface):
         if not self.by_epoch:
             return
         if self._follow_phase(solver):  # the new scheduler's first epoch runs at its initial rates
@@ -120,7 +120,7 @@ class LrHook(Hook):
             return not self.by_epoch
         return super().implements(stage)
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         if solver.progress.optimizer_steps == self.seen_steps:
             return
         self.seen_steps = solver.progress.optimizer_steps

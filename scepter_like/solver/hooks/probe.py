@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from scepter_like.errors import DataError
-from scepter_like.solver.hooks.hook import PRIORITY_PROBE, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_PROBE, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
 
@@ -90,7 +90,7 @@ class ProbeDataHook(Hook):
         self.interval = cfg.PROB_INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
 
-    def before_iter(self, solver):
+    def before_iter(self, solver: SolverSurface):
         if not solver.is_main or self.interval <= 0:
             return
         progress = solver.progress
@@ -102,7 +102,7 @@ class ProbeDataHook(Hook):
         if due:
             solver.request_probes()
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         if not solver.step.probe_wanted:
             return
         probes = solver.pop_probes()

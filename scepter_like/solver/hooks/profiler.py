@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.hook import Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.torch_noise import quiet_profiler
 
@@ -62,7 +62,7 @@ class ProfilerHook(Hook):
         self._rank = 0
         self.files = []
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         self.output_dir = self.output_dir or os.path.join(solver.work_dir, 'profiler')
         self._rank = solver.rank
         self._nvtx = nvtx_enabled()
@@ -100,11 +100,11 @@ class ProfilerHook(Hook):
         if self.logger is not None:
             self.logger.info(f'profiler: trace {stem}.json, summary {summary}')
 
-    def before_all_iter(self, solver):
+    def before_all_iter(self, solver: SolverSurface):
         if self._nvtx and solver.mode == 'train':
             torch.cuda.nvtx.range_push(f'train epoch {solver.progress.epoch + 1}')
 
-    def before_iter(self, solver):
+    def before_iter(self, solver: SolverSurface):
         if solver.mode != 'train':
             return
         if self._nvtx:
@@ -124,7 +124,7 @@ class ProfilerHook(Hook):
         if self._steps > self.total_steps:
             self._stop()
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface):
         if self._nvtx and solver.mode == 'train':
             if self._step_range_open:
                 torch.cuda.nvtx.range_pop()
@@ -138,5 +138,5 @@ class ProfilerHook(Hook):
                 self.profiler.stop()
             self.profiler = None
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         self._stop()

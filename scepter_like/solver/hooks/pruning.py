@@ -8,7 +8,7 @@ runner turns into a pruned trial. Without an attached trial (a trial's ``config.
 again) it only records the values. It reads solver state and changes none.
 """
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, check_eval_metric, eval_metric
+from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface, check_eval_metric, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -34,10 +34,10 @@ class PruningHook(Hook):
         """Report to ``trial`` (rank 0 only; other ranks follow its decision)."""
         self.trial = trial
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         check_eval_metric(self, solver, 'METRIC', 'reports evaluations')
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface):
         value = eval_metric(solver, self.metric, self.cfg.path_of('METRIC'))
         if value is None:  # no evaluation results (an eval pass without METRICS)
             return

@@ -11,7 +11,7 @@ so the tools can build the model from the file alone.  Each file is written atom
 
 import os
 
-from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import remove_temp_files, save_safetensors
 
@@ -23,7 +23,7 @@ class SafetensorsHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_SAFETENSORS, 'description': 'after BackwardHook (weights of this step)'},
         'INTERVAL': {'value': 1000, 'description': 'save every this many train steps (<= 0: only at the end)'},
-        'SAVE_NAME_PREFIX': {'value': 'ldm_step', 'description': 'file name prefix'},
+        'SAVE_NAME_PREFIX': {'value': 'weights', 'description': "file name prefix (scepter's default is ldm_step)"},
     }
 
     def __init__(self, cfg, logger=None):
@@ -32,21 +32,21 @@ class SafetensorsHook(Hook):
         self.prefix = cfg.SAVE_NAME_PREFIX
         self.folder = None
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         self.folder = os.path.join(solver.work_dir, SAFETENSORS_DIR)
         if solver.is_main:
             os.makedirs(self.folder, exist_ok=True)
             remove_temp_files(self.folder)
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         if self.interval > 0 and solver.mode == 'train' and solver.progress.total_iter % self.interval == 0:
             self.save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.safetensors')
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if solver.failed is None and self.folder is not None and 'train' in solver.datas:
             self.save(solver, f'{self.prefix}-final.safetensors')
 
-    def save(self, solver, name):
+    def save(self, solver: SolverSurface, name):
         """Write the unwrapped model's weights to ``folder/name`` (rank 0); returns the path."""
         if not solver.is_main:
             return None

@@ -16,7 +16,7 @@ import torch
 
 from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.eval_weights import swap_in_for_eval
-from scepter_like.solver.hooks.hook import Hook
+from scepter_like.solver.hooks.hook import Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import all_reduce_sum
 
@@ -77,7 +77,7 @@ class SWAHook(Hook):
         self._loaded = None
         self._swap = None
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         from torch.optim.swa_utils import SWALR, AveragedModel
 
         model = solver.unwrapped_model
@@ -111,7 +111,7 @@ class SWAHook(Hook):
     def _in_range(self, epoch):
         return epoch >= self.start_epoch and (not self.end_epoch or epoch <= self.end_epoch)
 
-    def after_epoch(self, solver):
+    def after_epoch(self, solver: SolverSurface):
         if not self._in_range(solver.progress.epoch + 1):
             return
         self.averaged.update_parameters(solver.unwrapped_model)
@@ -119,7 +119,7 @@ class SWAHook(Hook):
         if self.scheduler is not None:
             self.scheduler.step()
 
-    def averaged_weights(self, solver):
+    def averaged_weights(self, solver: SolverSurface):
         """The average as a model state dict (BatchNorm statistics recomputed first); {} before any."""
         if self.n_averaged == 0:
             return {}
@@ -128,7 +128,7 @@ class SWAHook(Hook):
         self._bn_stale = False
         return self.averaged.module.state_dict()
 
-    def _recompute_bn(self, solver):
+    def _recompute_bn(self, solver: SolverSurface):
         """``update_bn`` over this rank's train batches; under DDP the statistics are averaged over ranks."""
         from torch.optim.swa_utils import update_bn
 
@@ -143,9 +143,10 @@ class SWAHook(Hook):
             if solver.world_size > 1:
                 for m in norms:
                     for buf in (m.running_mean, m.running_var):
-                        buf.copy_(all_reduce_sum(buf.clone()) / solver.world_size)
+                        if buf is not None:
+                            buf.copy_(all_reduce_sum(buf.clone()) / solver.world_size)
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if self._swap is not None:
             self._swap.swap_back()
         if solver.failed is not None or self.n_averaged == 0:

@@ -11,7 +11,7 @@ it is flushed and closed in ``after_solve``, which also runs when training fails
 
 import os
 
-from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.scalars import ScalarSums
 
@@ -32,7 +32,7 @@ class TensorboardLogHook(Hook):
         self._scalars = ScalarSums()
         self._attached = False
 
-    def before_solve(self, solver):
+    def before_solve(self, solver: SolverSurface):
         self.log_dir = self.log_dir or os.path.join(solver.work_dir, 'tensorboard')
         if solver.is_main and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter
@@ -46,16 +46,16 @@ class TensorboardLogHook(Hook):
                 solver.register_stage_callback('after_all_iter', self._write_metrics, mode=mode)
             self._attached = True
 
-    def after_iter(self, solver):
+    def after_iter(self, solver: SolverSurface):
         self._scalars.add(solver.step.outputs)
         if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
             self._write_train(solver)
 
-    def after_all_iter(self, solver):
+    def after_all_iter(self, solver: SolverSurface):
         if self._scalars.count:
             self._write_train(solver)
 
-    def _write_train(self, solver):
+    def _write_train(self, solver: SolverSurface):
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         if self.writer is None:
             return
@@ -66,14 +66,14 @@ class TensorboardLogHook(Hook):
             for i, group in enumerate(solver.optimizer.param_groups):
                 self.writer.add_scalar('train/lr' if i == 0 else f'train/lr_group{i}', group['lr'], step)
 
-    def _write_metrics(self, solver):
+    def _write_metrics(self, solver: SolverSurface):
         if self.writer is None:
             return
         for name, value in solver.epoch_outputs.get(solver.mode, {}).items():
             self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.progress.total_iter)
         self.writer.flush()
 
-    def after_solve(self, solver):
+    def after_solve(self, solver: SolverSurface):
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()
