@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint format bench clean
+.PHONY: setup train test test-fast lint format bench clean
 
 setup: $(STAMP)
 
@@ -17,11 +17,14 @@ $(STAMP): setup.cfg pyproject.toml constraints-ci.txt
 train: setup  # each run gets its own work dir (a rerun never mixes with an earlier run)
 	$(PY) tools/run_train.py --cfg configs/cate_recognition/digits_mlp.yaml SOLVER.WORK_DIR=work_dir/digits_mlp/$$(date +%Y%m%d-%H%M%S)
 
-test: setup
+test: setup  # everything (CI): the tests that start processes too
 	$(PY) -m pytest -q
 
-lint: setup
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+test-fast: setup  # while working: the tests that run in this process (tests/conftest.py marks the rest slow)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup  # ruff, and mypy on the core's annotated API (pyproject.toml [tool.mypy])
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .

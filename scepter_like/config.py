@@ -8,9 +8,12 @@ loader only, from UTF-8 files; a key written twice in one mapping is an error.
 overrides, ``${A.B.0.C}`` references are resolved (``resolve_references``).
 """
 
+from __future__ import annotations
+
 import copy
 import os
 import re
+from typing import Any
 
 import yaml
 
@@ -72,7 +75,16 @@ class Config:
 
     __slots__ = ('_d', '_path', '_root')
 
-    def __init__(self, cfg_dict=None, cfg_file=None, path='', root=None, *, load=None, logger=None):
+    def __init__(
+        self,
+        cfg_dict: Any = None,
+        cfg_file: str | None = None,
+        path: str = '',
+        root: Config | None = None,
+        *,
+        load: Any = None,
+        logger: Any = None,
+    ):
         """``load`` and ``logger`` are scepter's: ``load=False`` reads no file; the logger is not used."""
         object.__setattr__(self, '_path', path)
         object.__setattr__(self, '_root', root)
@@ -105,7 +117,7 @@ class Config:
         """Where this Config sits in the whole tree, e.g. ``SOLVER.TRAIN_HOOKS[2]``."""
         return self._path
 
-    def path_of(self, key):
+    def path_of(self, key: str) -> str:
         return _child_path(self._path, key)
 
     def _wrap(self, key, value, path=None):
@@ -167,7 +179,7 @@ class Config:
         for k, v in state['d'].items():
             self._d[k] = self._wrap(k, v)
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         return self._d.get(key, default)
 
     def have(self, key):
@@ -199,11 +211,11 @@ class Config:
             self[key] = value
         return self._d[key]
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """Plain dicts and lists, ready for YAML or JSON."""
         return {k: _plain(v) for k, v in self._d.items()}
 
-    def dump(self):
+    def dump(self) -> str:
         """YAML text that loads back to an equal config."""
         dumper = getattr(yaml, 'CSafeDumper', yaml.SafeDumper)  # libyaml when present: same text, faster
         return yaml.dump(self.to_dict(), Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
@@ -310,7 +322,7 @@ def parse_override(text):
     return parts, value, append
 
 
-def apply_overrides(cfg, overrides):
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     """Set each ``A.B.C=value`` in ``cfg`` (a Config), creating missing mapping keys.
 
     A key written here that no component declares is reported when the component is
@@ -361,7 +373,7 @@ def _step(node, part, so_far, text):
 
 
 # -- references: ${A.B.0.C} ----------------------------------------------------------------------
-def resolve_references(cfg):
+def resolve_references(cfg: Config) -> Config:
     """Replace each ``${A.B.C}`` in the string values of ``cfg`` (a root Config) by the value there.
 
     A string that is one reference takes the referenced value as it is (a number stays a

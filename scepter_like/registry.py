@@ -11,10 +11,14 @@ them with ``cfg.get``).  Registering a taken name replaces the entry with a warn
 scepter does, so a user's ``LogHook`` overrides the built-in one.
 """
 
+from __future__ import annotations
+
 import inspect
 import logging
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -191,7 +195,7 @@ def check_range(value, spec, path):
                 raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
 
 
-def resolve_params(cfg, para, owner, strict=True, skip=(NAME_KEY,)):
+def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: tuple[str, ...] = (NAME_KEY,)) -> Any:
     """Fill defaults from ``para`` into ``cfg`` in place, reject unknown keys, check values."""
     if strict:
         for key in cfg.keys():
@@ -235,20 +239,20 @@ def _check_call(obj, cfg, logger, kwargs, owner):
 class Registry:
     """A named table of buildable classes and functions."""
 
-    def __init__(self, name):
+    def __init__(self, name: str):
         self.name = name
-        self._entries = {}
+        self._entries: dict[str, Any] = {}
 
     def __repr__(self):
         return f'Registry({self.name}, {sorted(self._entries)})'
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._entries)
 
-    def names(self):
+    def names(self) -> list[str]:
         return sorted(self._entries)
 
     def name_of(self, obj):
@@ -265,7 +269,7 @@ class Registry:
         self._entries[name] = obj
         return obj
 
-    def register_class(self, name=None):
+    def register_class(self, name: str | None = None) -> Callable[[type], type]:
         """Decorator: ``@R.register_class()`` or ``@R.register_class('Alias')``."""
         if inspect.isclass(name):
             raise RegistryError(
@@ -279,7 +283,7 @@ class Registry:
 
         return deco
 
-    def register_function(self, name=None, para_dict=None):
+    def register_function(self, name: str | None = None, para_dict: Any = None) -> Callable[[Callable], Callable]:
         """Decorator for a builder function ``fn(cfg, logger=None, **kwargs)``."""
         if callable(name):
             raise RegistryError(f'{self.name}: write @{self.name}.register_function() with parentheses')
@@ -291,7 +295,7 @@ class Registry:
 
         return deco
 
-    def get(self, name, where=NAME_KEY):
+    def get(self, name: str, where: str = NAME_KEY) -> Any:
         if not isinstance(name, str):
             raise RegistryError(
                 f'{where}: NAME must be a string naming an entry of {self.name}, got {name!r}'
@@ -321,13 +325,13 @@ class Registry:
         resolve_params(cfg, para, f'{self.name}.{cfg[NAME_KEY]}', strict)
         return obj, cfg
 
-    def build(self, cfg, logger=None, **kwargs):
+    def build(self, cfg: Any, logger: Any = None, **kwargs: Any) -> Any:
         """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled."""
         obj, cfg = self.resolve(cfg)
         _check_call(obj, cfg, logger, kwargs, f'{self.name}.{cfg[NAME_KEY]}')
         return obj(cfg, logger=logger, **kwargs)
 
-    def get_config_template(self, name):
+    def get_config_template(self, name: str) -> str:
         """YAML text with NAME and every declared key, its default and description."""
         para, _ = declared_params(self.get(name))
         return render_config_template(name, para)

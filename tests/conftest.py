@@ -1,8 +1,21 @@
-"""Shared test helpers: the repo root, running tools as subprocesses, small configs."""
+"""Shared test helpers: the repo root, running tools (as subprocesses or in this process), small configs;
+and the test tiers: a test that starts a process is marked ``slow`` by itself.
 
+``make test-fast`` runs ``pytest -m "not slow"``: the tests that run in this process.
+A test is ``slow`` when it, a fixture it uses, or a function either calls (followed
+through the test module, this file and ``helpers.py``) names one of ``PROCESS_STARTERS``;
+a test may also carry ``@pytest.mark.slow`` itself (a long run in this process).
+"""
+
+import contextlib
+import importlib.util
+import io
 import os
 import subprocess
 import sys
+import traceback
+import types
+from typing import NamedTuple
 
 import pytest
 
@@ -28,6 +41,85 @@ def run_tool(tool, *args, cwd=None, timeout=300, env=None):
     """Run ``tools/<tool>`` with this Python; returns the CompletedProcess (text)."""
     cmd = [sys.executable, os.path.join(TOOLS, tool), *map(str, args)]
     return subprocess.run(cmd, cwd=cwd or REPO, env=env or tool_env(), capture_output=True, text=True, timeout=timeout)
+
+
+class CliResult(NamedTuple):
+    """What a command-line run left: its exit status, stdout and stderr (as ``subprocess.run`` gives them)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+_TOOL_MODULES = {}
+
+
+def _tool_module(tool):
+    if tool not in _TOOL_MODULES:
+        spec = importlib.util.spec_from_file_location(f'_tool_{tool[:-3]}', os.path.join(TOOLS, tool))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _TOOL_MODULES[tool] = module
+    return _TOOL_MODULES[tool]
+
+
+def run_cli(tool, *args, cwd=None):
+    """Run ``tools/<tool>`` in this process as its command line does (``cli.run``: the error contract, the exit
+    status) from ``cwd``; returns a ``CliResult``.  An error the contract does not catch (the toolkit's own
+    failure) is status 1 with its traceback on stderr, as in a process.  Costs no interpreter start-up."""
+    from scepter_like.cli import run
+
+    out, err, previous, path = io.StringIO(), io.StringIO(), os.getcwd(), list(sys.path)
+    try:
+        os.chdir(cwd or REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = run(_tool_module(tool).main, [str(a) for a in args])
+            except Exception:
+                traceback.print_exc()
+                status = 1
+    finally:
+        os.chdir(previous)
+        sys.path[:] = path
+    return CliResult(status, out.getvalue(), err.getvalue())
+
+
+PROCESS_STARTERS = {'run_tool', 'subprocess', 'Popen', 'torchrun', 'launch', 'spawn', 'start_process'}
+
+
+def _names_used(fn, module, seen, depth=4):
+    """The global names ``fn``'s code uses, followed into the functions of ``module``, conftest and helpers."""
+    code = getattr(fn, '__code__', None)
+    if code is None or code in seen or depth < 0:
+        return set()
+    seen.add(code)
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(const for const in c.co_consts if isinstance(const, types.CodeType))
+    found = set(names)
+    spaces = [vars(module), globals()] + ([vars(sys.modules['helpers'])] if 'helpers' in sys.modules else [])
+    for name in names:
+        for space in spaces:
+            target = space.get(name)
+            if isinstance(target, types.FunctionType):
+                found |= _names_used(target, module, seen, depth - 1)
+    return found
+
+
+def _starts_processes(item):
+    module, seen = item.module, set()
+    names = _names_used(getattr(item, 'function', None), module, seen)
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        names |= _names_used(defs[-1].func, module, seen)
+    return bool(names & PROCESS_STARTERS)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _starts_processes(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -43,7 +43,12 @@ def hook_state(ckpt, name):
 
 def test_keep_last_prunes_periodic_checkpoints_and_keeps_the_best_apart(tmp_path):
     solver, history = run(tmp_path, 4, ckpt_hooks(KEEP_LAST=2, SAVE_BEST_BY='+accuracy'))
-    assert checkpoint_files(tmp_path) == ['latest', 'checkpoint-best.pth', 'checkpoint-epoch-3.pth', 'checkpoint-epoch-4.pth']
+    assert checkpoint_files(tmp_path) == [
+        'latest',
+        'checkpoint-best.pth',
+        'checkpoint-epoch-3.pth',
+        'checkpoint-epoch-4.pth',
+    ]
     best = torch.load(tmp_path / 'run' / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)
     first_best = history.index(max(history))
     assert hook_state(best, 'CheckpointHook')['best_value'] == max(history)

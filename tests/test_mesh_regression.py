@@ -355,7 +355,10 @@ def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_pa
 
     assert train(tmp_path / 'alone').returncode == 0
     folder = tmp_path / 'chain' / 'checkpoints'
-    resumed = {1: 'checkpoint-step-6.pth at epoch 1, iter 2, step 6', 2: 'checkpoint-step-9.pth at epoch 2, iter 1, step 9'}
+    resumed = {
+        1: 'checkpoint-step-6.pth at epoch 1, iter 2, step 6',
+        2: 'checkpoint-step-9.pth at epoch 2, iter 1, step 9',
+    }
     for i, kill in enumerate(['train:7', 'train:11', '']):
         res = train(tmp_path / 'chain', kill, resume=i > 0)
         assert res.returncode == (-9 if kill else 0), res.stderr[-3000:]

@@ -364,6 +364,7 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def _recompute_loss(self) -> torch.Tensor:
         """The current step's loss evaluated again (a closure optimizer's later evaluations)."""
+        assert self.step.batch is not None  # a train step's batch, kept for this
         return self.updater.loss_of(self.train_forward(self.step.batch), self.step)
 
     def _finish_step(self, mode: str, optimizer_step: bool, call_after_iter: Callable[[], Any]) -> None:

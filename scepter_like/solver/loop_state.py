@@ -44,16 +44,16 @@ class TrainingProgress:
 
     # -- the data of an epoch ---------------------------------------------------------------
     @property
-    def pass_index(self):
+    def pass_index(self) -> int:
         """Which pass over the train data the current epoch belongs to (NUM_FOLDS epochs a pass)."""
         return self.epoch // self.num_folds
 
-    def fold_window(self, pass_batches):
+    def fold_window(self, pass_batches: int) -> tuple[int, int]:
         """Batches ``[start, stop)`` of a pass of ``pass_batches`` that the current epoch covers."""
         fold = self.epoch % self.num_folds
         return fold * pass_batches // self.num_folds, (fold + 1) * pass_batches // self.num_folds
 
-    def plan_folds(self, pass_batches, where='NUM_FOLDS'):
+    def plan_folds(self, pass_batches: int, where: str = 'NUM_FOLDS') -> None:
         """The current epoch's share of a train pass of ``pass_batches``; a ConfigError when a fold would be empty."""
         if pass_batches < self.num_folds:
             raise ConfigError(
@@ -63,7 +63,7 @@ class TrainingProgress:
         start, stop = self.fold_window(pass_batches)
         self.epoch_iters['train'] = stop - start
 
-    def start_train_epoch(self, pass_batches):
+    def start_train_epoch(self, pass_batches: int) -> tuple[int, int]:
         """Plan this train epoch; returns the pass's batch range ``[first, stop)`` still to run."""
         start, stop = self.fold_window(pass_batches)
         self.epoch_iters['train'] = stop - start
@@ -73,7 +73,7 @@ class TrainingProgress:
         self.train_stop = max(self.train_stop, self.iters['train'])
         return start + self.iters['train'], start + self.train_stop
 
-    def steps_left(self):
+    def steps_left(self) -> int:
         """Train steps left in the run, from the current step on (for ETAs)."""
         left = self.epoch_iters['train'] - self.iters['train']
         left += (self.max_epochs - self.epoch - 1) * self.epoch_iters['train']
@@ -81,7 +81,7 @@ class TrainingProgress:
             left = min(left, self.max_steps - self.total_iter)
         return max(left, 0)
 
-    def count_step(self, mode, optimizer_step):
+    def count_step(self, mode: str, optimizer_step: bool) -> None:
         """A step of ``mode`` is done: a train step also counts in ``total_iter`` and, when it stepped the
         optimizer, in ``optimizer_steps``."""
         self.iters[mode] += 1
@@ -102,33 +102,33 @@ class TrainingProgress:
         return size, it + 1 >= group_start + size
 
     # -- the end of things ------------------------------------------------------------------
-    def train_finished(self):
+    def train_finished(self) -> bool:
         return (
             self.stop_reason is not None
             or self.epoch >= self.max_epochs
             or (self.max_steps > 0 and self.total_iter >= self.max_steps)
         )
 
-    def eval_due(self):
+    def eval_due(self) -> bool:
         """Whether the evaluation after the current epoch is still to run (given eval data)."""
         if self.last_eval_epoch == self.epoch:
             return False
         return (self.epoch + 1) % self.eval_interval == 0 or self.epoch + 1 >= self.max_epochs or self.train_finished()
 
-    def finish_train_epoch(self):
+    def finish_train_epoch(self) -> None:
         self.epoch_finished = self.iters['train'] >= self.epoch_iters['train']
 
-    def next_epoch(self):
+    def next_epoch(self) -> None:
         self.epoch += 1
         self.iters['train'] = 0
         self.epoch_finished = False
 
-    def epochs_completed(self):
+    def epochs_completed(self) -> int:
         """Train epochs completed (the current one counts once it ran to its end)."""
         return self.epoch + 1 if self.epoch_finished else self.epoch
 
     # -- checkpoint -------------------------------------------------------------------------
-    def state_dict(self, eval_pending):
+    def state_dict(self, eval_pending: bool) -> dict[str, Any]:
         """The position of the next train batch; ``eval_pending``: the finished epoch's evaluation is due."""
         finished = self.epoch_finished
         return {
@@ -141,7 +141,7 @@ class TrainingProgress:
             'phase': self.phase,
         }
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = state['epoch']
         self.iters['train'] = state['iter']
         self.total_iter = state['total_iter']
@@ -186,12 +186,12 @@ class StepState:
         'counted',
     )
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.index = 0
-        self.batch = None
-        self.loss = None
-        self.terms = None
-        self.outputs = {}
+        self.batch: dict[str, Any] | None = None
+        self.loss: torch.Tensor | None = None
+        self.terms: dict[str, torch.Tensor] | None = None
+        self.outputs: dict[str, torch.Tensor] = {}
         self.sync_grads = True
         self.group_size = 1
         self.steps_optimizer = True
@@ -220,22 +220,22 @@ class StepState:
         self.running = True
         self.counted = False
 
-    def end(self):
+    def end(self) -> None:
         """The step's ``after_iter`` hooks are done."""
         self.running = self.counted = False
 
-    def take_loss(self):
+    def take_loss(self) -> torch.Tensor | None:
         """The loss, handed over once (the updater's backward consumes it)."""
         loss, self.loss = self.loss, None
         return loss
 
     @property
-    def in_accumulation(self):
+    def in_accumulation(self) -> bool:
         """An accumulation group is open: gradients of earlier micro-batches wait for the optimizer step."""
         return not self.steps_optimizer
 
 
-def detached_outputs(results):
+def detached_outputs(results: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The tensors of a step's ``results`` outside autograd, their scalars fixed at this step's values.
 
     A scalar this step's graph computed (not a view) is only detached: nothing changes it
