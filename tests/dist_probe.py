@@ -60,9 +60,9 @@ def _full(tensor):
 @HOOKS.register_class()
 class DistProbeHook(Hook):
     para_dict = {
-        'PRIORITY': {'value': -10, 'description': 'before BackwardHook, so a NaN reaches it'},
+        'PRIORITY': {'value': -10, 'description': 'early among the hooks'},
         'OUT': {'value': '', 'description': 'folder for rank{r}.pt'},
-        'NAN_STEPS': {'value': [], 'description': 'steps (1-based) whose loss becomes NaN on NAN_RANK'},
+        'NAN_STEPS': {'value': [], 'description': 'steps (1-based) whose batch (so loss) becomes NaN on NAN_RANK'},
         'NAN_RANK': {'value': 1, 'description': 'the rank that sees the NaN'},
         'KILL_AT_STEP': {'value': 0, 'description': 'rank 0 SIGKILLs torchrun and every worker at this step'},
         'SIGNAL_AT_STEP': {
@@ -146,8 +146,13 @@ class DistProbeHook(Hook):
                 if hasattr(hook, 'writer'):
                     hook.writer.wait()
             os.kill(os.getpid(), signal.SIGKILL)
-        if step in self.nan_steps and solver.rank == self.nan_rank and solver.loss is not None:
-            solver.loss = solver.loss * float('nan')
+
+    def before_iter(self, solver):
+        batch = solver.step.batch
+        if solver.progress.total_iter + 1 in self.nan_steps and solver.rank == self.nan_rank and batch is not None:
+            for key, value in batch.items():  # the forward then gives a NaN loss, as bad data would
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    batch[key] = value * float('nan')
 
     @staticmethod
     def _wait_for_signal(solver, timeout=60):
@@ -167,7 +172,9 @@ class DistProbeHook(Hook):
             'weights': {k: _full(v) for k, v in solver.unwrapped_model.state_dict().items()},
             'metric_sums': [m._state.clone() if m._state is not None else None for m in solver.metrics],
             'total_iter': solver.progress.total_iter,
-            'optimizer_steps': solver.optimizer_steps,
+            'optimizer_steps': solver.progress.optimizer_steps,
+            'lr': solver.optimizer.param_groups[0]['lr'],
+            'ema_updates': next((h.updates for h in solver.hooks_dict['train'] if type(h).__name__ == 'EMAHook'), None),
             'allreduces': self.allreduces,
             'backward_norms': self.backward_norms,
             'epoch_outputs': solver.epoch_outputs,

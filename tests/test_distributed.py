@@ -325,6 +325,27 @@ def test_too_many_nonfinite_steps_stop_every_rank(nan_run):
     assert error_lines(logs[1][1])[0].startswith('[rank 1] error: ')
 
 
+def test_skipped_steps_advance_no_schedule_on_any_rank(tmp_path):
+    """NaN on 3 of 40 steps (rank 1 only), NONFINITE_POLICY skip: 37 optimizer steps on both ranks, and the
+    per-step LR schedule and the EMA advanced 37 times."""
+    npz = write_noise(tmp_path / 'noise.npz', n=160)  # 20 steps an epoch at 2 ranks x 4
+    hooks = [
+        {'NAME': 'BackwardHook', 'NONFINITE_POLICY': 'skip', 'MAX_NONFINITE_STEPS': 2},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False, 'WARMUP_EPOCHS': 0},
+        {'NAME': 'EMAHook', 'DECAY': 0.9},
+        probe_hook(tmp_path / 'probe', NAN_STEPS=[5, 17, 30], NAN_RANK=1),
+    ]
+    schedule = {'NAME': 'LinearLR', 'START_FACTOR': 1.0, 'END_FACTOR': 0.0, 'TOTAL_ITERS': 50}
+    cfg = blob_cfg(tmp_path, 'skip', npz, hooks, batch=4, LR_SCHEDULER=schedule, EVAL_DATA=None, TEST_DATA=None)
+    proc, logs = torchrun(cfg, [], tmp_path, 'skip')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [load(tmp_path / 'probe' / f'rank{r}.pt') for r in (0, 1)]
+    for rank in ranks:
+        assert rank['total_iter'] == 40 and rank['optimizer_steps'] == 37 and rank['ema_updates'] == 37
+        assert rank['lr'] == pytest.approx(0.01 * (1 - 37 / 50))  # LinearLR after 37 steps, not 40
+    assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
+
+
 # -- multi-node FSDP: two torchrun agents on 127.0.0.1, uneven data ---------------------------------
 
 
