@@ -10,6 +10,7 @@ a test may also carry ``@pytest.mark.slow`` itself (a long run in this process).
 import contextlib
 import importlib.util
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -66,11 +67,15 @@ def _tool_module(tool):
 def run_cli(tool, *args, cwd=None):
     """Run ``tools/<tool>`` in this process as its command line does (``cli.run``: the error contract, the exit
     status) from ``cwd``; returns a ``CliResult``.  An error the contract does not catch (the toolkit's own
-    failure) is status 1 with its traceback on stderr, as in a process.  Costs no interpreter start-up."""
+    failure) is status 1 with its traceback on stderr, as in a process.  Costs no interpreter start-up.
+
+    What a run changes in the process is put back: the working directory, ``sys.path``, the modules its
+    IMPORTS brought in, the registries' entries and the toolkit logger's handlers.
+    """
     from scepter_like.cli import run
 
-    out, err, previous, path = io.StringIO(), io.StringIO(), os.getcwd(), list(sys.path)
-    try:
+    with _process_state_restored(cwd or REPO):
+        out, err = io.StringIO(), io.StringIO()
         os.chdir(cwd or REPO)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -78,10 +83,34 @@ def run_cli(tool, *args, cwd=None):
             except Exception:
                 traceback.print_exc()
                 status = 1
-    finally:
-        os.chdir(previous)
-        sys.path[:] = path
     return CliResult(status, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _process_state_restored(run_dir):
+    from scepter_like.utils.imports import FILE_MODULE_PREFIX
+    from scepter_like.utils.registries import all_registries
+
+    registries = all_registries()
+    entries = {name: dict(r._entries) for name, r in registries.items()}
+    modules, path, cwd = set(sys.modules), list(sys.path), os.getcwd()
+    logger = logging.getLogger('scepter_like')
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:  # the run's own files (libraries it imported stay)
+            where = getattr(sys.modules[name], '__file__', None) or ''
+            if FILE_MODULE_PREFIX in name or (run_dir != REPO and where.startswith(str(run_dir))):
+                del sys.modules[name]
+        for name, registry in registries.items():
+            registry._entries.clear()
+            registry._entries.update(entries[name])
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 PROCESS_STARTERS = {'run_tool', 'subprocess', 'Popen', 'torchrun', 'launch', 'spawn', 'start_process'}

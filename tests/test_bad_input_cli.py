@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import DIGITS_CFG, run_tool
+from conftest import DIGITS_CFG, run_cli
 from helpers import blob_solver_cfg, write_blobs
 
 
@@ -197,7 +197,7 @@ CASES = {
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_bad_input_is_one_error_line(case, tmp_path, blob_cfg):
     make_args, pattern = CASES[case]
-    res = run_tool('run_train.py', *make_args(tmp_path, blob_cfg), cwd=tmp_path)
+    res = run_cli('run_train.py', *make_args(tmp_path, blob_cfg), cwd=tmp_path)
     assert res.returncode == 2, (res.returncode, res.stdout[-500:], res.stderr[-3000:])
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr[-3000:]
@@ -208,7 +208,7 @@ def test_bad_input_is_one_error_line(case, tmp_path, blob_cfg):
 @pytest.mark.skipif(not os.path.isdir('/sys/kernel'), reason='needs a folder no one may write to (sysfs)')
 def test_a_work_dir_that_cannot_be_written_is_one_error_line(blob_cfg):
     # the tests run as root, for whom permission bits do not stop a write: sysfs refuses new files to anyone
-    res = run_tool('run_train.py', '--cfg', blob_cfg, 'SOLVER.WORK_DIR=/sys/kernel')
+    res = run_cli('run_train.py', '--cfg', blob_cfg, 'SOLVER.WORK_DIR=/sys/kernel')
     assert res.returncode == 2, res.stderr[-3000:]
     assert res.stderr.startswith('error: SOLVER.WORK_DIR: cannot write into /sys/kernel (')
     assert len(res.stderr.splitlines()) == 1
@@ -246,7 +246,7 @@ RAISING = {
 @pytest.mark.parametrize('case', sorted(RAISING))
 def test_a_component_that_raises_keeps_its_traceback_after_a_line_naming_it(case, tmp_path, blob_cfg):
     make_args, first_line, frame = RAISING[case]
-    res = run_tool('run_train.py', '--cfg', blob_cfg, _work(tmp_path), *make_args(tmp_path), cwd=tmp_path)
+    res = run_cli('run_train.py', '--cfg', blob_cfg, _work(tmp_path), *make_args(tmp_path), cwd=tmp_path)
     assert res.returncode == 1, res.stderr[-3000:]
     first, rest = res.stderr.split('\n', 1)
     assert re.match(first_line, first), first
