@@ -34,7 +34,8 @@ def run(tmp_path, epochs, hooks, **solver_keys):
 
 
 def checkpoint_files(tmp_path):
-    return sorted(os.listdir(tmp_path / 'run' / 'checkpoints'))
+    """The folder's names, ``latest`` first, then the checkpoints sorted by name."""
+    return sorted(os.listdir(tmp_path / 'run' / 'checkpoints'), key=lambda name: (name != 'latest', name))
 
 
 def hook_state(ckpt, name):
@@ -109,7 +110,7 @@ def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_
     solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks))
     grads = lambda s: [p.grad for p in s.unwrapped_model.parameters() if p.grad is not None]  # noqa: E731
     solver.register_callback_on_iter_end(
-        lambda s: seen.append((s.progress.total_iter, s.in_accumulation, len(grads(s))))
+        lambda s: seen.append((s.progress.total_iter, s.step.in_accumulation, len(grads(s))))
     )
     solver.solve()
     # groups per 6-step epoch: steps 1-4 and 5-6; due at 3, 6, 9, 12 -> saved at 4, 6, 10, 12

@@ -245,7 +245,7 @@ def test_eval_metrics_exact_under_ddp(digits, digits_single):
 def test_kill_and_resume_under_torchrun_is_exact(digits):
     killed, _ = digits['killed']
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILLed with its workers
-    assert digits['after_kill'] == ['latest', 'checkpoint-step-30.pth']
+    assert digits['after_kill'] == ['checkpoint-step-30.pth', 'latest']
     proc, logs = digits['resumed']
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'resumed from' in logs[0][0] and 'step-30.pth' in logs[0][0]
