@@ -246,3 +246,33 @@ def test_skipped_steps_advance_neither_the_schedule_nor_the_ema(tmp_path):
     ema = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'EMAHook')
     assert solver.progress.total_iter == 40 and solver.progress.optimizer_steps == 37 and ema.updates == 37
     assert solver.optimizer.param_groups[0]['lr'] == pytest.approx(0.1 * (1 - 37 / 50))
+
+
+# -- a checkpoint written before the updater ---------------------------------------------------------
+
+OLD_CHECKPOINT = __file__.rsplit('/', 1)[0] + '/data/pre_updater_step3.pth'
+
+
+def _old_run_cfg(npz, work, **keys):
+    """The run that wrote tests/data/pre_updater_step3.pth at step 3 (commit 559ce20, before the updater)."""
+    hooks = [
+        {'NAME': 'BackwardHook', 'NONFINITE_POLICY': 'skip', 'GRADIENT_CLIP': 1.0},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False, 'WARMUP_EPOCHS': 0},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 3, 'SAVE_NAME_PREFIX': 'old'},
+    ]
+    cfg = blob_solver_cfg(npz, work, hooks=hooks, **keys)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'Adam', 'LEARNING_RATE': 0.01}
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 2, 'GAMMA': 0.5}
+    return cfg
+
+
+def test_a_checkpoint_written_before_the_updater_resumes_bit_exactly(tmp_path):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    whole = build_solver(_old_run_cfg(npz, tmp_path / 'whole'))
+    whole.solve()
+    resumed = build_solver(_old_run_cfg(npz, tmp_path / 'resumed', RESUME_FROM=OLD_CHECKPOINT))
+    assert resumed.progress.total_iter == 3
+    resumed.solve()
+    for key, value in whole.unwrapped_model.state_dict().items():
+        assert torch.equal(value, resumed.unwrapped_model.state_dict()[key]), key
+    assert whole.optimizer.state_dict()['state'][0]['step'] == resumed.optimizer.state_dict()['state'][0]['step']
