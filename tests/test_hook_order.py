@@ -82,9 +82,7 @@ def test_priority_order_ties_and_stage_skipping(tmp_path):
     modes = [m for m, s, t in CALLS if s == 'before_epoch' and t == 'first'] + ['eval']
     assert modes == ['train', 'eval']
     info = solver.get_hooks_info()
-    assert (
-        'RecorderHook(-10) -> RecorderHook(50) -> RecorderHook(50) -> OnlyAfterIterHook(60)' in info
-    )
+    assert 'RecorderHook(-10) -> RecorderHook(50) -> RecorderHook(50) -> OnlyAfterIterHook(60)' in info
     assert 'before_iter' in info and 'OnlyAfterIterHook' not in info.split('before_iter')[1].split('\n')[0]
 
 

@@ -17,6 +17,7 @@ import torch
 from scepter_like.errors import TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.utils.logger import LineWriter
 from scepter_like.utils.progress_bar import ProgressBar, format_hms
 from scepter_like.utils.scalars import ScalarSums
 
@@ -42,6 +43,7 @@ class LogHook(Hook):
         self.show_bar = {True: 'on', False: 'off'}.get(cfg.PROGRESS, cfg.PROGRESS)  # PROGRESS: when to show the bar
         self.last_logged = {}  # the means of the last line written
         self._bar = None
+        self._lines = None  # LineWriter: the lines' records, cheaper than logger.info's
         self._scalars = ScalarSums()  # since the last line
         self._data_time = 0.0
         self._since = self._epoch_start = time.perf_counter()
@@ -110,7 +112,9 @@ class LogHook(Hook):
         text += f' eta: {format_hms(solver.progress.steps_left() * step_time)}'
         if self.show_gpu_mem and solver.device.type == 'cuda':
             text += f' mem: {torch.cuda.max_memory_allocated(solver.device) / 2**20:.0f}MiB'
-        solver.logger.info(text, extra={'progress_line': True})
+        if self._lines is None or self._lines.logger is not solver.logger:
+            self._lines = LineWriter(solver.logger, progress_line=True)  # the progress bar keeps these off its line
+        self._lines.info(text)
         if solver.metrics_log is not None:
             solver.metrics_log.write_train(solver, step_time, data_time, values)
         bad = [k for k, v in means.items() if not math.isfinite(v)]
