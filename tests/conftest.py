@@ -74,7 +74,7 @@ def run_cli(tool, *args, cwd=None):
     """
     from scepter_like.cli import run
 
-    with _process_state_restored(cwd or REPO):
+    with _process_state_restored():
         out, err = io.StringIO(), io.StringIO()
         os.chdir(cwd or REPO)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -87,8 +87,9 @@ def run_cli(tool, *args, cwd=None):
 
 
 @contextlib.contextmanager
-def _process_state_restored(run_dir):
-    from scepter_like.utils.imports import FILE_MODULE_PREFIX
+def _process_state_restored():
+    """Put back what a run changed: cwd, sys.path, the toolkit logger, the registries.  A module the run imported
+    that registered something (its package too) is forgotten, so that the next import registers it again."""
     from scepter_like.utils.registries import all_registries
 
     registries = all_registries()
@@ -101,13 +102,17 @@ def _process_state_restored(run_dir):
     finally:
         os.chdir(cwd)
         sys.path[:] = path
-        for name in set(sys.modules) - modules:  # the run's own files (libraries it imported stay)
-            where = getattr(sys.modules[name], '__file__', None) or ''
-            if FILE_MODULE_PREFIX in name or (run_dir != REPO and where.startswith(str(run_dir))):
-                del sys.modules[name]
+        registering = set()
         for name, registry in registries.items():
+            for key, entry in registry._entries.items():
+                if entries[name].get(key) is not entry:
+                    registering.add(getattr(entry, '__module__', ''))
             registry._entries.clear()
             registry._entries.update(entries[name])
+        for module in registering:  # it, and the packages above it that the run imported too
+            while module and module not in modules:
+                sys.modules.pop(module, None)
+                module = module.rpartition('.')[0]
         logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate

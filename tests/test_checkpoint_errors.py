@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 import yaml
-from conftest import REPO, TOOLS, run_tool
+from conftest import REPO, TOOLS, run_cli
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.cli import run
@@ -103,7 +103,7 @@ def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(setup):
     torch.load(setup / 'bad' / 'proof.pth', weights_only=False)
     assert (setup / 'proof').exists()
     before = snapshot(setup)
-    res = run_tool('run_train.py', '--cfg', setup / 'job.yaml', f'SOLVER.RESUME_FROM={setup}/bad/code.pth', cwd=REPO)
+    res = run_cli('run_train.py', '--cfg', setup / 'job.yaml', f'SOLVER.RESUME_FROM={setup}/bad/code.pth', cwd=REPO)
     assert res.returncode == 2
     assert res.stderr.startswith('error: refused to load') and res.stderr.count('\n') == 1, res.stderr
     assert not (setup / 'pwned').exists()

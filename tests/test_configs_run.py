@@ -5,7 +5,7 @@ import os
 
 import pytest
 import yaml
-from conftest import REPO, run_tool
+from conftest import REPO, run_cli
 
 CONFIGS = sorted(
     path
@@ -20,7 +20,7 @@ def test_shipped_config_runs(cfg, tmp_path):
         phases = yaml.safe_load(f)['SOLVER'].get('OPTIMIZER_PHASES')
     # a later optimizer phase starts at step 1, so that both phases run in the 2 steps
     switch = ['SOLVER.OPTIMIZER_PHASES.0.AT_STEP=1'] if phases else []
-    res = run_tool('run_train.py', '--cfg', cfg, f'SOLVER.WORK_DIR={tmp_path / "run"}', 'SOLVER.MAX_STEPS=2', *switch)
+    res = run_cli('run_train.py', '--cfg', cfg, f'SOLVER.WORK_DIR={tmp_path / "run"}', 'SOLVER.MAX_STEPS=2', *switch)
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'Traceback' not in res.stderr
     assert os.path.isfile(tmp_path / 'run' / 'config.yaml')

@@ -4,7 +4,7 @@ import os
 import re
 
 import pytest
-from conftest import REPO, run_tool
+from conftest import REPO, run_cli
 
 from scepter_like.errors import DataError
 from scepter_like.solver.model_call import forward_checked
@@ -22,7 +22,7 @@ def test_the_documented_example_runs(tmp_path):
     (config,) = code_blocks('yaml')
     (tmp_path / 'my_ext.py').write_text(python)
     (tmp_path / 'sine.yaml').write_text(config)
-    res = run_tool('run_train.py', '--cfg', 'sine.yaml', cwd=tmp_path)
+    res = run_cli('run_train.py', '--cfg', 'sine.yaml', cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     for name in ('loss_fit', 'loss_small', 'param_norm'):
         assert f' {name}: ' in res.stdout

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import TOOLS, run_tool
+from conftest import TOOLS, run_cli
 
 from scepter_like.cli import run
 from scepter_like.config import Config
@@ -86,7 +86,7 @@ def test_user_module_template_as_users_run_it(tmp_path):
         'class ShadowNet(BaseModel):\n'
         "    para_dict = {'WIDTH': {'value': 4, 'description': 'how wide'}}\n"
     )
-    res = run_tool('config_template.py', '--import', 'my_parts.py', 'ShadowNet', '--registry', 'MODELS', cwd=tmp_path)
+    res = run_cli('config_template.py', '--import', 'my_parts.py', 'ShadowNet', '--registry', 'MODELS', cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith('# MODELS.ShadowNet\n') and 'WIDTH: 4  # how wide' in res.stdout
     assert yaml.safe_load(res.stdout) == {
@@ -113,11 +113,11 @@ def test_a_name_in_two_registries_needs_registry():
 
 
 def test_list_and_unknown_name_as_users_run_them():
-    res = run_tool('config_template.py', '--list')
+    res = run_cli('config_template.py', '--list')
     assert res.returncode == 0, res.stderr
     assert re.search(r'^HOOKS \(\d+\): .*LogHook', res.stdout, re.M)
     assert re.search(r'^LR_SCHEDULERS \(\d+\): .*CosineAnnealingLR', res.stdout, re.M)
-    res = run_tool('config_template.py', 'LogHok')
+    res = run_cli('config_template.py', 'LogHok')
     assert res.returncode == 2 and 'Traceback' not in res.stderr
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert lines == ["error: 'LogHok' is not in any registry; did you mean LogHook or LrHook?; see --list"]

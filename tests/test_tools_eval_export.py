@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
+from conftest import DIGITS_CFG, TOOLS, run_cli, tool_env
 
 from scepter_like.config import Config
 from scepter_like.solver.inference_solver import build_solver_with_weights
@@ -27,7 +27,7 @@ def trained(tmp_path_factory):
     """(work dir, last checkpoint path) of a one-epoch digits run."""
     root = tmp_path_factory.mktemp('digits')
     work = root / 'run'
-    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS)
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = work / 'checkpoints' / 'digits-last.pth'
     assert ckpt.is_file()
@@ -58,7 +58,7 @@ def test_run_eval_reproduces_training_metrics_exactly(trained):
     logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
     assert set(logged) == {'eval', 'test'} and 'accuracy_top3' in logged['test']
     # a WORK_DIR stands for the checkpoint its latest pointer names (the last one here)
-    res = run_tool('run_eval.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', work)
+    res = run_cli('run_eval.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', work)
     assert res.returncode == 0, res.stderr[-3000:]
     record = json.loads((work / 'metrics.json').read_text())
     assert record['checkpoint'] == str(ckpt)
@@ -76,7 +76,7 @@ def test_run_inference_equals_predict_and_manual_forward(trained, tmp_path):
     images = solver.datas['test'].dataset.arrays['img'][:50].numpy()
     np.savez(tmp_path / 'x.npz', img=images)
 
-    res = run_tool(
+    res = run_cli(
         'run_inference.py',
         '--cfg',
         DIGITS_CFG,
@@ -111,7 +111,7 @@ def test_run_inference_input_missing_a_key_is_one_error_line(trained, tmp_path):
     work, ckpt = trained
     np.savez(tmp_path / 'bad.npz', image=np.zeros((4, 8, 8), np.float32))
     out = tmp_path / 'y.npz'
-    res = run_tool(
+    res = run_cli(
         'run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
         '--input', tmp_path / 'bad.npz', '--output', out,
     )  # fmt: skip
@@ -127,7 +127,7 @@ def test_export_safetensors_loads_back_equal_with_its_config(trained, tmp_path):
 
     work, ckpt = trained
     out = tmp_path / 'export' / 'digits.safetensors'
-    res = run_tool(
+    res = run_cli(
         'export.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
         '--format', 'safetensors', '--output', out,
     )  # fmt: skip
@@ -150,7 +150,7 @@ def test_export_onnx_matches_torch(trained, tmp_path):
     pytest.importorskip('onnxscript', reason="ONNX export is the optional extra 'onnx' (CI installs it)")
     work, ckpt = trained
     out = tmp_path / 'digits.onnx'
-    res = run_tool(
+    res = run_cli(
         'export.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
         '--format', 'onnx', '--output', out,
     )  # fmt: skip
@@ -179,24 +179,24 @@ def test_inference_and_export_without_cfg_build_the_model_the_checkpoint_describ
     images = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}').datas['test'].dataset.arrays['img'][:20]
     np.savez(tmp_path / 'x.npz', img=images.numpy())
     common = ['--checkpoint', ckpt, '--input', tmp_path / 'x.npz']
-    res = run_tool('run_inference.py', *common, '--output', tmp_path / 'alone.npz', cwd=tmp_path)
+    res = run_cli('run_inference.py', *common, '--output', tmp_path / 'alone.npz', cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    res = run_tool('run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *common,
+    res = run_cli('run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *common,
                    '--output', tmp_path / 'with_cfg.npz')  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     with np.load(tmp_path / 'alone.npz') as alone, np.load(tmp_path / 'with_cfg.npz') as with_cfg:
         np.testing.assert_array_equal(alone['logits'], with_cfg['logits'])
 
     out = tmp_path / 'export' / 'digits.safetensors'
-    res = run_tool('export.py', '--checkpoint', ckpt, '--format', 'safetensors', '--output', out)
+    res = run_cli('export.py', '--checkpoint', ckpt, '--format', 'safetensors', '--output', out)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(read_safetensors_metadata(out)['model_description']) == desc
 
     torch.save(torch.load(ckpt, weights_only=True)['model'], tmp_path / 'bare.pth')  # a state dict: no description
-    res = run_tool('run_inference.py', '--checkpoint', tmp_path / 'bare.pth', '--input', tmp_path / 'x.npz',
+    res = run_cli('run_inference.py', '--checkpoint', tmp_path / 'bare.pth', '--input', tmp_path / 'x.npz',
                    '--output', tmp_path / 'bare.npz')  # fmt: skip
     _one_error_line(res, r'bare\.pth does not describe its model .*give --cfg')
-    res = run_tool('export.py', *common[:2], '--format', 'onnx', '--output', tmp_path / 'x.onnx', 'SOLVER.MAX_EPOCHS=2')
+    res = run_cli('export.py', *common[:2], '--format', 'onnx', '--output', tmp_path / 'x.onnx', 'SOLVER.MAX_EPOCHS=2')
     _one_error_line(res, r"override 'SOLVER.MAX_EPOCHS=2' needs --cfg")
 
 
@@ -204,7 +204,7 @@ def test_inference_and_export_without_cfg_build_the_model_the_checkpoint_describ
 def test_checkpoint_that_does_not_fit_the_model_is_one_error_line(trained, tool, tmp_path):
     work, ckpt = trained
     extra = ['--format', 'safetensors', '--output', tmp_path / 'x.safetensors'] if tool == 'export.py' else []
-    res = run_tool(
+    res = run_cli(
         tool, '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path / "w"}', 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS=[32]',
         '--checkpoint', ckpt, *extra,
     )  # fmt: skip
@@ -240,7 +240,7 @@ def test_a_description_never_makes_a_tool_import_a_file_it_names(trained, tmp_pa
     state['model_description'] = dict(state['model_description'], architecture='EvilModel', imports=[str(evil)])
     torch.save(state, tmp_path / 'crafted.pth')
     np.savez(tmp_path / 'x.npz', img=np.zeros((2, 64), dtype=np.float32))
-    res = run_tool('run_inference.py', '--checkpoint', tmp_path / 'crafted.pth', '--input', tmp_path / 'x.npz',
+    res = run_cli('run_inference.py', '--checkpoint', tmp_path / 'crafted.pth', '--input', tmp_path / 'x.npz',
                    '--output', tmp_path / 'y.npz', cwd=tmp_path)  # fmt: skip
     _one_error_line(
         res, r'describes a EvilModel, registered by .*evil\.py: a \.py path the file names is never imported'

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import DIGITS_CFG, run_tool
+from conftest import DIGITS_CFG, run_cli, run_tool
 
 USER_MODULE = textwrap.dedent(
     """
@@ -62,7 +62,7 @@ def test_digits_main_job_end_to_end(tmp_path, digits_args):
 def test_user_solver_and_hook_from_imports(tmp_path, digits_args):
     (tmp_path / 'my_ext.py').write_text(USER_MODULE)
     marker = tmp_path / 'marker.txt'
-    res = run_tool(
+    res = run_cli(
         'run_train.py',
         *digits_args,
         'SOLVER.NAME=XxxSolver',
@@ -79,7 +79,7 @@ def test_user_solver_and_hook_from_imports(tmp_path, digits_args):
 def test_import_flag_with_py_path(tmp_path, digits_args):
     (tmp_path / 'ext_file.py').write_text(USER_MODULE)
     marker = tmp_path / 'm2.txt'
-    res = run_tool(
+    res = run_cli(
         'run_train.py',
         *digits_args,
         '--import',
@@ -96,7 +96,7 @@ def test_import_flag_with_py_path(tmp_path, digits_args):
 
 
 def test_print_config_shows_overrides_and_loads_back(tmp_path):
-    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCHS=3')
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCHS=3')
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load(res.stdout)
     assert data['SOLVER']['MAX_EPOCHS'] == 3 and data['SOLVER']['NAME'] == 'TrainValSolver'
@@ -107,7 +107,7 @@ def test_print_config_shows_overrides_and_loads_back(tmp_path):
     # as the run's config.yaml records it: evaluation keeps the data's order
     assert data['SOLVER']['TRAIN_DATA']['SHUFFLE'] is True
     assert data['SOLVER']['EVAL_DATA']['SHUFFLE'] is False and data['SOLVER']['TEST_DATA']['SHUFFLE'] is False
-    typo = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCH=3')
+    typo = run_cli('run_train.py', '--cfg', DIGITS_CFG, '--print-config', 'SOLVER.MAX_EPOCH=3')
     assert typo.returncode == 2 and typo.stdout == ''
     assert typo.stderr.startswith('error: SOLVER.MAX_EPOCH: unknown key') and 'did you mean MAX_EPOCHS' in typo.stderr
 
@@ -157,7 +157,7 @@ BAD_INPUTS = {
 def test_bad_input_gives_one_error_line_and_exit_2(case, tmp_path):
     make_args, pattern = BAD_INPUTS[case]
     work = tmp_path / 'work'
-    res = run_tool('run_train.py', *make_args(tmp_path), f'SOLVER.WORK_DIR={work}')
+    res = run_cli('run_train.py', *make_args(tmp_path), f'SOLVER.WORK_DIR={work}')
     assert res.returncode == 2, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, res.stderr
@@ -167,5 +167,5 @@ def test_bad_input_gives_one_error_line_and_exit_2(case, tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, '--debug', 'SOLVER.MAX_EPOCHS=abc')
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, '--debug', 'SOLVER.MAX_EPOCHS=abc')
     assert res.returncode == 2 and 'Traceback' in res.stderr

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import run_tool
+from conftest import run_cli
 
 CASES = {
     'fp16 on cpu': (
@@ -21,7 +21,7 @@ CASES = {
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_training_feature_errors(case, digits_args, tmp_path):
     overrides, pattern = CASES[case]
-    res = run_tool('run_train.py', *digits_args, *overrides)
+    res = run_cli('run_train.py', *digits_args, *overrides)
     assert res.returncode == 2, res.stderr[-1500:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr
