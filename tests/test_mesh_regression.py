@@ -399,7 +399,8 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
         assert 'non-finite loss at step 4: optimizer step skipped (1 in a row, 1 in all)' in log, log[-3000:]
     assert 'torch.compile: first forward of MeshGraphNet' in logs[0] and 'running eager' not in logs[0]
     ranks = [torch.load(tmp_path / 'probe' / f'rank{r}.pt', weights_only=False) for r in (0, 1)]
-    for r in ranks:  # 8 graphs / 2 ranks = 4 micro-steps an epoch: 2 optimizer steps, each one all-reduce
-        assert (r['total_iter'], r['optimizer_steps'], r['allreduces'], r['failed']) == (8, 4, 4, None)
+    for r in ranks:  # 8 graphs / 2 ranks = 4 micro-steps an epoch: 2 optimizer steps planned, each one all-reduce;
+        # the group with the NaN was skipped, so 3 taken
+        assert (r['total_iter'], r['optimizer_steps'], r['allreduces'], r['failed']) == (8, 3, 4, None)
     assert_same(ranks[0]['weights'], ranks[1]['weights'], 'weights')
     assert all(torch.isfinite(v).all() for v in ranks[0]['weights'].values())

@@ -50,7 +50,7 @@ def test_digits_main_job_end_to_end(tmp_path, digits_args):
     assert float(m.group(1)) > 0.85  # two epochs already learn digits well
     run = tmp_path / 'run'
     log = (run / 'std_log.txt').read_text()
-    assert 'hook order per stage' in log and 'BackwardHook(0)' in log
+    assert 'hook order per stage' in log and 'LogHook(100)' in log and 'update: AdamW, accumulate 1' in log
     summary = log.index('model Classifier: 85,002 trainable of 85,002 parameters')  # the run summary comes first
     assert summary < log.index('hook order per stage')
     assert 'train data: 1,293 samples, batch 32 per rank, 41 batches per epoch' in log
