@@ -28,6 +28,7 @@ from scepter_like.utils.checkpoint import (
     atomic_torch_save,
     latest_checkpoint,
     load_torch_file,
+    resolve_checkpoint,
     write_latest_pointer,
 )
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
@@ -262,7 +263,7 @@ def resume_path(solver):
             solver.logger.info(f'RESUME_FROM auto: no checkpoint in {folder}; starting fresh')
             return None
     else:
-        path = resume_from
+        path = resolve_checkpoint(resume_from, where=solver.cfg.path_of('RESUME_FROM'))  # a run's folder: its latest
     missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
     if missing:
         raise ConfigError(
