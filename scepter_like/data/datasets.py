@@ -12,16 +12,20 @@ import torch
 
 from scepter_like.data.collate import BatchDict
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import DataError
+from scepter_like.errors import ConfigError, DataError
 
 
 class ArrayDataset(torch.utils.data.Dataset):
-    """A dict of equally long tensors; item ``i`` is ``{key: tensor[i]}``."""
+    """A dict of equally long tensors; item ``i`` is ``{key: tensor[i]}``.
+
+    Floating arrays are held in torch's default dtype, which is SOLVER.DTYPE while the solver
+    builds its data: numpy's float64 arrays become the model's dtype once, here.
+    """
 
     def __init__(self, arrays):
         if not arrays:
             raise DataError('a dataset needs at least one array')
-        self.arrays = {k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()}
+        self.arrays = {k: floating_as_default(torch.as_tensor(np.asarray(v))) for k, v in arrays.items()}
         lengths = {k: len(v) for k, v in self.arrays.items()}
         if len(set(lengths.values())) != 1:
             raise DataError(f'dataset arrays differ in length: {lengths}')
@@ -36,9 +40,25 @@ class ArrayDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices):
         return BatchDict(self.take(torch.as_tensor(indices, dtype=torch.long)))
 
+    def set_dtypes(self, dtypes, where):
+        """Hold each key of ``dtypes`` (``{key: torch dtype name}``: the DTYPES at ``where``) in its dtype."""
+        for key, name in dtypes.items():
+            if key not in self.arrays:
+                raise DataError(f'{where}: no batch key {key!r}; the keys are {sorted(self.arrays)}')
+            dtype = getattr(torch, str(name), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ConfigError(f'{where}.{key}: {name!r} is not a torch dtype; write e.g. float32, float64, int64')
+            self.arrays[key] = self.arrays[key].to(dtype)
+
     def take(self, idx):
         """The batch of the samples at ``idx`` (a LongTensor) as a dict: one ``index_select`` per field."""
         return {k: v.index_select(0, idx) for k, v in self.arrays.items()}
+
+
+def floating_as_default(tensor):
+    """``tensor`` in torch's default dtype when it is floating; other tensors as they are."""
+    default = torch.get_default_dtype()
+    return tensor.to(default) if tensor.is_floating_point() and tensor.dtype != default else tensor
 
 
 @DATASETS.register_class()
@@ -58,7 +78,4 @@ class NpzDataset(ArrayDataset):
         with np.load(path, allow_pickle=False) as data:
             arrays = {cfg.KEY_MAP.get(k, k): data[k] for k in data.files}
         super().__init__(arrays)
-        for key, dtype in cfg.DTYPES.items():
-            if key not in self.arrays:
-                raise DataError(f'{cfg.path_of("DTYPES")}: no array {key!r}; arrays: {sorted(self.arrays)}')
-            self.arrays[key] = self.arrays[key].to(getattr(torch, dtype))
+        self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

@@ -21,6 +21,7 @@ import torch
 import scepter_like
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
+from scepter_like.opt.schedule_resume import resumed_schedule_note
 from scepter_like.solver.parallel import load_model_state, load_optimizer_state, model_state_dict, optimizer_state_dict
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
@@ -135,6 +136,7 @@ def restore_training_state(solver, ckpt, source):
                 ' (SOLVER.OPTIMIZER_PHASES)'
             )
         solver.use_optimizer_phase(phase)  # the optimizer (and scheduler) whose state the checkpoint holds
+    config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
     for name, obj, load in (
         ('optimizer', solver.optimizer, load_optimizer_state),
         ('lr_scheduler', solver.lr_scheduler, lambda o, s: o.load_state_dict(s)),
@@ -145,6 +147,9 @@ def restore_training_state(solver, ckpt, source):
                 load(obj, ckpt[name])
             except (ValueError, KeyError, RuntimeError, IndexError) as e:
                 raise CheckpointError(f'{source}: the {name} state does not fit this config ({e})') from None
+    note = resumed_schedule_note(solver, ckpt, config_schedule, source)
+    if note is not None:
+        solver.logger.warning(note)
     progress = dict(ckpt['solver'])
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:

@@ -168,13 +168,19 @@ def load_weights_and_description(path, eval_weights=False):
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f'{path} is not a valid .safetensors file ({str(e).splitlines()[0]})') from None
     data = load_torch_file(path)
-    description = data.get(MODEL_DESCRIPTION_KEY) if isinstance(data, dict) else None
+    state = weights_in(data, path, eval_weights)
+    return state, data.get(MODEL_DESCRIPTION_KEY) if state is not data else None
+
+
+def weights_in(data, path, eval_weights=False):
+    """The state dict a loaded torch file ``data`` holds: a checkpoint's ``model`` (with ``eval_weights``
+    its ``eval_model`` when it has one), or ``data`` itself when it is a bare state dict."""
     if eval_weights and isinstance(data, dict) and isinstance(data.get('eval_model'), dict):
-        return data['eval_model'], description
+        return data['eval_model']
     if isinstance(data, dict) and isinstance(data.get('model'), dict):
-        return data['model'], description
+        return data['model']
     if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
-        return data, None
+        return data
     raise CheckpointError(f'{path} holds no model weights (expected a state dict or a checkpoint with "model")')
 
 

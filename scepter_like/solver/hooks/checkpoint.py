@@ -30,6 +30,7 @@ from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
+    BEST_SUFFIX,
     CHECKPOINT_DIR,
     BackgroundWriter,
     commit_temp,
@@ -175,8 +176,22 @@ class CheckpointHook(Hook):
         )
         if better:
             self.best_value, self.best_epoch = value, solver.progress.epoch
-            self._save(solver, f'{self.prefix}-best.pth', periodic=False)
+            self._save(solver, f'{self.prefix}{BEST_SUFFIX}', periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
+
+    def best_checkpoint(self, solver):
+        """The path of the best checkpoint once it is complete (the newest evaluation considered), or None.
+
+        Every rank calls it (a new best is a save); the file is found in WORK_DIR after an
+        earlier run too.
+        """
+        if not self.save_best:
+            return None
+        if self.folder is not None:  # inside a solve: the last evaluation may not have been considered yet
+            self._check_best(solver)
+        self.writer.wait()
+        path = os.path.join(solver.work_dir, CHECKPOINT_DIR, f'{self.prefix}{BEST_SUFFIX}')
+        return path if os.path.isfile(path) else None
 
     def after_solve(self, solver):
         if solver.failed is not None or self.folder is None:
