@@ -43,6 +43,7 @@ def explain(model, batch, error):
     want = model_dtype(inner)
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dtype != want}
     odd = {k: v for k, v in tensors.items() if v.dtype != USUAL_LABEL_DTYPE} or tensors
+    odd = {k: v for k, v in odd.items() if v.dim() > 1} or odd  # features before 1-d labels
     if not odd:
         return None
     cfg = getattr(inner, 'cfg', None)

@@ -4,8 +4,8 @@ As Lightning's ModelSummary, the rows are the model's layers down to ``depth`` l
 (``SOLVER.MODEL_SUMMARY_DEPTH``, default 1: its direct children; 0: no summary).  Output
 shapes come from one forward, in eval mode, of the first sample of the run's data (batch
 size 1), seen by forward hooks on those layers; every RNG is restored after it.  A layer
-the forward does not call shows ``-``; a forward that fails (or a sharded FSDP model, or a
-run without data) leaves the shapes out and says why, since the run itself reports a model
+the forward does not call shows ``-``; a forward that fails (or a sharded FSDP model, a
+compiled one, a run without data) leaves the shapes out and says why, since the run itself reports a model
 that cannot take its data.  Parameters are counted per layer (a weight shared by two layers
 counts in both rows, once in the totals).
 """
@@ -67,6 +67,8 @@ def _output_shapes(solver, model, modules):
         return {}, ''
     if is_fsdp(solver.model):
         return {}, 'no output shapes (the parameters are sharded)'
+    if solver.compile_settings.ENABLED:  # a forward would compile it here (and meet a compile failure first)
+        return {}, 'no output shapes (the model is compiled)'
     shapes = {}
 
     def record(module, inputs, output):
