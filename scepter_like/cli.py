@@ -55,6 +55,15 @@ def make_parser(description):
     return parser
 
 
+def add_checkpoint_argument(parser):
+    """``--checkpoint`` of the tools that take weights (``utils.checkpoint.resolve_checkpoint`` reads it)."""
+    parser.add_argument(
+        '--checkpoint',
+        required=True,
+        help='.pth checkpoint, .safetensors file, a run folder (its latest checkpoint), RUN:best or RUN:last',
+    )
+
+
 def load_config(args):
     """The config of ``--cfg`` with the overrides applied and IMPORTS imported."""
     if not args.cfg:

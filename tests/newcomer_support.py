@@ -1,8 +1,11 @@
 """What the newcomer tests (test_python_api.py, test_newcomer_*.py) share."""
 
+import importlib.util
 import logging
+import os
 
 import pytest
+from conftest import TOOLS
 
 from scepter_like.cli import run
 
@@ -29,3 +32,11 @@ def one_error_line(capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith('error: '), err
     return err[0]
+
+
+def tool_main(name):
+    """The ``main(argv)`` of ``tools/<name>.py``, loaded as the repository's file (the command line's way in)."""
+    spec = importlib.util.spec_from_file_location(f'newcomer_tool_{name}', os.path.join(TOOLS, f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main

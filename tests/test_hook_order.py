@@ -95,4 +95,4 @@ def test_stage_table_skips_hooks_that_do_not_implement_a_stage(tmp_path):
     owners = {type(fn.__self__).__name__ for fn in solver.stage_functions('before_iter', 'train')}
     assert 'OnlyAfterIterHook' not in owners
     owners = [type(fn.__self__).__name__ for fn in solver.stage_functions('after_iter', 'train')]
-    assert owners == ['BackwardHook', 'OnlyAfterIterHook']
+    assert owners == ['BackwardHook', 'LogHook', 'OnlyAfterIterHook']  # (LogHook: added by default)

@@ -13,11 +13,12 @@ import pytest
 import yaml
 from conftest import REPO
 from helpers import blob_solver_cfg
-from newcomer_support import one_error_line, own_logger_restored  # noqa: F401
+from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
 
 from scepter_like.cli import run
-from scepter_like.tools.run_inference import main as run_inference
-from scepter_like.tools.run_train import main as run_train
+
+run_train = tool_main('run_train')
+run_inference = tool_main('run_inference')
 
 
 def numpy_blobs(path, n=120, dim=8, classes=3, x_dtype=np.float64, y_dtype=np.int32, seed=0):

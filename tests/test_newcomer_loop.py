@@ -17,14 +17,15 @@ import torch
 import yaml
 from conftest import REPO
 from helpers import blob_solver_cfg, build_solver, write_blobs
-from newcomer_support import one_error_line, own_logger_restored  # noqa: F401
+from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
 
 from scepter_like.cli import run
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.registry import HOOKS
-from scepter_like.tools.run_eval import main as run_eval
-from scepter_like.tools.run_train import main as run_train
 from scepter_like.utils.metrics_log import read_metrics
+
+run_train = tool_main('run_train')
+run_eval = tool_main('run_eval')
 
 
 @pytest.fixture(scope='module')
@@ -223,6 +224,7 @@ def test_a_run_that_failed_before_its_first_evaluation_does_not_block_the_fixed_
     assert 'holds the checkpoints of an earlier run' in one_error_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_smoke_test_of_every_shipped_config_phase_after_the_end_is_a_warning(tmp_path, capsys):
     cfg = os.path.join(REPO, 'configs', 'pinn', 'poisson2d.yaml')
     words = [

@@ -11,10 +11,7 @@ import sys
 import pytest
 from conftest import DIGITS_CFG, REPO, tool_env
 from helpers import blob_solver_cfg, build_solver, write_blobs
-from newcomer_support import own_logger_restored, run_cli  # noqa: F401
-
-from scepter_like.tools import COMMANDS
-from scepter_like.tools.find_lr import main as find_lr_main
+from newcomer_support import own_logger_restored, run_cli, tool_main  # noqa: F401
 
 
 @pytest.fixture(scope='module')
@@ -55,11 +52,12 @@ def test_lr_range_test_api_sweeps_without_touching_work_dir(blobs, tmp_path):
     assert result.smoothed[at] < result.smoothed[0]  # the loss falls there
 
 
+@pytest.mark.slow
 def test_find_lr_tool_writes_the_plot_and_suggests(tmp_path, capsys):
     from PIL import Image
 
     status = run_cli(
-        find_lr_main, '--cfg', DIGITS_CFG, '--steps', 40, '--output', tmp_path / 'lr', 'SOLVER.WORK_DIR=nope'
+        tool_main('find_lr'), '--cfg', DIGITS_CFG, '--steps', 40, '--output', tmp_path / 'lr', 'SOLVER.WORK_DIR=nope'
     )
     assert status == 0, capsys.readouterr().err
     out = capsys.readouterr().out
@@ -74,6 +72,8 @@ def test_find_lr_tool_writes_the_plot_and_suggests(tmp_path, capsys):
 
 
 def test_every_tool_is_a_console_script():
+    from scepter_like.tools import COMMANDS
+
     scripts = {ep.name: ep for ep in importlib.metadata.entry_points(group='console_scripts')}
     for script, module in COMMANDS.items():
         assert script in scripts, f'{script}: reinstall the package (pip install -e .) to get it'

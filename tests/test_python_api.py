@@ -13,12 +13,13 @@ import torch
 import yaml
 from conftest import DIGITS_CFG
 from helpers import blob_solver_cfg, write_blobs
-from newcomer_support import own_logger_restored  # noqa: F401
+from newcomer_support import own_logger_restored, tool_main  # noqa: F401
 
 from scepter_like.cli import run
 from scepter_like.errors import ConfigError, UserError
-from scepter_like.tools.run_train import main as run_train
 from scepter_like.utils.metrics_log import read_metrics
+
+run_train = tool_main('run_train')
 
 
 def api_cfg(root, work_dir, **solver_keys):
@@ -36,8 +37,8 @@ def no_user_logging(monkeypatch):
     monkeypatch.setattr(logging.getLogger(), 'handlers', [])
     ours = logging.getLogger('scepter_like')
     monkeypatch.setattr(ours, 'handlers', [])
-    monkeypatch.setattr(ours, 'level', logging.NOTSET)
     monkeypatch.setattr(ours, 'propagate', True)
+    ours.setLevel(logging.NOTSET)  # (own_logger_restored sets it back)
 
 
 def test_fit_test_predict_close(tmp_path):
@@ -101,9 +102,15 @@ def test_a_program_that_configured_logging_keeps_it(tmp_path, capsys, monkeypatc
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logging.getLogger().addHandler(handler)
-    with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
-        solver.fit()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)  # the program's logging.basicConfig(level=logging.INFO, handlers=[handler])
+    root.setLevel(logging.INFO)
+    try:
+        with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+            solver.fit()
+    finally:
+        root.setLevel(level)
     assert any(r.getMessage().startswith('eval epoch 3/3') for r in records)
     assert 'eval epoch' not in capsys.readouterr().out  # no console handler of ours beside the program's
     assert logging.getLogger().handlers == [handler]

@@ -18,8 +18,9 @@ from scepter_like.errors import ConfigError, DataError
 class ArrayDataset(torch.utils.data.Dataset):
     """A dict of equally long tensors; item ``i`` is ``{key: tensor[i]}``.
 
-    Floating arrays are held in torch's default dtype, which is SOLVER.DTYPE while the solver
-    builds its data: numpy's float64 arrays become the model's dtype once, here.
+    Floating arrays are held in the model's dtype (``floating_as_default``: torch's default
+    dtype is SOLVER.DTYPE while the solver builds its data): numpy's float64 arrays become
+    float32 for a float32 model once, here.
     """
 
     def __init__(self, arrays):
@@ -56,9 +57,18 @@ class ArrayDataset(torch.utils.data.Dataset):
 
 
 def floating_as_default(tensor):
-    """``tensor`` in torch's default dtype when it is floating; other tensors as they are."""
+    """A floating ``tensor`` in torch's default dtype (SOLVER.DTYPE) where the loop would not cast its batches.
+
+    The loop casts each batch to a SOLVER.DTYPE other than float32, so for float64 a narrower
+    array stays as it is (no float64 copy of the data); a wider one is always cast (numpy's
+    float64 for a float32 model), and for float32 every other floating dtype is.
+    """
     default = torch.get_default_dtype()
-    return tensor.to(default) if tensor.is_floating_point() and tensor.dtype != default else tensor
+    if not tensor.is_floating_point() or tensor.dtype == default:
+        return tensor
+    if default == torch.float32 or tensor.dtype.itemsize > default.itemsize:
+        return tensor.to(default)
+    return tensor
 
 
 @DATASETS.register_class()

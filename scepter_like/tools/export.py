@@ -14,7 +14,14 @@ Without ``--cfg`` the model is the one the checkpoint describes (ONNX then needs
 import os
 import sys
 
-from scepter_like.cli import import_modules, load_config, make_parser, refuse_config_options, run
+from scepter_like.cli import (
+    add_checkpoint_argument,
+    import_modules,
+    load_config,
+    make_parser,
+    refuse_config_options,
+    run,
+)
 from scepter_like.errors import ConfigError
 
 FORMATS = ('safetensors', 'onnx')
@@ -25,11 +32,7 @@ def make_export_parser():
     from scepter_like.solver.onnx_export import DEFAULT_ATOL, DEFAULT_RTOL
 
     parser = make_parser('Export model weights to .safetensors, or the model to ONNX.')
-    parser.add_argument(
-        '--checkpoint',
-        required=True,
-        help='.pth checkpoint, .safetensors file, a WORK_DIR (its latest), RUN:best or RUN:last',
-    )
+    add_checkpoint_argument(parser)
     parser.add_argument('--format', required=True, choices=FORMATS, help='safetensors | onnx')
     parser.add_argument('--output', required=True, help='file to write')
     parser.add_argument('--input', help='onnx: .npz of sample inputs (default: the first samples of the data)')

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from scepter_like.cli import load_config, make_parser, run
+from scepter_like.cli import add_checkpoint_argument, load_config, make_parser, run
 from scepter_like.errors import ConfigError
 
 EVAL_RESULTS_FILE = 'metrics.json'
@@ -18,11 +18,7 @@ EVAL_RESULTS_FILE = 'metrics.json'
 
 def make_eval_parser():
     parser = make_parser('Evaluate the METRICS of a config on its EVAL_DATA and TEST_DATA with given weights.')
-    parser.add_argument(
-        '--checkpoint',
-        required=True,
-        help='.pth checkpoint, .safetensors file, a WORK_DIR (its latest), RUN:best or RUN:last',
-    )
+    add_checkpoint_argument(parser)
     return parser
 
 

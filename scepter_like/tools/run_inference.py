@@ -12,17 +12,20 @@ rank computes the same outputs and rank 0 writes them.
 
 import sys
 
-from scepter_like.cli import import_modules, load_config, make_parser, refuse_config_options, run
+from scepter_like.cli import (
+    add_checkpoint_argument,
+    import_modules,
+    load_config,
+    make_parser,
+    refuse_config_options,
+    run,
+)
 from scepter_like.errors import ConfigError
 
 
 def make_inference_parser():
     parser = make_parser('Run a model with given weights on arrays of an .npz file (or on TEST_DATA).')
-    parser.add_argument(
-        '--checkpoint',
-        required=True,
-        help='.pth checkpoint, .safetensors file, a WORK_DIR (its latest), RUN:best or RUN:last',
-    )
+    add_checkpoint_argument(parser)
     parser.add_argument('--input', help='.npz of input arrays named by batch key (default: TEST_DATA)')
     parser.add_argument('--output', required=True, help='.npz to write the outputs to')
     parser.add_argument('--batch-size', type=int, default=256, help='samples per forward (default 256)')
