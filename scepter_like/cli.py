@@ -9,11 +9,13 @@ down.
 """
 
 import argparse
+import copy
 import logging
 import os
 import sys
 import traceback
 
+from scepter_like.about import PACKAGE_DIR
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
 from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest
 from scepter_like.utils.distributed import destroy_distributed
@@ -54,27 +56,55 @@ def make_parser(description):
     return parser
 
 
+def add_checkpoint_argument(parser):
+    """``--checkpoint`` of the tools that take weights (``utils.checkpoint.resolve_checkpoint`` reads it)."""
+    parser.add_argument(
+        '--checkpoint',
+        required=True,
+        help='.pth checkpoint, .safetensors file, a run folder (its latest checkpoint), RUN:best or RUN:last',
+    )
+
+
 def load_config(args):
     """The config of ``--cfg`` with the overrides applied and IMPORTS imported."""
     if not args.cfg:
         raise ConfigError('--cfg FILE is required; give the YAML config to run')
-    cfg = Config(cfg_file=args.cfg)
+    return read_config(args.cfg, args.overrides, args.imports)
+
+
+def read_config(source, overrides=(), imports=()):
+    """The config of ``source`` (a YAML path, a dict or a Config) with ``overrides`` (``KEY.PATH=VALUE`` words)
+    applied and its IMPORTS, then ``imports``, imported: what every tool and ``build_solver`` run.
+
+    A dict or Config is copied: the caller's stays as it was.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        cfg = Config(cfg_file=name)
+    elif isinstance(source, (dict, Config)):
+        name = 'the config'
+        cfg = Config(copy.deepcopy(source.to_dict() if isinstance(source, Config) else source))
+    else:
+        raise ConfigError(f'a config is a YAML path, a dict or a Config, got {type(source).__name__}')
+    for words, what in ((overrides, 'overrides'), (imports, 'imports')):
+        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+            raise ConfigError(f'{what}: expected a list of strings, got {words!r}')
     for key in cfg.keys():
         if key not in ROOT_KEYS:
             raise ConfigError(
-                f'{args.cfg}: unknown top-level key {key}{suggest(key, ROOT_KEYS)} (keys: {", ".join(ROOT_KEYS)})'
+                f'{name}: unknown top-level key {key}{suggest(key, ROOT_KEYS)} (keys: {", ".join(ROOT_KEYS)})'
             )
-    apply_overrides(cfg, args.overrides)
+    apply_overrides(cfg, list(overrides))
     resolve_references(cfg)
     declared = cfg.get('IMPORTS') or []
     if not isinstance(declared, list):
         raise ConfigError(f'IMPORTS: expected a list of modules or .py files, got {declared!r}')
-    imports = list(declared) + list(args.imports)
+    imports = list(declared) + list(imports)
     if imports:
         cfg['IMPORTS'] = imports
     import_modules(imports)
     if 'SOLVER' not in cfg or cfg.SOLVER is None:
-        raise ConfigError(f'{args.cfg}: no SOLVER section; add SOLVER with a NAME')
+        raise ConfigError(f'{name}: no SOLVER section; add SOLVER with a NAME')
     return cfg
 
 
@@ -83,6 +113,17 @@ def import_modules(imports):
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     import_user_modules(imports, base_dir=os.getcwd())
+
+
+def tool_command(module):
+    """``(argv, env)`` that run the tool ``module`` (``scepter_like.tools.run_train``) as a child process.
+
+    The child imports this same scepter_like, installed or not (its folder leads PYTHONPATH).
+    """
+    root = os.path.dirname(PACKAGE_DIR)
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (root, env.get('PYTHONPATH')) if p)
+    return [sys.executable, '-m', module], env
 
 
 def refuse_config_options(args, tool):

@@ -37,11 +37,12 @@ def _resolve_model(cfg, model_registries):
 
 
 def _resolve_data(cfg, mode):
-    from scepter_like.data.loader import LOADER_PARA_DICT, resolve_loader_keys
+    from scepter_like.data.loader import LOADER_PARA_DICT, check_data_keys, resolve_loader_keys
     from scepter_like.data.registry import DATASETS
 
     loader = resolve_loader_keys(cfg, mode)
     dataset = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
+    check_data_keys(dataset)
     DATASETS.resolve(dataset)
     for source in (loader, dataset):
         for key, value in source.items():

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from scepter_like.cli import tool_command
 from scepter_like.errors import ConfigError
 from scepter_like.utils.checkpoint import atomic_write_text
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
@@ -155,7 +156,8 @@ def base_work_dir(args, sweeps):
 
 
 def run_multirun(args, tool):
-    """Run ``tool`` once per grid point of ``args.overrides`` into ``WORK_DIR/<name>/``; returns 0 or 1."""
+    """Run the tool module ``tool`` (``scepter_like.tools.run_train``) once per grid point of ``args.overrides``
+    into ``WORK_DIR/<name>/``; returns 0 or 1."""
     if int(os.environ.get('WORLD_SIZE', '1') or 1) > 1:
         raise ConfigError('-m runs every job as its own process; start the multirun without torchrun')
     if args.print_config:
@@ -166,6 +168,7 @@ def run_multirun(args, tool):
     extra_args += ['--debug'] if args.debug else []
     swept_keys = [k for k, values in sweeps if len(values) > 1]
     grid = expand_grid(sweeps)
+    command, env = tool_command(tool)
     names, rows = set(), []
     os.makedirs(base_dir, exist_ok=True)
     print(f'[multirun] {len(grid)} run(s) into {base_dir}', flush=True)
@@ -176,10 +179,10 @@ def run_multirun(args, tool):
         names.add(name)
         run_dir = os.path.join(base_dir, name)
         words = [f'{k}={v}' for k, v in pairs]
-        cmd = [sys.executable, tool, '--cfg', args.cfg, *extra_args, *words, f'SOLVER.WORK_DIR={run_dir}']
+        cmd = [*command, '--cfg', args.cfg, *extra_args, *words, f'SOLVER.WORK_DIR={run_dir}']
         print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
         start = time.perf_counter()
-        res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
         seconds = time.perf_counter() - start
         sys.stderr.write(res.stderr)
         ok = res.returncode == 0

@@ -26,6 +26,7 @@ from scepter_like.config import Config
 from scepter_like.errors import ConfigError, RegistryError, suggest
 
 NAME_KEY = 'NAME'
+BUILT_FROM = '_scepter_built_from'  # what a built object is called in errors: 'NAME (config path)'
 _log = logging.getLogger(__name__)
 
 
@@ -329,12 +330,25 @@ class Registry:
         """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled."""
         obj, cfg = self.resolve(cfg)
         _check_call(obj, cfg, logger, kwargs, f'{self.name}.{cfg[NAME_KEY]}')
-        return obj(cfg, logger=logger, **kwargs)
+        built = obj(cfg, logger=logger, **kwargs)
+        _label(built, f'{cfg[NAME_KEY]} ({cfg.path})' if cfg.path else str(cfg[NAME_KEY]))
+        return built
 
     def get_config_template(self, name: str) -> str:
         """YAML text with NAME and every declared key, its default and description."""
         para, _ = declared_params(self.get(name))
         return render_config_template(name, para)
+
+
+def _label(built, text):
+    """Let errors name ``built`` by its config (``utils.blame``), whether or not it keeps its ``cfg``.
+
+    An object that takes no attribute (slots, a number) stays unnamed.
+    """
+    try:
+        setattr(built, BUILT_FROM, text)
+    except (AttributeError, TypeError):
+        pass
 
 
 def render_config_template(name, para):

@@ -92,6 +92,9 @@ def _process_state_restored():
     that registered something (its package too) is forgotten, so that the next import registers it again."""
     from scepter_like.utils.registries import all_registries
 
+    for name, module in list(sys.modules.items()):  # another test's own files: a process would not have them
+        if 'pytest-of-' in (getattr(module, '__file__', None) or ''):
+            del sys.modules[name]
     registries = all_registries()
     entries = {name: dict(r._entries) for name, r in registries.items()}
     modules, path, cwd = set(sys.modules), list(sys.path), os.getcwd()

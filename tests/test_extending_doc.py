@@ -18,8 +18,7 @@ def code_blocks(language):
 
 
 def test_the_documented_example_runs(tmp_path):
-    (python,) = code_blocks('python')
-    (config,) = code_blocks('yaml')
+    python, config = code_blocks('python')[-1], code_blocks('yaml')[-1]  # "A complete example"
     (tmp_path / 'my_ext.py').write_text(python)
     (tmp_path / 'sine.yaml').write_text(config)
     res = run_cli('run_train.py', '--cfg', 'sine.yaml', cwd=tmp_path)

@@ -93,5 +93,5 @@ def test_stage_table_skips_hooks_that_do_not_implement_a_stage(tmp_path):
     owners = {type(fn.__self__).__name__ for fn in solver.stage_functions('before_iter', 'train')}
     assert 'OnlyAfterIterHook' not in owners
     owners = [type(fn.__self__).__name__ for fn in solver.stage_functions('after_iter', 'train')]
-    assert owners == ['OnlyAfterIterHook']  # BackwardHook carries the update's keys: no stage of its own
+    assert owners == ['LogHook', 'OnlyAfterIterHook']  # (LogHook: added by default; BackwardHook: no stage)
     assert 'BackwardHook' not in solver.get_hooks_info()

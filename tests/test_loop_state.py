@@ -117,7 +117,7 @@ def test_a_config_without_backward_or_lr_hook_gets_them_and_says_so(blobs, tmp_p
     with caplog.at_level('INFO', logger='scepter_like.test'):
         solver = build_solver(cfg)
     names = [type(h).__name__ for h in solver.hooks_dict['train']]
-    assert names == ['BackwardHook', 'LrHook']
+    assert names == ['BackwardHook', 'LogHook', 'LrHook']
     assert 'has no BackwardHook: added' in caplog.text and 'has no LrHook: added' in caplog.text
     before = [p.detach().clone() for p in solver.unwrapped_model.parameters()]
     solver.solve()
@@ -133,7 +133,7 @@ def test_a_solver_that_steps_the_optimizer_itself_gets_no_backward_hook(blobs, t
         STEPS_OPTIMIZER_ITSELF = True
 
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=[], NAME='SelfSteppingSolver', EVAL_DATA=None)
-    assert build_solver(cfg).hooks_dict['train'] == []
+    assert [type(h).__name__ for h in build_solver(cfg).hooks_dict['train']] == ['LogHook']  # no BackwardHook
 
 
 def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):

@@ -45,6 +45,7 @@ def test_swa_averages_epochs_recomputes_bn_and_eval_uses_it(tmp_path):
         hooks=[{'NAME': 'BackwardHook'}, swa],
         MAX_EPOCHS=3,
         EVAL_HOOKS=[{'NAME': 'SwaEvalLogitsRecorder'}],
+        DEFAULT_LOG_HOOK=False,  # (the hooks are indexed below)
     )
     cfg['SOLVER']['MODEL']['BACKBONE'] = {'NAME': 'ConvNet', 'IN_CHANNELS': 1, 'CHANNELS': [4], 'OUT_DIM': 3}
     solver = build_solver(cfg)

@@ -1,21 +1,16 @@
 """tools/config_template.py: every template loads as YAML and builds its component."""
 
-import importlib.util
-import os
 import re
 
 import pytest
 import torch
 import yaml
-from conftest import TOOLS, run_cli
+from conftest import run_cli
 
 from scepter_like.cli import run
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
-
-_spec = importlib.util.spec_from_file_location('config_template_tool', os.path.join(TOOLS, 'config_template.py'))
-config_template = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(config_template)
+from scepter_like.tools import config_template
 
 
 def template_of(capsys, *argv):

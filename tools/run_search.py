@@ -1,103 +1,14 @@
 #!/usr/bin/env python
-"""Hyperparameter search: ``python tools/run_search.py --cfg FILE --space SPACE.yaml --trials N
-[--workers K] [--storage URL] [--study NAME] [--heartbeat S] [KEY.PATH=VALUE ...]``.
+"""``python tools/run_search.py ...``: runs scepter_like/tools/run_search.py (also a console script)."""
 
-Optuna samples the values of SPACE.yaml's config paths (TPE by default), each trial is an
-ordinary training run in ``WORK_DIR/<study>/trial_NNNN/``, a PruningHook reports every
-evaluation so the median pruner can stop hopeless trials. The study lives in
-``WORK_DIR/search.db`` (SQLite) unless ``--storage`` names another database: the same
-command continues a stopped search, and K workers (here or on other machines) share it.
-See docs/search.md.
-"""
-
-import argparse
 import os
-import subprocess
 import sys
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from scepter_like.cli import load_config, make_parser, run  # noqa: E402
-from scepter_like.errors import ConfigError  # noqa: E402
-
-
-def _positive(args, name):
-    if getattr(args, name) < 1:
-        raise ConfigError(f'--{name}: must be at least 1, got {getattr(args, name)}')
-
-
-def _exit_with_parent(parent):
-    """A worker process ends when the search that started it is gone (its trial is retried)."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-def main(argv):
-    parser = make_parser('Search hyperparameters of a config with Optuna (TPE, random or grid; median pruning).')
-    parser.add_argument('--space', help='YAML file of the parameters to tune and the objective')
-    parser.add_argument('--trials', type=int, default=20, help='trials the study should have (default 20)')
-    parser.add_argument('--workers', type=int, default=1, help='worker processes on this machine (default 1)')
-    parser.add_argument('--storage', default='', help='Optuna storage URL (default sqlite:///WORK_DIR/search.db)')
-    parser.add_argument('--study', default='', help='study name (default: the space file name)')
-    parser.add_argument(
-        '--heartbeat', type=int, default=10, help='seconds between heartbeats; a trial silent for 2x is retried'
-    )
-    parser.add_argument('--worker-index', type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    for name in ('trials', 'workers', 'heartbeat'):
-        _positive(args, name)
-    if int(os.environ.get('WORLD_SIZE', '1') or 1) > 1:
-        raise ConfigError('run_search starts its own workers; start it without torchrun')
-    cfg = load_config(args)
-    if args.print_config:
-        print(cfg.dump(), end='')
-        return 0
-    from scepter_like.search.runner import require_optuna
-
-    require_optuna()
-    from scepter_like.search.runner import Search
-    from scepter_like.search.space import SearchSpace
-    from scepter_like.search.summary import SUMMARY_NAME, SummaryWriter, best_trial
-
-    space = SearchSpace.load(args.space, cfg)
-    search = Search(args, cfg, space, worker_index=args.worker_index)
-    summary = SummaryWriter(search)
-    if args.worker_index:
-        threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-        search.run_worker(on_trial_end=summary.update)
-        return 0
-    print(
-        f'[search] study {search.study_name!r} in {search.storage_url}: {search.trials_wanted} trial(s),'
-        f' {args.workers} worker(s), into {search.study_dir}',
-        flush=True,
-    )
-    start = time.time()
-    tool = os.path.abspath(__file__)
-    workers = [
-        subprocess.Popen([sys.executable, tool, *argv, '--worker-index', str(i)]) for i in range(1, args.workers)
-    ]
-    try:
-        search.run_worker(on_trial_end=summary.update)
-    finally:
-        for worker in workers:
-            worker.wait()
-    table = summary.update(final=True)
-    best = best_trial(search.study)
-    states = [t.state.name for t in search.study.get_trials(deepcopy=False)]
-    print(
-        f'[search] {states.count("COMPLETE")} complete, {states.count("PRUNED")} pruned, {states.count("FAIL")} failed'
-        f' in {time.time() - start:.1f} s; summary in {os.path.join(search.study_dir, SUMMARY_NAME)}.md\n{table}',
-        end='',
-    )
-    if best is None:
-        print('[search] no trial completed', file=sys.stderr)
-        return 1
-    print(f'[search] best: trial {best.number}, {space.settings["METRIC"]} {best.value:.6g}, {best.params}')
-    return 0
-
+from scepter_like.tools.run_search import main  # noqa: E402
 
 if __name__ == '__main__':
+    from scepter_like.cli import run
+
     sys.exit(run(main))

@@ -12,16 +12,21 @@ import torch
 
 from scepter_like.data.collate import BatchDict
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import DataError
+from scepter_like.errors import ConfigError, DataError
 
 
 class ArrayDataset(torch.utils.data.Dataset):
-    """A dict of equally long tensors; item ``i`` is ``{key: tensor[i]}``."""
+    """A dict of equally long tensors; item ``i`` is ``{key: tensor[i]}``.
+
+    Floating arrays are held in the model's dtype (``floating_as_default``: torch's default
+    dtype is SOLVER.DTYPE while the solver builds its data): numpy's float64 arrays become
+    float32 for a float32 model once, here.
+    """
 
     def __init__(self, arrays):
         if not arrays:
             raise DataError('a dataset needs at least one array')
-        self.arrays = {k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()}
+        self.arrays = {k: floating_as_default(torch.as_tensor(np.asarray(v))) for k, v in arrays.items()}
         lengths = {k: len(v) for k, v in self.arrays.items()}
         if len(set(lengths.values())) != 1:
             raise DataError(f'dataset arrays differ in length: {lengths}')
@@ -36,9 +41,34 @@ class ArrayDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices):
         return BatchDict(self.take(torch.as_tensor(indices, dtype=torch.long)))
 
+    def set_dtypes(self, dtypes, where):
+        """Hold each key of ``dtypes`` (``{key: torch dtype name}``: the DTYPES at ``where``) in its dtype."""
+        for key, name in dtypes.items():
+            if key not in self.arrays:
+                raise DataError(f'{where}: no batch key {key!r}; the keys are {sorted(self.arrays)}')
+            dtype = getattr(torch, str(name), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ConfigError(f'{where}.{key}: {name!r} is not a torch dtype; write e.g. float32, float64, int64')
+            self.arrays[key] = self.arrays[key].to(dtype)
+
     def take(self, idx):
         """The batch of the samples at ``idx`` (a LongTensor) as a dict: one ``index_select`` per field."""
         return {k: v.index_select(0, idx) for k, v in self.arrays.items()}
+
+
+def floating_as_default(tensor):
+    """A floating ``tensor`` in torch's default dtype (SOLVER.DTYPE) where the loop would not cast its batches.
+
+    The loop casts each batch to a SOLVER.DTYPE other than float32, so for float64 a narrower
+    array stays as it is (no float64 copy of the data); a wider one is always cast (numpy's
+    float64 for a float32 model), and for float32 every other floating dtype is.
+    """
+    default = torch.get_default_dtype()
+    if not tensor.is_floating_point() or tensor.dtype == default:
+        return tensor
+    if default == torch.float32 or tensor.dtype.itemsize > default.itemsize:
+        return tensor.to(default)
+    return tensor
 
 
 @DATASETS.register_class()
@@ -58,7 +88,4 @@ class NpzDataset(ArrayDataset):
         with np.load(path, allow_pickle=False) as data:
             arrays = {cfg.KEY_MAP.get(k, k): data[k] for k in data.files}
         super().__init__(arrays)
-        for key, dtype in cfg.DTYPES.items():
-            if key not in self.arrays:
-                raise DataError(f'{cfg.path_of("DTYPES")}: no array {key!r}; arrays: {sorted(self.arrays)}')
-            self.arrays[key] = self.arrays[key].to(getattr(torch, dtype))
+        self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

@@ -17,8 +17,8 @@ from scepter_like.data.collate import DictCollate
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
-from scepter_like.errors import ConfigError, DistributedError, class_of
-from scepter_like.registry import resolve_params
+from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
+from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -113,6 +113,26 @@ def resolve_loader_keys(cfg, mode):
     return loader_cfg
 
 
+def check_data_keys(ds_cfg):
+    """Every key of a data config (its loader keys taken out) is the dataset's; a ConfigError with the closest
+    declared words, loader keys included, otherwise.
+
+    A dataset that declares no ``para_dict`` takes any key (scepter's way), but not one that
+    reads as a misspelled loader key (``BATCH_SZE``).
+    """
+    name = ds_cfg.get(NAME_KEY)
+    if not isinstance(name, str) or name not in DATASETS:
+        return  # the registry says what is wrong with the NAME
+    para, strict = declared_params(DATASETS.get(name))
+    known = sorted({*para, *LOADER_PARA_DICT})
+    for key in ds_cfg.keys():
+        if key != NAME_KEY and key not in para and (strict or suggest(key, LOADER_PARA_DICT)):
+            raise ConfigError(
+                f'{ds_cfg.path_of(key)}: unknown key for DATASETS.{name} and the data loader{suggest(key, known)}'
+                f' (their keys: {", ".join(known)})'
+            )
+
+
 def build_data(cfg, mode, dist_info, seed, logger=None):
     """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
     if not isinstance(cfg, Config):
@@ -121,6 +141,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
     ds_cfg = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
+    check_data_keys(ds_cfg)
     dataset = DATASETS.build(ds_cfg, logger=logger)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
         cfg[key] = value
@@ -147,7 +168,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         num_workers=workers,
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
-        collate_fn=DictCollate(_dataset_name(dataset, ds_cfg)),
+        collate_fn=DictCollate(_dataset_name(dataset, ds_cfg), torch.get_default_dtype()),  # SOLVER.DTYPE here
         worker_init_fn=_seed_worker if workers > 0 else None,
         generator=torch.Generator(),
     )

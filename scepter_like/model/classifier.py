@@ -9,6 +9,7 @@ outputs, so the log shows them).
 import torch
 from torch import nn
 
+from scepter_like.errors import DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import LOSSES, MODELS
@@ -59,7 +60,14 @@ class Classifier(BaseModel):
 
     def forward(self, **batch):
         children = self._modules  # one dict lookup each, not a walk through nn.Module.__getattr__
-        logits = children['backbone'](batch[self.input_key])
+        try:
+            inputs = batch[self.input_key]
+        except KeyError:
+            raise DataError(
+                f'the model needs input {self.input_key!r}, which the inputs lack; they have {sorted(batch)}'
+                f' (or set {self.cfg.path_of("INPUT_KEY")} to the key of the input)'
+            ) from None
+        logits = children['backbone'](inputs)
         for part in self._parts:
             logits = part(logits)
         label = batch.get(self.label_key)

@@ -4,6 +4,7 @@ Each is a plain module around one ``torch.nn.functional`` call: no unused ``weig
 buffer to look up through ``nn.Module.__getattr__`` on every step.
 """
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -22,6 +23,8 @@ class CrossEntropyLoss(nn.Module):
         return f'label_smoothing={self.label_smoothing}'
 
     def forward(self, logits, target):
+        if target.dtype != torch.long and not target.is_floating_point():  # class indices of any integer width
+            target = target.long()
         return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
 

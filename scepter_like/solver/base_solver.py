@@ -21,6 +21,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.compile import compile_model, compile_settings
 from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.solver.epoch_scalars import EpochScalars
+from scepter_like.solver.failed_runs import record_failure, set_aside_failed_run
 from scepter_like.solver.hooks.hook import SolverSurface
 from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, detached_outputs
 from scepter_like.solver.model_call import forward_checked
@@ -43,8 +46,11 @@ from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_mode
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import announce_run, open_work_dir, start_training_run
+from scepter_like.solver.sanity import sanity_eval
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
+from scepter_like.solver.test_weights import TEST_WITH, weights_for_test
+from scepter_like.utils.blame import describe_caller
 from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 from scepter_like.utils.dtypes import DTYPES, default_dtype
@@ -93,6 +99,22 @@ class BaseSolver(HookStages, ScepterProtocol):
         'FIND_UNUSED_PARAMETERS': {'value': False, 'description': 'DDP find_unused_parameters'},
         'COMPILE': {'value': {}, 'description': 'torch.compile: ENABLED, BACKEND, MODE, DYNAMIC, FULLGRAPH, STRICT'},
         'CODE_SNAPSHOT': {'value': True, 'description': 'save git diffs to WORK_DIR/code_snapshot/ (in a git tree)'},
+        'TEST_WITH': {
+            'value': 'best',
+            'description': "weights of the final test: 'best' (CheckpointHook's best checkpoint, when kept) or 'last'",
+            'choices': list(TEST_WITH),
+        },
+        'SANITY_EVAL_BATCHES': {
+            'value': 2,
+            'description': 'eval batches run through the eval step and metrics before training (0: none)',
+            'min': 0,
+        },
+        'MODEL_SUMMARY_DEPTH': {
+            'value': 1,
+            'description': 'levels of layers in the model summary logged at the start (0: no summary)',
+            'min': 0,
+        },
+        'DEFAULT_LOG_HOOK': {'value': True, 'description': 'add a LogHook to TRAIN_HOOKS when they have none'},
     }
 
     STEPS_OPTIMIZER_ITSELF = False  # a subclass whose run_step_train steps the optimizer: the updater stands aside
@@ -108,6 +130,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.step = StepState()
         self.updater = WeightUpdater(cfg, self.logger)  # the optimisation step (solver/optimization.py)
+        self.epoch_scalars = EpochScalars()  # log_scalar outside a step
         self.compile_settings = compile_settings(cfg)
         self.stop_signals = StopSignals()  # run_train.py enters it before set-up; solve() for its loop
         self._mode = 'train'
@@ -137,7 +160,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.dist_info = set_up_environment(self.env_cfg)
         self.seed = self.env_cfg.SEED
         if self.is_main:
-            self._file_handler, self.metrics_log = open_work_dir(self)
+            self._file_handler = open_work_dir(self)
         self.construct_hook()
 
     def set_up(self) -> None:
@@ -232,21 +255,33 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     # -- requests from hooks ------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
-        """End training at the next step boundary (the current step, evaluation and checkpoints complete)."""
+        """End training at the next step boundary (the current step, evaluation and checkpoints complete).
+
+        The first request is logged with its reason and who asked.
+        """
         if self.progress.stop_reason is None:
             self.progress.stop_reason = reason
+            asker = describe_caller(sys._getframe(1))
+            self.logger.info(f'training stops at the next step boundary: {reason} (asked by {asker})')
 
     def request_probes(self) -> None:
         """Keep what ``register_probe`` is given during the current step (ProbeDataHook dumps it)."""
         self.step.probe_wanted = True
 
     def log_scalar(self, name: str, value: Any) -> None:
-        """Add a scalar (a 0-dim tensor or a number) to this step's outputs: LogHook and TensorBoard show it."""
+        """Add a scalar (a 0-dim tensor or a number) to this step's outputs: LogHook and TensorBoard show it.
+
+        Outside a step (``before_epoch``, ``after_epoch`` ...) it is an epoch scalar (``epoch_scalars.py``).
+        """
+        if not self.step.running:
+            self.epoch_scalars.add(name, value)
+            return
         self.step.outputs[name] = value.detach() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
     # -- the loop -------------------------------------------------------------------------------
-    def solve(self, epoch: int | None = None, every_epoch: bool = False) -> None:
-        """Train for MAX_EPOCHS (``epoch`` overrides it), evaluating every EVAL_INTERVAL; test at the end.
+    def solve(self, epoch: int | None = None, every_epoch: bool = False, test: bool = True) -> None:
+        """Train for MAX_EPOCHS (``epoch`` overrides it), evaluating every EVAL_INTERVAL; test at the end
+        with the weights TEST_WITH names (``test=False``: no test).
 
         ``every_epoch=True`` also runs the test data after every epoch.
         """
@@ -254,10 +289,14 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.max_epochs = epoch
         self.failed = None
         progress = self.progress
-        start_training_run(self)  # never into another run's WORK_DIR; config.yaml, env.json, code_snapshot/
+        if not self.resumed_from:
+            set_aside_failed_run(self)  # a run that failed unevaluated is no earlier run to protect
+        self.metrics_log = start_training_run(self)  # never into another run's WORK_DIR; records, metrics.jsonl
         self.before_solve()
         announce_run(self)  # the model and data, what is left to train, the hook order
         try:
+            if 'train' in self.datas and not progress.train_finished():
+                sanity_eval(self, self.cfg.SANITY_EVAL_BATCHES)
             with self.stop_signals.training_loop():
                 if progress.epoch_finished:  # resumed between an epoch and its evaluation
                     if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
@@ -273,10 +312,12 @@ class BaseSolver(HookStages, ScepterProtocol):
                         self.solve_test()
                     if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
                         progress.next_epoch()
-                if 'test' in self.datas and not every_epoch:
-                    self.solve_test()
+                if 'test' in self.datas and not every_epoch and test:
+                    with weights_for_test(self, self.cfg.TEST_WITH):
+                        self.solve_test()
         except BaseException as e:
             self.failed = e
+            record_failure(self)
             raise
         finally:
             self.after_solve()

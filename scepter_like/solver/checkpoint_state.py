@@ -17,9 +17,10 @@ from collections.abc import Mapping
 
 import torch
 
-import scepter_like
+from scepter_like.about import __version__
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
+from scepter_like.opt.schedule_resume import resumed_schedule_note
 from scepter_like.solver.parallel import load_model_state, model_state_dict
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
@@ -27,6 +28,7 @@ from scepter_like.utils.checkpoint import (
     atomic_torch_save,
     latest_checkpoint,
     load_torch_file,
+    resolve_checkpoint,
     write_latest_pointer,
 )
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
@@ -48,7 +50,7 @@ def collect_training_state(solver, every_rank=True):
     ckpt = {
         'format': FORMAT_VERSION,
         'meta': {
-            'version': scepter_like.__version__,
+            'version': __version__,
             'torch': str(torch.__version__),  # TorchVersion would not load with weights_only=True
             'config': solver.config_text,
             'world_size': solver.world_size,
@@ -94,7 +96,11 @@ def restore_training_state(solver, ckpt, source):
     fix = 'resume with the config of the run that wrote it, or start a new WORK_DIR'
     check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
     load_model_state(solver.model, ckpt['model'], source)
+    config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
     solver.updater.load_state_dict(ckpt, ckpt['solver'].get('phase', 0), solver.progress, source)
+    note = resumed_schedule_note(solver, ckpt, config_schedule, source)
+    if note is not None:
+        solver.logger.warning(note)
     progress = dict(ckpt['solver'])
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:
@@ -213,7 +219,7 @@ def resume_path(solver):
             solver.logger.info(f'RESUME_FROM auto: no checkpoint in {folder}; starting fresh')
             return None
     else:
-        path = resume_from
+        path = resolve_checkpoint(resume_from, where=solver.cfg.path_of('RESUME_FROM'))  # a run's folder: its latest
     missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
     if missing:
         raise ConfigError(

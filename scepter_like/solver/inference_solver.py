@@ -22,13 +22,7 @@ from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
 from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.utils.checkpoint import (
-    CHECKPOINT_DIR,
-    atomic_write,
-    latest_checkpoint,
-    load_state_dict_checked,
-    load_weights_and_description,
-)
+from scepter_like.utils.checkpoint import atomic_write, load_state_dict_checked, load_weights_and_description
 from scepter_like.utils.distributed import default_device
 from scepter_like.utils.launch_env import read_launch_env
 
@@ -43,17 +37,6 @@ _TRAINING_ONLY = {
     'RESUME_FROM': '',
     'LOG_FILE': '',
 }
-
-
-def resolve_weights_path(path):
-    """``path`` itself, or for a folder (a WORK_DIR or its checkpoints/) the checkpoint its ``latest`` names."""
-    if not os.path.isdir(path):
-        return path
-    for folder in (path, os.path.join(path, CHECKPOINT_DIR)):
-        found = latest_checkpoint(folder)
-        if found:
-            return found
-    raise CheckpointError(f'{path} is a folder without a latest checkpoint; give a .pth or .safetensors file')
 
 
 def inference_config(cfg, data_modes=EVAL_MODES):

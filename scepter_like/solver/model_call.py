@@ -33,12 +33,14 @@ def _signature_mismatch(model, batch):
 
 
 def forward_checked(model, batch):
-    """``model(**batch)`` as a dict; a key the model reads but ``batch`` lacks is a DataError.
+    """``model(**batch)`` as a dict.
 
-    A model whose ``forward`` cannot take the batch's keys (a TypeError) gets a DataError
-    naming them, and one whose sizes do not fit the batch (torch's shape errors) a
-    DataError naming the model, the batch's shapes and the size keys to change; both are
-    worked out only after the error, so the step pays nothing for them.
+    A model whose ``forward`` cannot take the batch's keys (a TypeError: a missing or an
+    unexpected argument) gets a DataError naming them, and one whose sizes or dtypes do not
+    fit the batch (torch's shape and dtype errors) a DataError naming the model, the batch's
+    shapes or dtypes and the keys to change; all are worked out only after the error, so the
+    step pays nothing for them.  Any other exception (a KeyError of the model's own code too)
+    is the model's and keeps its traceback.
     """
     if not isinstance(batch, dict):
         raise DataError(
@@ -52,17 +54,10 @@ def forward_checked(model, batch):
         if why is not None:
             raise DataError(why) from None
         raise
-    except KeyError as e:
-        key = e.args[0] if e.args else None
-        if isinstance(key, str) and key not in batch:
-            raise DataError(
-                f'the model needs input {key!r}, which the inputs lack; they have {sorted(batch)}'
-            ) from None
-        raise
-    except (RuntimeError, IndexError, ValueError) as e:  # torch's word for sizes that do not fit the data
-        from scepter_like.model.size_mismatch import explain
+    except (RuntimeError, IndexError, ValueError) as e:  # torch's word for sizes or dtypes that do not fit the data
+        from scepter_like.model import dtype_mismatch, size_mismatch
 
-        why = explain(model, batch, e)
+        why = size_mismatch.explain(model, batch, e) or dtype_mismatch.explain(model, batch, e)
         if why is not None:
             raise DataError(why) from e  # --debug shows where in the model
         raise

@@ -88,8 +88,7 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
 
 
 def _input_dtype(model):
-    """What floating inputs are cast to: the model's floating dtype when it is not float32 (SOLVER.DTYPE), else None."""
-    for p in model.parameters():
-        if p.is_floating_point():
-            return None if p.dtype == torch.float32 else p.dtype
-    return None
+    """What floating inputs are cast to: the model's floating dtype (numpy's float64 arrays for a float32 model)."""
+    from scepter_like.model.dtype_mismatch import model_dtype
+
+    return model_dtype(model)

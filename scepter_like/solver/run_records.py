@@ -27,6 +27,7 @@ import tempfile
 
 from scepter_like.errors import ConfigError
 from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
+from scepter_like.solver.model_summary import model_summary
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
@@ -45,7 +46,7 @@ class GitError(Exception):
 
 
 def open_work_dir(solver):
-    """Create and check WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE) and the MetricsLog.
+    """Create and check WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE).
 
     What the run writes there and already exists must be of its kind (a folder where it
     keeps a folder, a file where it appends to a file), and the folder must take a new
@@ -74,23 +75,31 @@ def open_work_dir(solver):
         raise ConfigError(
             f'{where}: cannot write into {work_dir} ({e.strerror}); give a folder you can write to'
         ) from None
-    handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
-    return handler, MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
+    return add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
 
 
 def start_training_run(solver):
-    """A training run starts: refuse another run's WORK_DIR (a fresh run), then (rank 0) the run records."""
+    """A training run starts: refuse another run's WORK_DIR (a fresh run), then (rank 0) the run records.
+
+    Returns the run's MetricsLog (rank 0; None elsewhere): only a training run appends to
+    metrics.jsonl, so an evaluation of its weights (run_eval, ``test()`` from Python) never does.
+    """
     if not solver.resumed_from and 'train' in solver.datas:
         refuse_to_mix_runs(solver)
-    if solver.is_main:
-        write_run_records(solver, solver.resumed_from, code_snapshot=solver.cfg.CODE_SNAPSHOT)
-        solver.metrics_log.write_start(solver, solver.resumed_from)
+    if not solver.is_main:
+        return None
+    write_run_records(solver, solver.resumed_from, code_snapshot=solver.cfg.CODE_SNAPSHOT)
+    metrics_log = MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
+    metrics_log.write_start(solver, solver.resumed_from)
+    return metrics_log
 
 
 def announce_run(solver):
     """Log the start-of-run summary, a warning when a resumed run has nothing left to train, the hook order."""
     progress = solver.progress
     solver.logger.info(run_summary(solver))
+    if solver.is_main and solver.cfg.MODEL_SUMMARY_DEPTH > 0:
+        solver.logger.info(model_summary(solver, solver.cfg.MODEL_SUMMARY_DEPTH))
     done = progress.epochs_completed() >= progress.max_epochs or 0 < progress.max_steps <= progress.total_iter
     if solver.resumed_from and done:
         solver.logger.warning(
@@ -261,9 +270,9 @@ def write_code_snapshot(state, snapshot_dir, saved_imports=None):
     atomic_write_text(os.path.join(snapshot_dir, 'README.md'), readme)
 
 
-def _archive_previous(work_dir):
-    """Move an earlier run's records into ``records_history/<its start time>/``."""
-    names = [n for n in (CONFIG_FILE, ENV_FILE, SNAPSHOT_DIR) if os.path.exists(os.path.join(work_dir, n))]
+def archive_previous(work_dir, extra=()):
+    """Move an earlier run's records (and ``extra`` names) into ``records_history/<its start time>/``."""
+    names = [n for n in (CONFIG_FILE, ENV_FILE, SNAPSHOT_DIR, *extra) if os.path.exists(os.path.join(work_dir, n))]
     if not names:
         return None
     stamp = 'unknown'
@@ -288,12 +297,12 @@ def environment_info(solver, resumed_from=None):
     import numpy
     import torch
 
-    import scepter_like
+    from scepter_like.about import __version__
 
     device = solver.device
     info = {
         'project': 'scepter_like',
-        'version': scepter_like.__version__,
+        'version': __version__,
         'start_time': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),
         'python': platform.python_version(),
         'torch': torch.__version__,
@@ -326,7 +335,7 @@ def resolved_config(solver):
 def write_run_records(solver, resumed_from=None, code_snapshot=True, cwd=None):
     """Write config.yaml, env.json and (in a git work tree) code_snapshot/ into the solver's WORK_DIR."""
     work_dir = solver.work_dir
-    previous = _archive_previous(work_dir)
+    previous = archive_previous(work_dir)
     info = environment_info(solver, resumed_from)
     if previous:
         info['previous_records'] = os.path.relpath(previous, work_dir)

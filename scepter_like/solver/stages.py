@@ -16,6 +16,7 @@ from scepter_like.solver.loop_state import MODES
 
 HOOK_KEYS = {'train': 'TRAIN_HOOKS', 'eval': 'EVAL_HOOKS', 'test': 'TEST_HOOKS'}
 EVERY_MODE_STAGES = ('before_solve', 'after_solve')
+EPOCH_STAGES = ('before_epoch', 'after_epoch')
 
 
 # what a config needs in TRAIN_HOOKS when it sets the key: the hook, and its config when added
@@ -40,8 +41,9 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
     entries = cfg.TRAIN_HOOKS or []
     if not isinstance(entries, list):
         return
+    require_optimizer(cfg, steps_optimizer_itself)
     names = {entry.get('NAME') for entry in entries if hasattr(entry, 'get')}
-    added = []
+    added = default_hooks(cfg, entries, logger)
     for key, hook_cfg in REQUIRED_TRAIN_HOOKS.items():
         name = hook_cfg['NAME']
         given = _given(cfg, key)
@@ -60,6 +62,25 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
         logger.info(f'{where} is set and {cfg.path_of("TRAIN_HOOKS")} has no {name}: added {hook_cfg}')
     if added:
         cfg[HOOK_KEYS['train']] = [_plain_entry(e) for e in entries] + added
+
+
+def require_optimizer(cfg, steps_optimizer_itself):
+    """A train run (TRAIN_DATA) without an OPTIMIZER would run forward passes and train nothing: a ConfigError."""
+    if cfg.TRAIN_DATA is not None and _given(cfg, 'OPTIMIZER') is None and not steps_optimizer_itself:
+        raise ConfigError(
+            f'{cfg.path_of("OPTIMIZER")}: a training run (TRAIN_DATA) needs an optimizer, or it trains nothing;'
+            ' add one, e.g. OPTIMIZER: {NAME: AdamW, LEARNING_RATE: 0.001}'
+        )
+
+
+def default_hooks(cfg, entries, logger):
+    """The LogHook a train run gets when TRAIN_HOOKS has none (``DEFAULT_LOG_HOOK: false``: none); a list."""
+    if cfg.TRAIN_DATA is None or not cfg.get('DEFAULT_LOG_HOOK', True):
+        return []
+    if any(_is_a(entry.get('NAME'), 'LogHook') for entry in entries if hasattr(entry, 'get')):
+        return []
+    logger.info(f'{cfg.path_of("TRAIN_HOOKS")} has no LogHook: added one (DEFAULT_LOG_HOOK: false adds none)')
+    return [{'NAME': 'LogHook'}]
 
 
 def _is_a(entry_name, required, builtin=False):
@@ -186,10 +207,19 @@ class StageTable:
 
 
 def _stage(stage):
-    """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order."""
+    """A stage method: calls the current mode's hooks of ``stage``, or the given ``hooks`` in their order.
+
+    After an epoch stage, the scalars its hooks logged outside a step are written (``epoch_scalars``).
+    """
 
     def call(solver, hooks=None):
         solver._call(stage, hooks)
+
+    def call_then_write(solver, hooks=None):
+        solver._call(stage, hooks)
+        solver.epoch_scalars.write(solver, stage)
+
+    call = call_then_write if stage in EPOCH_STAGES else call
 
     call.__name__ = call.__qualname__ = stage
     return call

@@ -168,13 +168,19 @@ def load_weights_and_description(path, eval_weights=False):
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f'{path} is not a valid .safetensors file ({str(e).splitlines()[0]})') from None
     data = load_torch_file(path)
-    description = data.get(MODEL_DESCRIPTION_KEY) if isinstance(data, dict) else None
+    state = weights_in(data, path, eval_weights)
+    return state, data.get(MODEL_DESCRIPTION_KEY) if state is not data else None
+
+
+def weights_in(data, path, eval_weights=False):
+    """The state dict a loaded torch file ``data`` holds: a checkpoint's ``model`` (with ``eval_weights``
+    its ``eval_model`` when it has one), or ``data`` itself when it is a bare state dict."""
     if eval_weights and isinstance(data, dict) and isinstance(data.get('eval_model'), dict):
-        return data['eval_model'], description
+        return data['eval_model']
     if isinstance(data, dict) and isinstance(data.get('model'), dict):
-        return data['model'], description
+        return data['model']
     if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
-        return data, None
+        return data
     raise CheckpointError(f'{path} holds no model weights (expected a state dict or a checkpoint with "model")')
 
 
@@ -207,6 +213,8 @@ def load_state_dict_checked(model, state, source, strict=True):
 
 CHECKPOINT_DIR = 'checkpoints'  # inside WORK_DIR
 LATEST_POINTER = 'latest'
+BEST_SUFFIX = '-best.pth'  # CheckpointHook's best checkpoint: {prefix}-best.pth
+RUN_CHOICES = ('best', 'last')  # RUN:best, RUN:last
 
 
 def write_latest_pointer(folder, filename):
@@ -227,6 +235,48 @@ def latest_checkpoint(folder):
             f'{pointer} names {name!r}, which is missing; remove the pointer or give RESUME_FROM a path'
         )
     return path
+
+
+def best_checkpoint(folder):
+    """The best checkpoint CheckpointHook keeps in ``folder`` (``{prefix}-best.pth``), or None.
+
+    Several (two CheckpointHooks with different prefixes) is a CheckpointError naming them.
+    """
+    if not os.path.isdir(folder):
+        return None
+    found = sorted(name for name in os.listdir(folder) if name.endswith(BEST_SUFFIX))
+    if len(found) > 1:
+        raise CheckpointError(f'{folder} holds several best checkpoints ({", ".join(found)}); give the file')
+    return os.path.join(folder, found[0]) if found else None
+
+
+def resolve_checkpoint(path, where=''):
+    """The checkpoint file ``path`` names: a file as it is; a run's folder (a WORK_DIR or its checkpoints/)
+    for the checkpoint its ``latest`` names; ``RUN:last`` likewise; ``RUN:best`` for its best checkpoint.
+
+    ``where`` (a config path) starts the error of a folder that holds none.
+    """
+    path = os.fspath(path)
+    where = f'{where}: ' if where else ''
+    run, _, choice = path.rpartition(':')
+    if not os.path.exists(path) and choice in RUN_CHOICES and run:
+        if not os.path.isdir(run):
+            raise CheckpointError(
+                f'{where}{path}: no run folder {run}; give a WORK_DIR (or its checkpoints/) before :{choice}'
+            )
+        find, what = (best_checkpoint, 'best') if choice == 'best' else (latest_checkpoint, 'latest')
+    elif os.path.isdir(path):
+        run, find, what = path, latest_checkpoint, 'latest'
+    else:
+        return path
+    for folder in (run, os.path.join(run, CHECKPOINT_DIR)):
+        found = find(folder)
+        if found:
+            return found
+    hint = ' (CheckpointHook SAVE_BEST_BY keeps one)' if what == 'best' else ''
+    raise CheckpointError(
+        f'{where}{run} is a folder without a {what} checkpoint{hint}; give a .pth or .safetensors file'
+    )
 
 
 def safetensors_ready(state_dict):

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 
-import scepter_like
+from scepter_like.about import PACKAGE_DIR
 from scepter_like.errors import ComponentError, ConfigError, UserError
 
 FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file: this prefix + its stem
@@ -91,19 +91,24 @@ def _load(name, base_dir):
         path = _file_path(name, base_dir)
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
+        loaded = module_of_file(path)
+        if loaded is not None:  # imported already (by a user module's ``import b``): its classes are registered
+            return loaded
         package = _package_for_relative_imports(path)
-        mod_name = FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(path))[0]
+        stem = os.path.splitext(os.path.basename(path))[0]
+        mod_name = FILE_MODULE_PREFIX + stem
         if package:
             mod_name = f'{package}.{mod_name}'
-        if mod_name in sys.modules and getattr(sys.modules[mod_name], '__file__', None) == path:
-            return sys.modules[mod_name]
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
+        names = [mod_name] + _plain_import_name(path, stem, package)
+        for alias in names:
+            sys.modules[alias] = module
         try:
             spec.loader.exec_module(module)
         except BaseException:
-            del sys.modules[mod_name]  # as importlib does: no half-run module stays importable
+            for alias in names:  # as importlib does: no half-run module stays importable
+                del sys.modules[alias]
             raise
         return module
     try:
@@ -116,6 +121,31 @@ def _load(name, base_dir):
         raise
 
 
+def module_of_file(path):
+    """The imported module (under any name) whose source is the file ``path``, or None."""
+    real = os.path.realpath(path)
+    base = os.path.basename(real)
+    for module in list(sys.modules.values()):
+        found = getattr(module, '__file__', None)
+        if isinstance(found, str) and os.path.basename(found) == base and os.path.realpath(found) == real:
+            return module
+    return None
+
+
+def _plain_import_name(path, stem, package):
+    """``[stem]`` when ``import stem`` would load the file ``path`` (its folder is on sys.path, the name free).
+
+    A user module imported by path is entered under that name too, so another user module's
+    ``import stem`` finds it instead of running the file again (which would register its
+    classes twice, each with a warning).
+    """
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    on_path = any(os.path.realpath(entry or os.getcwd()) == folder for entry in sys.path)
+    if package or not stem.isidentifier() or stem in sys.modules or not on_path:
+        return []
+    return [stem]
+
+
 def _package_for_relative_imports(path):
     """The ``scepter_like`` package where every relative import of ``path`` resolves; None without any.
 
@@ -126,7 +156,7 @@ def _package_for_relative_imports(path):
     relative = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
     if not relative:
         return None
-    root = os.path.dirname(scepter_like.__file__)
+    root = PACKAGE_DIR
     packages = [
         os.path.relpath(folder, os.path.dirname(root)).replace(os.sep, '.')
         for folder, _, files in os.walk(root)

@@ -14,6 +14,7 @@ from scepter_like.utils.log_values import LogAgg, time_since  # scepter's names,
 
 __all__ = ['LineWriter', 'LogAgg', 'add_file_handler', 'get_logger', 'time_since']
 
+LOGGER_NAME = 'scepter_like'
 FORMAT = '%(asctime)s %(levelname)s %(message)s'
 DATEFMT = '%Y-%m-%d %H:%M:%S'
 
@@ -49,7 +50,12 @@ class _Formatter(logging.Formatter):
         return text
 
 
-def get_logger(name='scepter_like', rank=0, stream=None):
+def is_own_handler(handler):
+    """Whether ``handler`` is one this module added (the console's or a run's log file), not the program's."""
+    return getattr(handler, '_scepter_console', False) or getattr(handler, '_scepter_file', False)
+
+
+def get_logger(name=LOGGER_NAME, rank=0, stream=None):
     """A logger with one console handler for this rank (handlers are replaced, not added)."""
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
@@ -70,6 +76,7 @@ def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     handler = logging.FileHandler(path, encoding='utf-8')
+    handler._scepter_file = True
     console = [h.formatter for h in logger.handlers if getattr(h, '_scepter_console', False)]
     same = console and isinstance(console[0], _Formatter) and console[0]._fmt == FORMAT  # rank 0: no prefix
     handler.setFormatter(console[0] if same else _Formatter(FORMAT, DATEFMT))

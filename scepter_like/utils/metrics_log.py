@@ -6,12 +6,15 @@ Lines (every one has ``kind``, ``step`` = train steps completed, ``epoch`` (1-ba
 - ``{"kind": "start", "step": S, "resumed_from": path|null}`` when training (``solve``) starts;
 - ``{"kind": "train", "iter": i, "epoch_iters": n, "values": {"loss": ..., "lr": ...}}`` per
   LogHook interval (the interval means LogHook prints);
-- ``{"kind": "eval" | "test", "values": {"accuracy": ...}}`` per evaluation.
+- ``{"kind": "eval" | "test", "values": {"accuracy": ...}}`` per evaluation;
+- ``{"kind": "epoch", "mode": "train", "stage": "after_epoch", "values": {...}}``: scalars a hook
+  logged outside a step (``solver/epoch_scalars.py``);
+- ``{"kind": "failed", "error": "ValueError"}`` when training failed (``solver/failed_runs.py``).
 
 The file is never rewritten. A killed run may have written lines past the checkpoint its
 resume starts from; ``read_metrics`` gives the clean history: a ``start`` line at step S
-drops the earlier lines with a step above S, and of lines with the same kind and step the
-last one wins. A line torn by a crash is skipped.
+drops the earlier lines with a step above S, and of lines with the same kind, step (and mode
+and stage, where given) the last one wins. A line torn by a crash is skipped.
 """
 
 import json
@@ -96,7 +99,7 @@ class MetricsLog:
 
 def read_metrics(path):
     """The clean history of a metrics.jsonl file (see the module doc), in file order."""
-    records = {}  # (kind, step) -> record; a repeated key moves to the end
+    records = {}  # (kind, step, mode, stage) -> record; a repeated key moves to the end
     with open(path, encoding='utf-8') as f:
         for line in f:
             try:
@@ -107,7 +110,7 @@ def read_metrics(path):
                 continue
             if record['kind'] == 'start':
                 records = {k: r for k, r in records.items() if r['step'] <= record['step']}
-            key = (record['kind'], record['step'])
+            key = (record['kind'], record['step'], record.get('mode'), record.get('stage'))
             records.pop(key, None)
             records[key] = record
     return list(records.values())

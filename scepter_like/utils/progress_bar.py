@@ -5,8 +5,10 @@ counter update per step).  This module ties it to logging: while a bar is attach
 logger, the logger's terminal handlers drop the periodic progress lines (records with
 ``progress_line=True``; file handlers still write them) and clear the bar before any other
 message, so log lines never land on the bar's line.  LogHook creates a bar only on a
-terminal (or when asked to), so pipes and log files never see one.  tqdm is imported when
-the first bar is made.
+terminal or a Jupyter notebook's output (``live_display``; or when asked to), so pipes and
+log files never see one.  tqdm is imported when the first bar is made; its text bar redraws
+in place in a notebook too (the output area honours carriage returns), with no widget
+package needed.
 """
 
 import logging
@@ -24,8 +26,13 @@ def _is_terminal(stream):
         return False
 
 
+def live_display(stream):
+    """Whether ``stream`` shows a bar redrawn in place: a terminal, or a Jupyter kernel's output stream."""
+    return _is_terminal(stream) or type(stream).__module__.startswith('ipykernel.')
+
+
 def _terminal_handlers(logger):
-    """Console (non-file) stream handlers of ``logger`` and the loggers it propagates to."""
+    """Console (non-file) stream handlers of ``logger`` and the loggers it propagates to, showing live."""
     found = []
     while logger is not None:
         found += [
@@ -33,7 +40,7 @@ def _terminal_handlers(logger):
             for h in logger.handlers
             if isinstance(h, logging.StreamHandler)
             and not isinstance(h, logging.FileHandler)
-            and _is_terminal(getattr(h, 'stream', None))
+            and live_display(getattr(h, 'stream', None))
         ]
         logger = logger.parent if logger.propagate else None
     return found

@@ -9,6 +9,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     grad_norm,
     log,
     lr,
+    lr_range,
     probe,
     profiler,
     pruning,
@@ -26,6 +27,7 @@ from scepter_like.solver.hooks.grad_norm import GradNormHook
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.log import LogHook
 from scepter_like.solver.hooks.lr import LrHook
+from scepter_like.solver.hooks.lr_range import LrRangeHook
 from scepter_like.solver.hooks.probe import ProbeDataHook
 from scepter_like.solver.hooks.profiler import ProfilerHook
 from scepter_like.solver.hooks.pruning import PruningHook
@@ -47,6 +49,7 @@ __all__ = [
     'Hook',
     'LogHook',
     'LrHook',
+    'LrRangeHook',
     'ProbeDataHook',
     'ProfilerHook',
     'PruningHook',

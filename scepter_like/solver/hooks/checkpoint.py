@@ -2,7 +2,9 @@
 
 Files live in ``WORK_DIR/checkpoints/``: ``{prefix}-epoch-{E}.pth`` every INTERVAL
 epochs, ``{prefix}-step-{S}.pth`` every STEP_INTERVAL train steps, ``{prefix}-best.pth``
-when SAVE_BEST_BY improves, ``{prefix}-last.pth`` at the end with SAVE_LAST.  Each is
+when SAVE_BEST_BY improves (with SAVE_TOP_K = k > 1 also ``{prefix}-top-epoch-{E}.pth`` of
+the k best evaluations, a displaced one removed once its successor is complete),
+``{prefix}-last.pth`` at the end with SAVE_LAST.  Each is
 written atomically; then the ``latest`` pointer moves to it; only then are periodic
 checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
 accumulation group is taken at the end of that group (checkpoints never hold
@@ -29,6 +31,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, SolverSurface, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
+    BEST_SUFFIX,
     CHECKPOINT_DIR,
     BackgroundWriter,
     commit_temp,
@@ -57,6 +60,12 @@ class CheckpointHook(Hook):
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
         'KEEP_LAST': {'value': 0, 'description': 'periodic checkpoints to keep (0: all); best is kept apart', 'min': 0},
+        'SAVE_TOP_K': {
+            'value': 1,
+            'description': 'with SAVE_BEST_BY: also keep {prefix}-top-epoch-{E}.pth of the k best evaluations'
+            ' (1: only {prefix}-best.pth)',
+            'min': 1,
+        },
         'ASYNC_SAVE': {
             'value': False,
             'description': 'serialize in the background too (training waits for a CPU copy of the state)',
@@ -72,6 +81,8 @@ class CheckpointHook(Hook):
         self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
         self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
         self.keep_last = cfg.KEEP_LAST
+        self.top_k = cfg.SAVE_TOP_K if self.save_best else 1
+        self.top = []  # [value, epoch (1-based), file name] of the kept top-k checkpoints, best first
         self.async_save = cfg.ASYNC_SAVE
         self.writer = BackgroundWriter()
         self.folder = None
@@ -105,7 +116,8 @@ class CheckpointHook(Hook):
                 solver.register_stage_callback('after_epoch', self._after_train_epoch)
             self._registered = True
 
-    def _save(self, solver: SolverSurface, name, periodic=True):
+    def _save(self, solver: SolverSurface, name, periodic=True, dropped=()):
+        """Save to ``name``; once it is complete, ``dropped`` (names of files it replaces) are removed."""
         self.writer.wait()  # one save in flight; a failed background write surfaces here
         if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
             if name in self.saved:
@@ -117,19 +129,23 @@ class CheckpointHook(Hook):
             return path
         if self.async_save:
             snapshot = cpu_snapshot(ckpt)
-            self.writer.submit(lambda: self._publish(solver, torch_save_temp(snapshot, path), name, periodic))
+            self.writer.submit(lambda: self._publish(solver, torch_save_temp(snapshot, path), name, periodic, dropped))
         else:
             tmp = torch_save_temp(ckpt, path)
-            self.writer.submit(lambda: self._publish(solver, tmp, name, periodic))
+            self.writer.submit(lambda: self._publish(solver, tmp, name, periodic, dropped))
         return path
 
-    def _publish(self, solver: SolverSurface, tmp, name, periodic):
+    def _publish(self, solver: SolverSurface, tmp, name, periodic, dropped=()):
         """The file, then the ``latest`` pointer, then pruning: each only after the one before is complete."""
         path = os.path.join(self.folder, name)
         commit_temp(tmp, path)
         write_latest_pointer(self.folder, name)
         if periodic:
             self._prune()
+        for old in dropped:
+            old_path = os.path.join(self.folder, old)
+            if os.path.exists(old_path):
+                os.remove(old_path)
         solver.logger.info(f'checkpoint saved: {path}')
 
     def _prune(self):
@@ -169,13 +185,42 @@ class CheckpointHook(Hook):
         value = eval_metric(solver, self.best_metric, self.cfg.path_of('SAVE_BEST_BY'))
         if value is None or not math.isfinite(value):
             return
-        better = self.best_value is None or (
-            value > self.best_value if self.greater_is_better else value < self.best_value
-        )
+        if self.top_k > 1:
+            self._keep_top(solver, value)
+        better = self.best_value is None or self._better(value, self.best_value)
         if better:
             self.best_value, self.best_epoch = value, solver.progress.epoch
-            self._save(solver, f'{self.prefix}-best.pth', periodic=False)
+            self._save(solver, f'{self.prefix}{BEST_SUFFIX}', periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
+
+    def best_checkpoint(self, solver: SolverSurface):
+        """The path of the best checkpoint once it is complete (the newest evaluation considered), or None.
+
+        Every rank calls it (a new best is a save); the file is found in WORK_DIR after an
+        earlier run too.
+        """
+        if not self.save_best:
+            return None
+        if self.folder is not None:  # inside a solve: the last evaluation may not have been considered yet
+            self._check_best(solver)
+        self.writer.wait()
+        path = os.path.join(solver.work_dir, CHECKPOINT_DIR, f'{self.prefix}{BEST_SUFFIX}')
+        return path if os.path.isfile(path) else None
+
+    def _better(self, value, than):
+        return value > than if self.greater_is_better else value < than
+
+    def _keep_top(self, solver: SolverSurface, value):
+        """Save this evaluation's checkpoint when it ranks among the SAVE_TOP_K best; the one it displaces goes."""
+        if len(self.top) >= self.top_k and not self._better(value, self.top[-1][0]):
+            return
+        epoch = solver.progress.last_eval_epoch + 1
+        name = f'{self.prefix}-top-epoch-{epoch}.pth'
+        self.top.append([value, epoch, name])
+        self.top.sort(key=lambda entry: -entry[0] if self.greater_is_better else entry[0])  # stable: earlier first
+        dropped = [entry[2] for entry in self.top[self.top_k :]]
+        del self.top[self.top_k :]
+        self._save(solver, name, periodic=False, dropped=dropped)
 
     def after_solve(self, solver: SolverSurface):
         if solver.failed is not None or self.folder is None:
@@ -193,6 +238,7 @@ class CheckpointHook(Hook):
             'best_epoch': self.best_epoch,
             'checked_eval': self.checked_eval,
             'step_due': self._step_due,
+            'top': [list(entry) for entry in self.top],
         }
 
     def load_state_dict(self, state):
@@ -201,3 +247,4 @@ class CheckpointHook(Hook):
         self.best_epoch = state['best_epoch']
         self.checked_eval = state['checked_eval']
         self._step_due = state['step_due']
+        self.top = [list(entry) for entry in state.get('top', [])]

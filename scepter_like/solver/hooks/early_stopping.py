@@ -53,8 +53,7 @@ class EarlyStoppingHook(Hook):
                 f' {self.best:.6g}'
                 f' for {self.bad_evals} evaluation(s)'
             )
-            solver.request_stop(reason)
-            solver.logger.info(reason)
+            solver.request_stop(reason)  # logged there, with this hook's name
 
     def after_load_checkpoint(self, solver: SolverSurface, checkpoint):
         if self.stopped_epoch is not None:  # the run this checkpoint came from had stopped early

@@ -5,7 +5,7 @@ A hook listed in TRAIN_HOOKS only sees train-mode stages, so the averaging hooks
 test stage tables — swap in after ``before_all_iter``'s hooks, swap back after
 ``after_all_iter``'s hooks.  The metrics (computed before ``after_all_iter``) see the
 averaged weights; everything outside those passes, checkpoints included, sees the raw
-training weights.
+training weights.  A test pass of a checkpoint's evaluation weights (``test_weights``) pauses the swaps.
 """
 
 import torch
@@ -19,10 +19,11 @@ class WeightSwap:
     def __init__(self, model, weights):
         self.model = model
         self.weights = weights
+        self.paused = False  # the model holds the weights to evaluate already
         self._saved = None
 
     def swap_in(self, solver=None):
-        weights = self.weights()
+        weights = None if self.paused else self.weights()
         if not weights or self._saved is not None:
             return
         own = self.model.state_dict()
@@ -48,3 +49,12 @@ def swap_in_for_eval(solver: SolverSurface, weights):
         solver.register_stage_callback('before_all_iter', swap.swap_in, mode=mode)
         solver.register_stage_callback('after_all_iter', swap.swap_back, mode=mode)
     return swap
+
+
+def weight_swaps(solver):
+    """The swaps ``swap_in_for_eval`` registered on ``solver``'s test passes."""
+    return [
+        fn.__self__
+        for fn in solver.stage_functions('before_all_iter', 'test')
+        if isinstance(getattr(fn, '__self__', None), WeightSwap)
+    ]

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from scepter_like.data.loader import DataBundle
+    from scepter_like.solver.epoch_scalars import EpochScalars
     from scepter_like.solver.loop_state import StepState, TrainingProgress
     from scepter_like.solver.optimization import WeightUpdater
     from scepter_like.utils.metrics_log import MetricsLog
@@ -58,6 +59,7 @@ class SolverSurface(Protocol):
     progress: TrainingProgress  # epochs, iterations per mode, steps and optimizer steps done, what is finished
     step: StepState  # the current step: its index, loss, outputs (detached), accumulation, data time
     epoch_outputs: dict[str, dict[str, Any]]  # mode -> {metric: float} of the last eval / test pass
+    epoch_scalars: EpochScalars  # scalars logged outside a step; a hook that writes them subscribes
     failed: BaseException | None  # in after_solve: the error that ended training, else None
 
     # -- the model and its optimisation

@@ -4,8 +4,8 @@ Per step it keeps a reference to each of the step's scalar outputs; at the inter
 last step it writes their means (all-reduced under DDP, so the loss is the mean over all
 ranks) to the log and to ``metrics.jsonl``, and warns about non-finite values.  An epoch
 that ends between two intervals writes its remaining steps as a last line.  On a terminal
-(PROGRESS: auto) rank 0 shows a live bar per epoch instead of those lines on the console;
-the log file still gets them.
+or in a Jupyter notebook (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those
+lines on the console; the log file still gets them.
 """
 
 import math
@@ -18,7 +18,7 @@ from scepter_like.errors import TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.logger import LineWriter
-from scepter_like.utils.progress_bar import ProgressBar, format_hms
+from scepter_like.utils.progress_bar import ProgressBar, format_hms, live_display
 from scepter_like.utils.scalars import ScalarSums
 
 
@@ -30,7 +30,7 @@ class LogHook(Hook):
         'SHOW_GPU_MEM': {'value': False, 'description': 'add the peak CUDA memory to each line'},
         'PROGRESS': {
             'value': 'auto',
-            'description': "live progress bar: 'auto' (when stdout is a terminal), on, off",
+            'description': "live progress bar: 'auto' (when stdout is a terminal or a notebook), on, off",
             'type': (str, bool),  # YAML reads a bare on / off as a boolean
             'choices': ['auto', 'on', 'off', True, False],
         },
@@ -49,7 +49,7 @@ class LogHook(Hook):
         self._since = self._epoch_start = time.perf_counter()
 
     def before_solve(self, solver: SolverSurface):
-        if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and sys.stdout.isatty())):
+        if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and live_display(sys.stdout))):
             self._bar = ProgressBar(sys.stdout)
             self._bar.attach(solver.logger)
 

@@ -5,7 +5,8 @@ LogHook); every LOG_INTERVAL train steps (and at the end of each epoch) it reads
 once — one all-reduce under DDP, so every rank takes part — and rank 0 writes their
 means as ``train/{name}`` plus ``train/lr`` (``train/lr_group{i}`` for further param
 groups) at the train step count.  Eval and test metrics go out as ``eval/{metric}`` /
-``test/{metric}`` after each pass, at the train step count.  Only rank 0 opens a writer;
+``test/{metric}`` after each pass, at the train step count; a hook's epoch scalars (``log_scalar``
+outside a step) as ``{mode}/{name}``.  Only rank 0 opens a writer;
 it is flushed and closed in ``after_solve``, which also runs when training fails.
 """
 
@@ -44,6 +45,7 @@ class TensorboardLogHook(Hook):
         if not self._attached:  # eval / test metrics: this hook sits in TRAIN_HOOKS, so it adds callbacks
             for mode in ('eval', 'test'):
                 solver.register_stage_callback('after_all_iter', self._write_metrics, mode=mode)
+            solver.epoch_scalars.subscribe(self._write_epoch_scalars)
             self._attached = True
 
     def after_iter(self, solver: SolverSurface):
@@ -72,6 +74,12 @@ class TensorboardLogHook(Hook):
         for name, value in solver.epoch_outputs.get(solver.mode, {}).items():
             self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.progress.total_iter)
         self.writer.flush()
+
+    def _write_epoch_scalars(self, solver: SolverSurface, values):
+        if self.writer is None:
+            return
+        for name, value in values.items():
+            self.writer.add_scalar(f'{solver.mode}/{name}', value, solver.progress.total_iter)
 
     def after_solve(self, solver: SolverSurface):
         if self.writer is not None:

@@ -1,0 +1,156 @@
+"""Train, test and predict from Python (a script or a notebook) as the command line does::
+
+    from scepter_like import build_solver
+
+    with build_solver('configs/cate_recognition/digits_mlp.yaml', overrides=['SOLVER.MAX_EPOCHS=5']) as solver:
+        history = solver.fit()                  # [{'epoch': 5, 'step': ..., 'accuracy': ...}, ...]
+        result = solver.test(weights='best')    # {'accuracy': ...}
+        out = solver.predict({'img': images})   # {'logits': numpy array}
+
+``build_solver`` does what ``tools/run_train.py`` does before training: it reads the config
+as the CLI reads it (a YAML path, a dict or a Config, then the CLI's ``KEY.PATH=VALUE``
+words and IMPORTS), builds the solver and sets it up (environment, WORK_DIR, log file,
+hooks, data, model, optimizer, resume).  A mistake raises the ``UserError`` whose message is
+the line the CLI prints after ``error:``.  The log goes where the CLI's goes (the console,
+with a progress bar in a terminal or a Jupyter notebook, and WORK_DIR's log file) unless
+the program configured logging itself (a handler on the root or the ``scepter_like``
+logger, or a level set on the latter): then the records only propagate to its handlers.
+The root logger is never touched.  See docs/python_api.md.
+"""
+
+import inspect
+import logging
+
+from scepter_like.cli import read_config
+from scepter_like.errors import ConfigError, UserError
+from scepter_like.utils.logger import LOGGER_NAME, get_logger, is_own_handler
+
+
+def build_solver(cfg, overrides=(), imports=(), logger=None):
+    """A ``SolverSession`` over the set-up solver of ``cfg`` (a YAML path, a dict or a Config).
+
+    ``overrides``: the CLI's ``KEY.PATH=VALUE`` words; ``imports``: modules or ``.py`` files
+    to import besides the config's IMPORTS (the CLI's ``--import``); ``logger``: the logger
+    the run writes to (default: see the module docstring).
+    """
+    from scepter_like.solver import SOLVERS
+
+    config = read_config(cfg, overrides, imports)
+    solver = SOLVERS.build(config.SOLVER, logger=logger or run_logger())
+    with solver.stop_signals:  # a stop signal during set-up ends it at once
+        try:
+            solver.set_up_pre()
+            solver.set_up()
+        except BaseException:
+            solver.close()
+            raise
+    return SolverSession(solver)
+
+
+def run_logger():
+    """The ``scepter_like`` logger, with the CLI's console handler unless the program configured logging itself."""
+    from scepter_like.utils.launch_env import process_rank
+
+    logger = logging.getLogger(LOGGER_NAME)
+    ours = any(is_own_handler(h) for h in logger.handlers)
+    theirs = any(not is_own_handler(h) for h in logger.handlers)
+    if theirs or (not ours and (logging.getLogger().handlers or logger.level != logging.NOTSET)):
+        return logger
+    return get_logger(rank=process_rank())  # replaces its own console handler: never two
+
+
+def _takes_test(solve):
+    try:
+        return 'test' in inspect.signature(solve).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class SolverSession:
+    """A built, set-up solver (``.solver``) and what a program does with it: fit, test, predict, close.
+
+    A context manager: leaving the ``with`` block closes it.
+    """
+
+    def __init__(self, solver):
+        self.solver = solver
+        self.history = []  # one dict per evaluation fit() ran
+        self._fitted = False
+        self._closed = False
+        solver.register_stage_callback('after_epoch', self._record_evaluation, mode='eval')
+
+    @property
+    def work_dir(self):
+        return self.solver.work_dir
+
+    @property
+    def model(self):
+        """The model (inside any DDP / compile wrapper)."""
+        return self.solver.unwrapped_model
+
+    def _record_evaluation(self, solver):
+        progress = solver.progress
+        self.history.append({'epoch': progress.epoch + 1, 'step': progress.total_iter, **solver.epoch_outputs['eval']})
+
+    def fit(self):
+        """Train (with the evaluations EVAL_INTERVAL asks for) as ``tools/run_train.py`` does, without the final test.
+
+        Returns the evaluations this call ran, one dict each: ``epoch`` (1-based, the epoch it
+        followed), ``step`` (train steps done) and every eval metric.  Once per session: a
+        second run needs a new ``build_solver`` (and its own WORK_DIR, as on the CLI).
+        """
+        if self._fitted:
+            raise UserError('fit() trains once per build_solver(); build a new solver to train again')
+        self._fitted = True
+        solver = self.solver
+        with solver.stop_signals:
+            solver.solve(**({'test': False} if _takes_test(solver.solve) else {}))
+        return [dict(row) for row in self.history]
+
+    def test(self, weights='best'):
+        """Run TEST_DATA through METRICS with ``weights``; returns ``{metric: float}``.
+
+        ``'best'``: the best checkpoint of the run in WORK_DIR (CheckpointHook SAVE_BEST_BY),
+        else, saying so in the log, the model's own; ``'last'``: the model's own weights (as
+        training left them, or as the resumed checkpoint held them); any other value is a
+        checkpoint (``.pth``, ``.safetensors``, a run's folder, ``RUN:best``).  The model holds
+        its own weights again afterwards.  The test hooks run around the pass, as at the end of
+        training; after ``fit()`` the result joins the run's metrics.jsonl.
+        """
+        from scepter_like.solver.test_weights import weights_for_test
+
+        solver = self.solver
+        if 'test' not in solver.datas:
+            raise ConfigError(f'{solver.cfg.path_of("TEST_DATA")}: test() needs TEST_DATA; add a test data config')
+        hooks = solver.hooks_dict['test']
+        solver.failed = None
+        solver.before_solve(hooks)
+        try:
+            with weights_for_test(solver, weights):
+                solver.solve_test()
+        except BaseException as e:
+            solver.failed = e
+            raise
+        finally:
+            solver.after_solve(hooks)
+        return dict(solver.epoch_outputs['test'])
+
+    def predict(self, inputs, batch_size=256):
+        """``{output key: numpy array}`` of the model on ``inputs`` (``{batch key: array}``), in eval mode.
+
+        Floating arrays are cast to the model's dtype (numpy's float64 too); see ``BaseSolver.predict``.
+        """
+        return self.solver.predict(inputs, batch_size=batch_size)
+
+    def close(self):
+        """Write out pending records and detach the log file (again: nothing)."""
+        if not self._closed:
+            self._closed = True
+            self.solver.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False

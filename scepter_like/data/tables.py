@@ -1,0 +1,103 @@
+"""CsvDataset: a table of numbers (a CSV file with a header row) as a dataset, without code.
+
+Columns become batch keys: ``COLUMNS`` maps a key to one column (a 1-d array) or a list of
+columns (stacked into ``[rows, columns]``); by default every column but the label's is
+stacked into ``x``.  ``LABEL_COLUMN`` names the class labels, which become the int64 key
+``LABEL_KEY`` (``label``): whole numbers as they are, any other text by its place in
+``CLASSES`` (default: the file's distinct labels, sorted, which every split shares only when
+each holds every class; give CLASSES otherwise).  Features are parsed as numbers and held in
+the model's dtype (``ArrayDataset``); ``DTYPES`` sets a key's dtype instead.
+"""
+
+import csv
+import os
+
+import torch
+
+from scepter_like.data.datasets import ArrayDataset
+from scepter_like.data.registry import DATASETS
+from scepter_like.errors import DataError, suggest
+
+
+def read_csv(path, delimiter, where):
+    """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none."""
+    if not os.path.isfile(path):
+        raise DataError(f'{where}: file not found: {path}')
+    with open(path, newline='', encoding='utf-8-sig') as f:
+        rows = [row for row in csv.reader(f, delimiter=delimiter) if row]
+    if len(rows) < 2:
+        raise DataError(f'{path}: a CSV dataset needs a header row and at least one row of data')
+    header = [name.strip() for name in rows[0]]
+    for number, row in enumerate(rows[1:], 2):
+        if len(row) != len(header):
+            raise DataError(f'{path} line {number}: {len(row)} values under {len(header)} column names')
+    return header, rows[1:]
+
+
+def _number(text, path, line, column):
+    try:
+        return float(text)
+    except ValueError:
+        raise DataError(
+            f'{path} line {line}, column {column!r}: {text!r} is not a number; give numeric features'
+            ' (a column of text labels is the LABEL_COLUMN)'
+        ) from None
+
+
+def class_indices(labels, classes, path, where):
+    """int64 class indices of ``labels`` (texts): whole numbers as they are, else their place in ``classes``."""
+    if not classes and all(label.strip().lstrip('-').isdigit() for label in labels):
+        return torch.tensor([int(label) for label in labels], dtype=torch.int64)
+    order = [str(c) for c in classes] or sorted(set(labels))
+    index = {name: i for i, name in enumerate(order)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise DataError(f'{path}: label(s) {unknown[:5]} are not in {where} {order}; add them there')
+    return torch.tensor([index[label] for label in labels], dtype=torch.int64)
+
+
+@DATASETS.register_class()
+class CsvDataset(ArrayDataset):
+    para_dict = {
+        'PATH': {
+            'value': '',
+            'description': 'path of the .csv file (a header row names the columns)',
+            'required': True,
+        },
+        'LABEL_COLUMN': {'value': '', 'description': "column of the class labels ('': none)"},
+        'LABEL_KEY': {'value': 'label', 'description': 'batch key of the class labels (int64)'},
+        'COLUMNS': {
+            'value': {},
+            'description': 'batch key -> column or list of columns; {}: x = every column but the label',
+        },
+        'CLASSES': {'value': [], 'description': 'text labels in class-index order ([]: the sorted distinct labels)'},
+        'DTYPES': {'value': {}, 'description': 'batch key -> torch dtype name, e.g. {x: float64}'},
+        'DELIMITER': {'value': ',', 'description': 'the character between values'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        path = cfg.PATH
+        header, rows = read_csv(path, cfg.DELIMITER, cfg.path_of('PATH'))
+        position = {name: i for i, name in enumerate(header)}
+
+        def column(name, where):
+            if name not in position:
+                raise DataError(f'{where}: {path} has no column {name!r}{suggest(name, header)} (columns: {header})')
+            return position[name]
+
+        label = cfg.LABEL_COLUMN
+        if label:
+            column(label, cfg.path_of('LABEL_COLUMN'))
+        mapping = cfg.COLUMNS.to_dict() if cfg.COLUMNS else {'x': [name for name in header if name != label]}
+        arrays = {}
+        for key, names in mapping.items():
+            where = cfg.COLUMNS.path_of(key) if cfg.COLUMNS else cfg.path_of('COLUMNS')
+            indices = [column(name, where) for name in (names if isinstance(names, list) else [names])]
+            values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in enumerate(rows, 2)]
+            tensor = torch.tensor(values, dtype=torch.float64)
+            arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
+        if label:
+            labels = [row[position[label]].strip() for row in rows]
+            arrays[cfg.LABEL_KEY] = class_indices(labels, cfg.CLASSES, path, cfg.path_of('CLASSES'))
+        super().__init__(arrays)
+        self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

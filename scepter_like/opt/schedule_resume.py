@@ -1,0 +1,52 @@
+"""What a resume does to an LR schedule whose length the interrupted run fixed.
+
+torch's schedulers keep their settings in their state (``CosineAnnealingLR``'s ``T_max``,
+``OneCycleLR``'s ``total_steps``), so a resumed scheduler runs on with the checkpoint's
+settings, whatever the resuming config says.  When the resuming run is longer or shorter
+than the one that wrote the checkpoint (another MAX_EPOCHS or MAX_STEPS), that is rarely
+what the user meant and easy to miss (a cosine schedule climbs back up after ``T_max``), so
+the resume says it once, naming the length kept and the config's own where they differ.
+"""
+
+from scepter_like.config import load_yaml
+
+RUN_LENGTH_KEYS = ('MAX_EPOCHS', 'MAX_STEPS')
+LENGTH_SETTINGS = ('T_max', 'total_steps', 'total_iters', 'milestones')  # torch's schedulers of a fixed length
+
+
+def _settings(state):
+    """A scheduler state's length settings (none: a schedule without a length, e.g. ExponentialLR)."""
+    return {k: state[k] for k in LENGTH_SETTINGS if k in state}
+
+
+def _old_lengths(ckpt):
+    try:
+        solver = load_yaml(ckpt['meta']['config'])['SOLVER']
+        return {key: solver.get(key) for key in RUN_LENGTH_KEYS}
+    except (KeyError, TypeError, ValueError):  # a checkpoint without the config it was written with
+        return None
+
+
+def resumed_schedule_note(solver, ckpt, config_state, source):
+    """The warning for a resume of a run of another length, whose scheduler keeps its settings; or None.
+
+    ``config_state``: the state of the scheduler this config built, before the checkpoint's replaced it.
+    """
+    scheduler = solver.lr_scheduler
+    old = _old_lengths(ckpt)
+    new = {'MAX_EPOCHS': solver.progress.max_epochs, 'MAX_STEPS': solver.progress.max_steps}
+    if scheduler is None or old is None or old == new:
+        return None
+    kept, own = _settings(scheduler.state_dict()), _settings(config_state)
+    if not kept:
+        return None
+    shown = ', '.join(
+        f'{k}={v}' + (f' (this config: {own[k]})' if k in own and own[k] != v else '') for k, v in kept.items()
+    )
+    changed = ', '.join(f'{k} {old[k]} -> {new[k]}' for k in RUN_LENGTH_KEYS if old[k] != new[k])
+    return (
+        f'{source} comes from a run of another length ({changed}): its LR scheduler {type(scheduler).__name__}'
+        f' resumes with the length it was made with ({shown}) and keeps it: past it a cosine schedule rises'
+        ' again and a linear or one-cycle one stays at its end. To schedule over the new length, start a fresh'
+        ' run from these weights (SOLVER.MODEL.PRETRAINED_MODEL)'
+    )

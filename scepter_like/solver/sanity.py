@@ -1,0 +1,41 @@
+"""The sanity pass: a few eval batches through the eval step and the metrics before the first train step.
+
+A wrong metric ``KEYS``, an eval forward that breaks or a metric that cannot compute then
+fails in seconds (a scepter metric over the whole pass only has its KEYS read: it computes
+on the whole pass) instead of after a whole epoch of training (Lightning runs two validation
+batches the same way).  Nothing of it is kept: no hook runs, no result is recorded, the
+metrics start afresh at the first evaluation, and every RNG is as it was, so a run with
+the pass trains exactly as one without.  ``SOLVER.SANITY_EVAL_BATCHES`` (default 2; 0: off).
+"""
+
+import itertools
+
+import torch
+
+from scepter_like.metric.base import Metric
+from scepter_like.solver.parallel import eval_context
+from scepter_like.utils.seed import get_rng_state, set_rng_state
+
+
+def sanity_eval(solver, batches):
+    """Run up to ``batches`` eval batches through ``solver.run_step_eval`` and compute its metrics (every rank)."""
+    if batches <= 0 or 'eval' not in solver.datas:
+        return
+    rng, previous, ran = get_rng_state(), solver.mode, 0
+    solver.mode = 'eval'
+    try:
+        with torch.no_grad(), eval_context(solver.model):
+            for ran, batch in enumerate(itertools.islice(solver.datas['eval'].iterate(), batches), 1):
+                if solver.moves_batches:
+                    batch = solver.transfer_data_to_device(batch)
+                solver.step.begin()
+                solver.run_step_eval(batch, ran - 1, solver.progress.total_iter, solver.rank)
+                solver.step.end()
+            for metric in solver.metrics:
+                if isinstance(metric, Metric):  # a whole-pass metric needs the whole pass: its KEYS were read
+                    metric.compute(solver.device)
+                    metric.reset()
+    finally:
+        solver.mode = previous
+        set_rng_state(rng)
+    solver.logger.info(f'sanity pass: {ran} eval batch(es) through the eval step and the metrics')

@@ -1,0 +1,80 @@
+"""The weights a test pass runs with: the best checkpoint's, the last ones, or a given file's.
+
+``SOLVER.TEST_WITH: best`` (the default, as Lightning's ``trainer.test(ckpt_path='best')``)
+tests the final model with the weights of CheckpointHook's best checkpoint when the run
+keeps one (SAVE_BEST_BY), else, saying so, with the weights training ended with (``last``).
+``build_solver(...).test(weights=...)`` takes the same words or a checkpoint path.  A
+checkpoint's evaluation weights are loaded (the EMA at that time, when EMAHook evaluated
+with it; the averaging hooks' swaps pause meanwhile), and the weights training ended with
+are back afterwards, so the hooks' end-of-run work (a last checkpoint, an export) sees them.
+"""
+
+import contextlib
+
+import torch
+
+from scepter_like.solver.hooks.checkpoint import CheckpointHook
+from scepter_like.solver.hooks.eval_weights import weight_swaps
+from scepter_like.utils.checkpoint import (
+    load_state_dict_checked,
+    load_torch_file,
+    load_weights_file,
+    resolve_checkpoint,
+    weights_in,
+)
+from scepter_like.utils.distributed import broadcast_object
+
+TEST_WITH = ('best', 'last')
+
+
+def best_checkpoint_of(solver):
+    """The run's best checkpoint (complete on disk, on every rank), or None without one."""
+    hooks = [hook for hook in solver.hooks_dict['train'] if isinstance(hook, CheckpointHook)]
+    found = next((path for path in (hook.best_checkpoint(solver) for hook in hooks) if path), None)
+    return broadcast_object(found if solver.is_main else None)
+
+
+def test_weights_path(solver, weights):
+    """The file whose weights a test with ``weights`` ('best', 'last' or a path) uses; None: the model's own."""
+    if weights == 'last':
+        return None
+    if weights != 'best':
+        return resolve_checkpoint(weights)
+    path = best_checkpoint_of(solver)
+    if path is None:
+        solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
+    return path
+
+
+@contextlib.contextmanager
+def weights_for_test(solver, weights):
+    """Inside, the model holds the weights ``weights`` names; the ones it held are back after."""
+    path = test_weights_path(solver, weights)
+    if path is None:
+        yield None
+        return
+    state, evaluated = _evaluation_weights(path)
+    model = solver.unwrapped_model
+    held = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    load_state_dict_checked(model, state, path)
+    swaps = weight_swaps(solver) if evaluated else []
+    for swap in swaps:
+        swap.paused = True
+    solver.logger.info(f'testing with the weights of {path}' + (' (its evaluation weights)' if evaluated else ''))
+    try:
+        yield path
+    finally:
+        for swap in swaps:
+            swap.paused = False
+        with torch.no_grad():
+            model.load_state_dict(held)
+
+
+def _evaluation_weights(path):
+    """(state dict, whether it is the checkpoint's ``eval_model``: weights an averaging hook evaluated with)."""
+    if path.endswith('.safetensors'):
+        return load_weights_file(path), False
+    data = load_torch_file(path)
+    return weights_in(data, path, eval_weights=True), isinstance(data, dict) and isinstance(
+        data.get('eval_model'), dict
+    )

@@ -1,0 +1,260 @@
+"""A user's own data and model, the first time: numpy's dtypes, tables without code, and errors that name the part.
+
+Each run goes through tools/run_train.py's ``main`` in this process (``scepter_like.cli.run``),
+as the command line runs it.
+"""
+
+import csv
+import os
+import re
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO
+from helpers import blob_solver_cfg
+from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
+
+from scepter_like.cli import run
+
+run_train = tool_main('run_train')
+run_inference = tool_main('run_inference')
+
+
+def numpy_blobs(path, n=120, dim=8, classes=3, x_dtype=np.float64, y_dtype=np.int32, seed=0):
+    """Gaussian blobs saved as numpy makes them by default: float64 features, int32 labels."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, size=(classes, dim))
+    y = rng.integers(0, classes, size=n)
+    x = centers[y] + rng.normal(0, 1, size=(n, dim))
+    np.savez(path, x=x.astype(x_dtype), y=y.astype(y_dtype))
+    return str(path)
+
+
+def train(tmp_path, cfg, *words):
+    path = tmp_path / 'job.yaml'
+    path.write_text(yaml.safe_dump(cfg))
+    return run(run_train, ['--cfg', str(path), *words])
+
+
+def test_numpy_default_dtypes_train_evaluate_infer_and_predict(tmp_path, capsys):
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks=[{'NAME': 'CheckpointHook'}], MAX_EPOCHS=3)
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    assert train(tmp_path, cfg) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    accuracy = float(re.search(r'test final \(120 samples\): accuracy: ([0-9.]+)', out).group(1))
+    assert accuracy > 0.8
+    # inference on the file as numpy wrote it (float64), the model's weights from the run's folder
+    res = run(
+        run_inference,
+        ['--cfg', str(tmp_path / 'job.yaml'), '--checkpoint', str(tmp_path / 'run'), '--input', npz,
+         '--output', str(tmp_path / 'out.npz'), 'SOLVER.MODEL.INPUT_KEY=x'],
+    )  # fmt: skip
+    assert res == 0, capsys.readouterr().err
+    logits = np.load(tmp_path / 'out.npz')['logits']
+    assert logits.dtype == np.float32 and (logits.argmax(1) == np.load(npz)['y']).mean() > 0.8
+
+
+def test_predict_takes_float64_arrays(tmp_path):
+    from helpers import build_solver
+
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run')
+    solver = build_solver(cfg)
+    out = solver.predict({'img': np.random.default_rng(0).normal(size=(5, 8))})  # float64
+    assert out['logits'].shape == (5, 3) and out['logits'].dtype == np.float32
+    solver.close()
+
+
+def test_a_dtype_that_cannot_be_cast_is_one_line_naming_key_dtype_and_dtypes(tmp_path, capsys):
+    npz = numpy_blobs(tmp_path / 'blobs.npz', x_dtype=np.int32)  # integer features: no cast is safe to guess
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', MAX_STEPS=1)
+    assert train(tmp_path, cfg) == 2
+    line = one_error_line(capsys)
+    assert re.search(r'the model Classifier \(float32\) cannot take the batch key\(s\) img: int32: ', line), line
+    assert 'DTYPES (NpzDataset, CsvDataset: DTYPES: {img: float32})' in line
+
+
+def iris_like_csv(path, n=150, seed=0):
+    """A table of 4 numeric columns and a text label, as a user's CSV export looks."""
+    rng = np.random.default_rng(seed)
+    names = ['setosa', 'versicolor', 'virginica']
+    centers = rng.normal(0, 3, size=(3, 4))
+    with open(path, 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['sepal_length', 'sepal_width', 'petal_length', 'petal_width', 'species'])
+        for _ in range(n):
+            k = int(rng.integers(0, 3))
+            writer.writerow([*(centers[k] + rng.normal(0, 0.7, size=4)).round(3), names[k]])
+    return str(path)
+
+
+CSV_JOB = """
+SOLVER:
+  NAME: TrainValSolver
+  WORK_DIR: {work_dir}
+  MAX_EPOCHS: 5
+  MODEL:
+    NAME: Classifier
+    INPUT_KEY: x
+    BACKBONE: {{NAME: MLP, IN_DIM: 4, HIDDEN_DIMS: [32], OUT_DIM: 3}}
+  OPTIMIZER: {{NAME: Adam, LEARNING_RATE: 0.01}}
+  TRAIN_DATA: {{NAME: CsvDataset, PATH: {csv}, LABEL_COLUMN: species, BATCH_SIZE: 16}}
+  EVAL_DATA: {{NAME: CsvDataset, PATH: {csv}, LABEL_COLUMN: species, BATCH_SIZE: 64}}
+  METRICS: [{{NAME: AccuracyMetric}}]
+"""
+
+
+def test_a_csv_table_trains_without_code(tmp_path, capsys):
+    from scepter_like.data.registry import DATASETS
+
+    csv_path = iris_like_csv(tmp_path / 'iris.csv')
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
+    assert run(run_train, ['--cfg', str(job)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert float(re.search(r'eval epoch 5/5 \(150 samples\): accuracy: ([0-9.]+)', out).group(1)) > 0.8
+    # the columns: every one but the label stacked as x; text labels by their sorted order, or CLASSES
+    data = DATASETS.build({'NAME': 'CsvDataset', 'PATH': csv_path, 'LABEL_COLUMN': 'species'})
+    assert data.arrays['x'].shape == (150, 4) and data.arrays['label'].dtype.is_floating_point is False
+    with open(csv_path) as f:
+        first = next(r for i, r in enumerate(csv.reader(f)) if i == 1)
+    assert data[0]['label'] == ['setosa', 'versicolor', 'virginica'].index(first[-1])
+    classes = ['virginica', 'setosa', 'versicolor']
+    columns = {'petal': ['petal_length', 'petal_width'], 'sepal_length': 'sepal_length'}
+    ordered = DATASETS.build(
+        {'NAME': 'CsvDataset', 'PATH': csv_path, 'LABEL_COLUMN': 'species', 'CLASSES': classes, 'COLUMNS': columns}
+    )
+    assert ordered[0]['label'] == classes.index(first[-1])
+    assert ordered.arrays['petal'].shape == (150, 2) and ordered.arrays['sepal_length'].shape == (150,)
+
+
+def test_csv_mistakes_are_one_line(tmp_path, capsys):
+    csv_path = iris_like_csv(tmp_path / 'iris.csv')
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
+    assert run(run_train, ['--cfg', str(job), 'SOLVER.TRAIN_DATA.LABEL_COLUMN=specie']) == 2
+    line = one_error_line(capsys)
+    assert 'SOLVER.TRAIN_DATA.LABEL_COLUMN: ' in line and "has no column 'specie'; did you mean species?" in line
+    assert run(run_train, ['--cfg', str(job), 'SOLVER.TRAIN_DATA.CLASSES=[setosa, virginica]']) == 2
+    assert "label(s) ['versicolor'] are not in SOLVER.TRAIN_DATA.CLASSES" in one_error_line(capsys)
+
+
+@pytest.fixture(scope='module')
+def user_parts(tmp_path_factory):
+    """The user modules of these tests, in one folder (each is imported once)."""
+    folder = tmp_path_factory.mktemp('user_parts')
+    (folder / 'raising_parts.py').write_text(RAISING_PARTS)
+    (folder / 'plain_user_dataset.py').write_text(PLAIN_DATASET)
+    return folder
+
+
+@pytest.mark.parametrize('dataset', ['NpzDataset', 'PlainUserDataset'])
+def test_a_misspelled_loader_key_gets_did_you_mean(dataset, user_parts, tmp_path, capsys):
+    module = user_parts / 'plain_user_dataset.py'
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1)
+    cfg['SOLVER']['TRAIN_DATA'] = {**cfg['SOLVER']['TRAIN_DATA'], 'NAME': dataset, 'BATCH_SZE': 8}
+    cfg['IMPORTS'] = [str(module)]
+    for extra in ([], ['--print-config']):
+        assert train(tmp_path, cfg, *extra) == 2
+        line = one_error_line(capsys)
+        assert f'SOLVER.TRAIN_DATA.BATCH_SZE: unknown key for DATASETS.{dataset} and the data loader' in line
+        assert 'did you mean BATCH_SIZE?' in line
+
+
+PLAIN_DATASET = """
+import torch
+from scepter_like.data.registry import DATASETS
+
+
+@DATASETS.register_class()
+class PlainUserDataset:  # no para_dict: scepter's way, any key accepted
+    def __init__(self, cfg, logger=None):
+        self.x = torch.randn(32, 8)
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return {'img': self.x[i], 'label': i % 3}
+"""
+
+
+RAISING_PARTS = """
+import torch
+from scepter_like.data.registry import DATASETS
+from scepter_like.model.registry import MODELS
+
+
+@MODELS.register_class()
+class LookupModel(torch.nn.Module):  # keeps no cfg; its own dict lookup fails
+    def __init__(self, cfg, logger=None):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 3)
+        self.names = {'a': 0}
+
+    def forward(self, img, label=None):
+        _ = self.names['missing_name']
+        return {'loss': self.fc(img).mean()}
+
+
+@DATASETS.register_class()
+class ShortDataset:  # keeps no cfg, as docs/extending.md's example
+    def __init__(self, cfg, logger=None):
+        self.x = torch.randn(16, 8)
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if i >= 4:
+            raise RuntimeError('disk on fire')
+        return {'img': self.x[i], 'label': 0}
+"""
+
+
+@pytest.mark.parametrize('debug', [False, True])
+def test_a_key_error_inside_the_users_model_keeps_its_traceback(debug, user_parts, tmp_path, capsys):
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1, EVAL_DATA=None)
+    cfg['SOLVER']['MODEL'] = {'NAME': 'LookupModel'}
+    cfg['IMPORTS'] = [str(user_parts / 'raising_parts.py')]
+    assert train(tmp_path, cfg, *(['--debug'] if debug else [])) == 1
+    err = capsys.readouterr().err
+    first = err.strip().splitlines()[0]
+    assert first == "error: LookupModel (SOLVER.MODEL) raised KeyError: 'missing_name' (its traceback follows)", err
+    assert 'Traceback (most recent call last)' in err and "self.names['missing_name']" in err
+    assert 'needs input' not in err
+
+
+def test_an_error_of_a_dataset_without_cfg_names_it(user_parts, tmp_path, capsys):
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=2, EVAL_DATA=None)
+    cfg['SOLVER']['TRAIN_DATA'] = {'NAME': 'ShortDataset', 'BATCH_SIZE': 4, 'SHUFFLE': False}
+    cfg['IMPORTS'] = [str(user_parts / 'raising_parts.py')]
+    assert train(tmp_path, cfg) == 1
+    err = capsys.readouterr().err
+    first = err.strip().splitlines()[0]
+    assert first == 'error: ShortDataset (SOLVER.TRAIN_DATA) raised RuntimeError: disk on fire (its traceback follows)'
+    assert "raise RuntimeError('disk on fire')" in err
+
+
+def test_missing_classifier_input_is_still_one_line(tmp_path, capsys):
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1)
+    assert train(tmp_path, cfg, 'SOLVER.MODEL.INPUT_KEY=image') == 2
+    line = one_error_line(capsys)
+    assert "the model needs input 'image', which the inputs lack; they have ['img', 'label']" in line
+    assert 'SOLVER.MODEL.INPUT_KEY' in line
+    assert os.path.isdir(tmp_path / 'run')
+
+
+def test_the_documented_table_job_runs(tmp_path, capsys, monkeypatch):
+    with open(os.path.join(REPO, 'docs', 'extending.md'), encoding='utf-8') as f:
+        blocks = re.findall(r'```yaml\n(.*?)```', f.read(), flags=re.S)
+    (job,) = [block for block in blocks if 'CsvDataset' in block and 'SOLVER:' in block]
+    monkeypatch.chdir(tmp_path)
+    iris_like_csv(tmp_path / 'iris_train.csv')
+    iris_like_csv(tmp_path / 'iris_val.csv', n=60)
+    (tmp_path / 'iris.yaml').write_text(job)
+    assert run(run_train, ['--cfg', 'iris.yaml', 'SOLVER.MAX_EPOCHS=5']) == 0, capsys.readouterr().err
+    accuracy = float(re.search(r'eval epoch 5/5 \(60 samples\): accuracy: ([0-9.]+)', capsys.readouterr().out).group(1))
+    assert accuracy > 0.8
+    assert os.path.isfile(tmp_path / 'work_dir' / 'iris' / 'checkpoints' / 'checkpoint-best.pth')

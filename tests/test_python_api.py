@@ -1,0 +1,196 @@
+"""The Python API (``from scepter_like import build_solver``): fit, test, predict, close, as docs/python_api.md says.
+
+The job is the blob classifier of tests/helpers.py with a best checkpoint and test data.
+"""
+
+import logging
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import DIGITS_CFG
+from helpers import blob_solver_cfg, write_blobs
+from newcomer_support import own_logger_restored, tool_main  # noqa: F401
+
+from scepter_like.cli import run
+from scepter_like.errors import ConfigError, UserError
+from scepter_like.utils.metrics_log import read_metrics
+
+run_train = tool_main('run_train')
+
+
+def api_cfg(root, work_dir, **solver_keys):
+    npz = write_blobs(root / 'blobs.npz')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'SAVE_BEST_BY': '+accuracy'}]
+    cfg = blob_solver_cfg(npz, work_dir, hooks=hooks, **solver_keys)
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    cfg['SOLVER']['MAX_EPOCHS'] = 3
+    return cfg
+
+
+def no_user_logging(monkeypatch):
+    """Logging as in a program that configured none: pytest's capture handlers (added to the root logger
+    for each test phase) taken off for the rest of the test."""
+    monkeypatch.setattr(logging.getLogger(), 'handlers', [])
+    ours = logging.getLogger('scepter_like')
+    monkeypatch.setattr(ours, 'handlers', [])
+    monkeypatch.setattr(ours, 'propagate', True)
+    ours.setLevel(logging.NOTSET)  # (own_logger_restored sets it back)
+
+
+def test_fit_test_predict_close(tmp_path):
+    from scepter_like import build_solver
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    with build_solver(cfg, overrides=['SOLVER.EVAL_INTERVAL=1']) as solver:
+        history = solver.fit()
+        assert [row['epoch'] for row in history] == [1, 2, 3]
+        assert all(0.0 <= row['accuracy'] <= 1.0 and row['step'] > 0 for row in history)
+        result = solver.test(weights='best')
+        assert set(result) == {'accuracy'} and result['accuracy'] > 0.8
+        x = np.load(tmp_path / 'blobs.npz')['x'].astype(np.float64)  # numpy's default dtype
+        out = solver.predict({'img': x})
+        assert isinstance(out['logits'], np.ndarray) and out['logits'].shape == (len(x), 3)
+        assert out['logits'].dtype == np.float32
+    evals = [r for r in read_metrics(os.path.join(tmp_path, 'run', 'metrics.jsonl')) if r['kind'] == 'eval']
+    assert [r['values']['accuracy'] for r in evals] == [row['accuracy'] for row in history]  # closed: written out
+    # the config given as a dict is the caller's still
+    assert 'TEST_WITH' not in cfg['SOLVER']
+    with pytest.raises(UserError, match=r'fit\(\) trains once per build_solver\(\)'):
+        solver.fit()
+
+
+def test_a_config_error_is_the_cli_line(tmp_path, capsys):
+    from scepter_like import build_solver
+
+    path = tmp_path / 'job.yaml'
+    path.write_text(yaml.safe_dump(api_cfg(tmp_path, tmp_path / 'run')))
+    words = ['SOLVER.MAX_EPOHS=2']
+    with pytest.raises(ConfigError) as error:
+        build_solver(str(path), overrides=words)
+    assert run(run_train, ['--cfg', str(path), *words]) == 2
+    cli_line = capsys.readouterr().err.strip()
+    assert cli_line == f'error: {error.value}'
+    assert 'did you mean MAX_EPOCHS' in cli_line
+    with pytest.raises(ConfigError, match=r'config file not found: .*nowhere\.yaml'):
+        build_solver(str(tmp_path / 'nowhere.yaml'))
+
+
+def test_it_prints_what_the_cli_prints(tmp_path, capsys, monkeypatch):
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+        solver.fit()
+    out = capsys.readouterr().out
+    assert re.search(r'INFO epoch 3/3 iter \d+/\d+ step \d+ loss: ', out)  # the LogHook added by default
+    assert 'INFO eval epoch 3/3 (96 samples): accuracy: ' in out
+    with open(tmp_path / 'run' / 'std_log.txt', encoding='utf-8') as f:
+        assert 'INFO eval epoch 3/3' in f.read()
+    assert logging.getLogger().handlers == []  # the root logger is never configured
+
+
+def test_a_program_that_configured_logging_keeps_it(tmp_path, capsys, monkeypatch):
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)  # the program's logging.basicConfig(level=logging.INFO, handlers=[handler])
+    root.setLevel(logging.INFO)
+    try:
+        with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+            solver.fit()
+    finally:
+        root.setLevel(level)
+    assert any(r.getMessage().startswith('eval epoch 3/3') for r in records)
+    assert 'eval epoch' not in capsys.readouterr().out  # no console handler of ours beside the program's
+    assert logging.getLogger().handlers == [handler]
+    assert logging.getLogger('scepter_like').handlers == []
+
+
+def test_twice_in_one_process_each_run_with_its_work_dir_rule(tmp_path, capsys, monkeypatch):
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+
+    cfg = api_cfg(tmp_path, tmp_path / 'unused')
+    for name in ('first', 'second'):  # a notebook cell run again, with its own WORK_DIR
+        with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / name}']) as solver:
+            solver.fit()
+    out = capsys.readouterr().out
+    assert out.count('INFO eval epoch 3/3') == 2  # once per run: no second console handler
+    consoles = [h for h in logging.getLogger('scepter_like').handlers if getattr(h, '_scepter_console', False)]
+    assert len(consoles) == 1
+    with open(tmp_path / 'second' / 'std_log.txt', encoding='utf-8') as f:
+        assert str(tmp_path / 'first') not in f.read()  # each run logs to its own file only
+    # the same WORK_DIR again: refused as on the command line, with its line
+    again = build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "first"}'])
+    with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run .*RESUME_FROM=auto'):
+        again.fit()
+    again.close()
+
+
+def test_test_weights_best_last_and_a_path_and_the_model_keeps_its_own(tmp_path):
+    from scepter_like import build_solver
+
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+        solver.fit()
+        model = solver.model
+        with torch.no_grad():  # weights unlike any checkpoint's: 'last' tests them, 'best' not
+            for p in model.parameters():
+                p.zero_()
+        own = {k: v.clone() for k, v in model.state_dict().items()}
+        last = solver.test(weights='last')
+        best = solver.test(weights='best')
+        best_path = os.path.join(solver.work_dir, 'checkpoints', 'checkpoint-best.pth')
+        by_path = solver.test(weights=best_path)
+        by_run = solver.test(weights=f'{solver.work_dir}:best')
+        assert last['accuracy'] < 0.6 < best['accuracy']
+        assert by_path == best == by_run
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, own[k]), k  # the model holds its own weights again
+    # after fit() each test joins the run's metrics.jsonl
+    tests = [r for r in read_metrics(os.path.join(tmp_path, 'run', 'metrics.jsonl')) if r['kind'] == 'test']
+    assert tests and tests[-1]['values']['accuracy'] == by_run['accuracy']
+
+
+def test_test_in_a_new_session_reads_the_best_checkpoint_and_writes_no_metrics_line(tmp_path):
+    from scepter_like import build_solver
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    with build_solver(cfg) as solver:
+        solver.fit()
+        best = solver.test(weights='best')
+    metrics = os.path.join(tmp_path, 'run', 'metrics.jsonl')
+    with open(metrics, 'rb') as f:
+        before = f.read()
+    with build_solver(cfg) as fresh:  # fresh weights; the run's best checkpoint on disk
+        assert fresh.test(weights='best') == best
+        assert fresh.test(weights='last')['accuracy'] < best['accuracy']
+    with open(metrics, 'rb') as f:
+        assert f.read() == before  # an evaluation is no training run: metrics.jsonl unchanged
+
+
+def test_the_readme_example_is_the_notebooks(tmp_path):
+    """The README's Python example is the code of the notebook's cells (tests/test_python_api_notebook.py runs it)."""
+    import json
+
+    from conftest import REPO
+
+    with open(os.path.join(REPO, 'README.md'), encoding='utf-8') as f:
+        (example,) = re.findall(r'```python\n(.*?)```', f.read(), flags=re.S)
+    with open(os.path.join(REPO, 'examples', 'python_api.ipynb'), encoding='utf-8') as f:
+        cells = json.load(f)['cells']
+    code = '\n'.join(''.join(c['source']) for c in cells if c['cell_type'] == 'code')
+    for line in example.strip().splitlines():
+        assert line in code, line
+    assert 'configs/cate_recognition/digits_mlp.yaml' in example and os.path.isfile(DIGITS_CFG)
