@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, run_tool, tool_env
+from conftest import DIGITS_CFG, run_cli, run_tool, tool_env
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError, DataError, RegistryError
@@ -326,7 +326,7 @@ def digits_with_hook(tmp_path, **hook_keys):
 def test_scepter_style_hook_runs_through_run_train(tmp_path):
     hook_file = write(tmp_path / 'record_hook.py', SCEPTER_HOOK_FILE)
     cfg = digits_with_hook(tmp_path, INTERVAL=4.0)  # a whole float for the int INTERVAL
-    res = run_tool('run_train.py', '--cfg', cfg, '--import', hook_file, 'SOLVER.LR_SCHEDULER=', cwd=tmp_path)
+    res = run_cli('run_train.py', '--cfg', cfg, '--import', hook_file, 'SOLVER.LR_SCHEDULER=', cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     with open(tmp_path / 'run' / 'records' / 'steps.json') as f:
         record = json.load(f)
@@ -350,7 +350,7 @@ def test_declared_range_and_a_number_in_quotes_end_run_train_with_one_error_line
         ('SOLVER.TRAIN_HOOKS.2.INTERVAL=0', 'error: SOLVER.TRAIN_HOOKS[2].INTERVAL: must be at least 1, got 0'),
         ('SOLVER.OPTIMIZER.WEIGHT_DECAY="5e-4"', "got '5e-4' (YAML 1.1 reads 5e-4 as a string); write 5.0e-4"),
     ]:
-        res = run_tool('run_train.py', '--cfg', cfg, '--import', hook_file, override, cwd=tmp_path)
+        res = run_cli('run_train.py', '--cfg', cfg, '--import', hook_file, override, cwd=tmp_path)
         assert res.returncode == 2, res.stderr[-2000:]
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0], res.stderr
@@ -857,7 +857,7 @@ def scepter_style_config(tmp_path, work_dir, max_epochs, **solver_keys):
 
 def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through_run_train(tmp_path):
     code = write(tmp_path / 'scepter_style.py', SCEPTER_SOLVER_FILE)
-    first = run_tool('run_train.py', '--cfg', scepter_style_config(tmp_path, tmp_path / 'a', 1), '--import', code)
+    first = run_cli('run_train.py', '--cfg', scepter_style_config(tmp_path, tmp_path / 'a', 1), '--import', code)
     assert first.returncode == 0, first.stderr[-3000:]
     record = json.loads((tmp_path / 'a' / 'record.json').read_text())
     assert record['steps'] == [4]  # (total_iter + 1) % 4 fires at the 4th step, as in scepter
@@ -877,7 +877,7 @@ def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through
 
     resume = f'SOLVER.RESUME_FROM={tmp_path / "a" / "checkpoints" / "checkpoint-epoch-1.pth"}'
     cfg = scepter_style_config(tmp_path, tmp_path / 'b', 2)
-    second = run_tool('run_train.py', '--cfg', cfg, '--import', code, resume)
+    second = run_cli('run_train.py', '--cfg', cfg, '--import', code, resume)
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads((tmp_path / 'b' / 'loaded.json').read_text()) == sorted(ckpt)  # its load_checkpoint(dict)
     record = json.loads((tmp_path / 'b' / 'record.json').read_text())
