@@ -69,6 +69,7 @@ class CheckpointHook(Hook):
         self.interval = cfg.INTERVAL
         self.step_interval = cfg.STEP_INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
+        self.best_name = f'{self.prefix}-best.pth'
         self.save_last = cfg.SAVE_LAST
         self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
         self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
@@ -175,8 +176,15 @@ class CheckpointHook(Hook):
         )
         if better:
             self.best_value, self.best_epoch = value, solver.progress.epoch
-            self._save(solver, f'{self.prefix}-best.pth', periodic=False)
+            self._save(solver, self.best_name, periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
+
+    @property
+    def best_path(self):
+        """The best checkpoint's path once one is saved, else None (trackers record it)."""
+        if self.best_value is None or self.folder is None:
+            return None
+        return os.path.join(self.folder, self.best_name)
 
     def after_solve(self, solver):
         if solver.failed is not None or self.folder is None:
