@@ -1,6 +1,6 @@
 """What the tracker tests share: the jobs they run, and reading back what a tracker wrote.
 
-- ``run_train(argv)``: tools/run_train.py in this process (its exit status).
+- ``run_train(argv)``, ``run_in_process(tool, argv)``: a tool's main in this process (its exit status).
 - ``PINN_ARGS``: a six-step Poisson PINN with evaluations, field plots, best and last checkpoints.
 - ``blob_job(folder)``: a YAML file of the small blob classifier (seconds) for resume runs.
 - ``wandb_run(folder)``: an offline W&B run folder read back through W&B's own record schema.
@@ -14,6 +14,7 @@ import json
 import os
 import struct
 import subprocess
+import time
 import zlib
 from collections import defaultdict
 
@@ -43,12 +44,16 @@ PINN_ARGS = [
 ]
 
 
-def run_train(argv):
-    """tools/run_train.py's ``main`` under the CLI's error contract, in this process; the exit status."""
-    spec = importlib.util.spec_from_file_location('run_train_tool', os.path.join(TOOLS, 'run_train.py'))
+def run_in_process(tool, argv):
+    """``tools/<tool>``'s ``main`` under the CLI's error contract, in this process; the exit status."""
+    spec = importlib.util.spec_from_file_location(f'{tool[:-3]}_tool', os.path.join(TOOLS, tool))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return run(module.main, [str(a) for a in argv])
+
+
+def run_train(argv):
+    return run_in_process('run_train.py', argv)
 
 
 def tracker_word(hook):
@@ -128,7 +133,7 @@ def wandb_records(path):
     The file is W&B's LevelDB-style log: a 7-byte header (``:W&B``, magic 0xBEE1, version),
     then 32 KiB blocks of chunks (crc32 of type and data, length, type: full, first, middle,
     last) that join into one serialized record each; a block's tail too short for a chunk
-    header is padding.
+    header is padding.  A file still being written yields its complete records.
     """
     from wandb.proto import wandb_internal_pb2
 
@@ -143,6 +148,8 @@ def wandb_records(path):
         if left < 7 or (kind == 0 and length == 0):  # padding up to the next block
             pos += left
             continue
+        if pos + 7 + length > len(blob):  # a chunk still being written
+            return
         data = blob[pos + 7 : pos + 7 + length]
         assert zlib.crc32(data, zlib.crc32(bytes([kind]))) == crc, f'{path}: bad checksum at byte {pos}'
         parts.append(data)
@@ -158,14 +165,28 @@ def _key(update):
     return '.'.join(update.nested_key) if len(update.nested_key) else update.key
 
 
+def finished_records(folder, timeout=60):
+    """The records of the run in ``folder`` once its ``exit`` record is written.
+
+    ``run.finish()`` returns before W&B's service has written the run's last block (it does
+    before the process exits); a test reading the file in the same process waits for it.
+    """
+    (path,) = glob.glob(os.path.join(folder, 'run-*.wandb'))
+    deadline = time.monotonic() + timeout
+    while True:
+        records = list(wandb_records(path))
+        if any(r.WhichOneof('record_type') == 'exit' for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 def wandb_run(folder):
     """An offline run folder as ``{'id', 'name', 'group', 'config', 'history', 'summary', 'files', 'artifacts'}``.
 
     history: ``{key: [(step, value), ...]}`` of the logged keys (W&B's own ``_step`` etc. left out).
     """
-    (path,) = glob.glob(os.path.join(folder, 'run-*.wandb'))
     out = {'config': {}, 'history': defaultdict(list), 'summary': {}, 'files': [], 'artifacts': []}
-    for record in wandb_records(path):
+    for record in finished_records(folder):
         kind = record.WhichOneof('record_type')
         if kind == 'run':
             out.update(id=record.run.run_id, name=record.run.display_name, group=record.run.run_group)

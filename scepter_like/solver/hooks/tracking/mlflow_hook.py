@@ -12,10 +12,10 @@ new keys, and lists the values that changed (``SOLVER.MAX_EPOCHS: 2 -> 4``) in t
 ``config_changes_on_resume``; the resumed config.yaml is uploaded at the end.
 """
 
+import contextlib
 import os
 import re
 import time
-import urllib.error
 import urllib.request
 
 from scepter_like.errors import ConfigError
@@ -73,23 +73,21 @@ class MLflowLogHook(TrackerHook):
         self.parent_run_id = cfg.PARENT_RUN_ID
         self.client = None
 
-    def _connect(self):
-        """The client of the store (resolving the URI); ConfigError when the store cannot be reached."""
+    @contextlib.contextmanager
+    def _store(self):
+        """Connect to the store (resolving the URI); any failure inside is a ConfigError naming the store."""
         from mlflow.tracking import MlflowClient
 
         uri = resolve_tracking_uri(self.tracking_uri)
         try:
             check_reachable(uri)
-        except (OSError, urllib.error.URLError) as e:
-            raise self._store_error(uri, e) from None
-        self.tracking_uri, self.client = uri, MlflowClient(tracking_uri=uri)
-        return uri
-
-    def _store_error(self, uri, error):
-        return ConfigError(
-            f'{self.cfg.path_of("TRACKING_URI")}: MLflow cannot use the store {uri} ({one_line(error)}); start the'
-            ' server or give a store it can open, e.g. sqlite:///mlflow.db'
-        )
+            self.tracking_uri, self.client = uri, MlflowClient(tracking_uri=uri)
+            yield uri
+        except Exception as e:  # unreachable, not a store, locked, of another MLflow version ...
+            raise ConfigError(
+                f'{self.cfg.path_of("TRACKING_URI")}: MLflow cannot use the store {uri} ({one_line(e)}); start the'
+                ' server or give a store it can open, e.g. sqlite:///mlflow.db'
+            ) from None
 
     def _experiment_id(self):
         from mlflow.exceptions import MlflowException
@@ -123,13 +121,10 @@ class MLflowLogHook(TrackerHook):
         return self.client.create_run(self._experiment_id(), run_name=name, tags=tags).info.run_id
 
     def open_run(self, solver, run_id):
-        uri = self._connect()
-        try:
+        with self._store() as uri:
             if run_id is None or not self._existing(run_id):
                 name = self.run_name or os.path.basename(os.path.abspath(solver.work_dir))
                 run_id = self._create_run(name, self.parent_run_id)
-        except Exception as e:  # the store is missing, locked, of another version ...
-            raise self._store_error(uri, e) from None
         return run_id, f'in {uri} (experiment {self.experiment!r}; view it with: mlflow ui --backend-store-uri {uri})'
 
     def log_params(self, params, resumed, run_id=None):
@@ -179,14 +174,11 @@ class MLflowLogHook(TrackerHook):
 
     # -- sweeps: a parent run, each trial's run nested under it ---------------------------------
     def open_group(self, name, params, group_id=None):
-        uri = self._connect()
-        try:
+        with self._store():
             if group_id and self._existing(group_id):
                 return group_id
             group_id = self._create_run(self.run_name or name)
             self.log_params(params, False, run_id=group_id)
-        except Exception as e:
-            raise self._store_error(uri, e) from None
         return group_id
 
     def child_settings(self, group_id, child_name):
