@@ -33,8 +33,8 @@ class WandbLogHook(TrackerHook):
         'RUN_NAME': {'value': '', 'description': "run name; '': the WORK_DIR folder name"},
         'MODE': {
             'value': 'offline',
-            'description': 'offline: no account or network (upload later with wandb sync); online; disabled',
-            'choices': ['offline', 'online', 'disabled'],
+            'description': 'offline: no account or network (upload later with wandb sync); online',
+            'choices': ['offline', 'online'],
         },
         'DIR': {'value': '', 'description': "folder W&B writes its wandb/ folder into; '': WORK_DIR"},
         'GROUP': {'value': '', 'description': 'W&B group (multirun and run_search set it to the sweep / study)'},
@@ -69,7 +69,7 @@ class WandbLogHook(TrackerHook):
             )
         except Exception as e:  # no API key, no network, a folder it cannot write ...
             raise ConfigError(
-                f'{self.cfg.path_of("MODE")}: W&B cannot start a {self.mode} run in {folder} ({one_line(e)});'
+                f'{self.cfg.path_of("MODE")}: W&B cannot start the run (MODE {self.mode}) in {folder} ({one_line(e)});'
                 ' log in (wandb login) or use MODE: offline and wandb sync later'
             ) from None
         run_folder = os.path.dirname(self.run.dir)
