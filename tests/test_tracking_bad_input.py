@@ -3,11 +3,10 @@
 Each is one ``error:`` line with exit status 2, before any train step.
 """
 
-import socket
 import sys
 
 import pytest
-from tracking_support import blob_job, run_train, tracker_word
+from tracking_support import blob_job, free_port, run_train, tracker_word
 
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
 
@@ -32,18 +31,12 @@ def test_a_tracker_without_its_package_names_the_extra(hook, module, tmp_path, m
     assert not (tmp_path / 'run' / METRICS_FILE).exists()  # stopped while the hooks were built
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]  # nothing listens there once the socket is closed
-
-
 @pytest.mark.parametrize('where', ['server', 'sqlite'])
 def test_an_unreachable_store_stops_before_training(where, tmp_path, monkeypatch, capsys):
     pytest.importorskip('mlflow', reason="MLflowLogHook tests need mlflow: pip install -e '.[mlflow]'")
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'a_file').write_text('not a folder')
-    uri = f'http://127.0.0.1:{closed_port()}' if where == 'server' else f'sqlite:///{tmp_path}/a_file/mlflow.db'
+    uri = f'http://127.0.0.1:{free_port()}' if where == 'server' else f'sqlite:///{tmp_path}/a_file/mlflow.db'
     hook = tracker_word({'NAME': 'MLflowLogHook', 'TRACKING_URI': uri})
     status = run_train(['--cfg', blob_job(tmp_path), f'SOLVER.WORK_DIR={tmp_path / "run"}', hook])
     assert status == 2

@@ -7,12 +7,21 @@ a resume continuing the same run and a store removed mid-run costing one warning
 """
 
 import os
-import shutil
 import textwrap
 
 import pytest
 import yaml
-from tracking_support import PINN_ARGS, blob_job, git_repo, jsonl_history, run_train, tracker_word, unflatten
+from tracking_support import (
+    PINN_ARGS,
+    blob_job,
+    copy_store,
+    empty_mlflow_store,
+    git_repo,
+    jsonl_history,
+    run_train,
+    tracker_word,
+    unflatten,
+)
 
 from scepter_like.utils.checkpoint import latest_checkpoint
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
@@ -25,15 +34,7 @@ pytestmark = pytest.mark.slow  # each test trains (and MLflow's import alone tak
 
 @pytest.fixture(scope='module')
 def store_template(tmp_path_factory):
-    """An empty SQLite store with MLflow's tables made once (its migrations take seconds); tests copy it."""
-    path = tmp_path_factory.mktemp('mlflow_template') / 'mlflow.db'
-    MlflowClient(tracking_uri=f'sqlite:///{path}').search_experiments()
-    return path
-
-
-def copy_store(template, folder):
-    shutil.copy(template, folder / 'mlflow.db')
-    return f'sqlite:///{folder / "mlflow.db"}'
+    return empty_mlflow_store(tmp_path_factory.mktemp('mlflow_template'))
 
 
 def only_run(client, experiment):

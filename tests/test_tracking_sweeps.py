@@ -6,14 +6,23 @@ Each test runs the blob job with both MLflowLogHook (a SQLite store) and WandbLo
 """
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 from conftest import REPO, run_tool, tool_env
-from tracking_support import blob_job, jsonl_history, run_in_process, tracker_word, wandb_folders, wandb_run
+from tracking_support import (
+    blob_job,
+    copy_store,
+    empty_mlflow_store,
+    free_port,
+    jsonl_history,
+    run_in_process,
+    tracker_word,
+    wandb_folders,
+    wandb_run,
+)
 
 pytest.importorskip('mlflow', reason="tracking sweep tests need mlflow: pip install -e '.[mlflow]'")
 pytest.importorskip('wandb', reason="tracking sweep tests need wandb: pip install -e '.[wandb]'")
@@ -25,10 +34,7 @@ pytestmark = pytest.mark.slow  # trainings, subprocesses, torchrun
 
 @pytest.fixture(scope='module')
 def store_template(tmp_path_factory):
-    """An empty SQLite store with MLflow's tables made once; tests copy it."""
-    path = tmp_path_factory.mktemp('mlflow_template') / 'mlflow.db'
-    MlflowClient(tracking_uri=f'sqlite:///{path}').search_experiments()
-    return path
+    return empty_mlflow_store(tmp_path_factory.mktemp('mlflow_template'))
 
 
 @pytest.fixture
@@ -37,8 +43,7 @@ def place(store_template, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ('WANDB_CONFIG_DIR', 'WANDB_CACHE_DIR', 'WANDB_DATA_DIR'):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    shutil.copy(store_template, tmp_path / 'mlflow.db')
-    uri = f'sqlite:///{tmp_path / "mlflow.db"}'
+    uri = copy_store(store_template, tmp_path)
     words = [
         tracker_word({'NAME': 'MLflowLogHook', 'TRACKING_URI': uri, 'EXPERIMENT': 'sweep'}),
         tracker_word({'NAME': 'WandbLogHook', 'PROJECT': 'sweep'}),
@@ -131,14 +136,6 @@ def test_a_multirun_is_one_parent_with_a_child_per_run(place):
         (folder,) = wandb_folders(work_dir)
         wb = wandb_run(folder)
         assert (wb['group'], wb['name']) == (parent.info.run_name, name) and wb['history'] == expected
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def test_under_torchrun_only_rank0_tracks(place):

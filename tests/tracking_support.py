@@ -4,6 +4,7 @@
 - ``PINN_ARGS``: a six-step Poisson PINN with evaluations, field plots, best and last checkpoints.
 - ``blob_job(folder)``: a YAML file of the small blob classifier (seconds) for resume runs.
 - ``wandb_run(folder)``: an offline W&B run folder read back through W&B's own record schema.
+- ``empty_mlflow_store(folder)``, ``copy_store(template, folder)``: SQLite stores for MLflowLogHook.
 - ``unflatten(params)``: dotted parameters back to the nested config they came from.
 - ``jsonl_history(work_dir)``: ``{'train/loss': [(step, value), ...]}`` of metrics.jsonl's clean history.
 """
@@ -12,6 +13,8 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
+import socket
 import struct
 import subprocess
 import time
@@ -83,6 +86,29 @@ def git_repo(folder):
     for cmd in (['init', '-q'], ['add', 'README'], ['commit', '-q', '-m', 'start']):
         subprocess.run(['git', *cmd], cwd=folder, env=env, check=True, capture_output=True)
     return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=folder, capture_output=True, text=True).stdout.strip()
+
+
+def empty_mlflow_store(folder):
+    """An empty MLflow SQLite store in ``folder`` with MLflow's tables made (its migrations take seconds, so tests
+    make one and copy it); returns its path."""
+    from mlflow.tracking import MlflowClient
+
+    path = folder / 'mlflow.db'
+    MlflowClient(tracking_uri=f'sqlite:///{path}').search_experiments()
+    return path
+
+
+def copy_store(template, folder):
+    """A copy of the store ``template`` in ``folder``; returns its URI."""
+    shutil.copy(template, folder / 'mlflow.db')
+    return f'sqlite:///{folder / "mlflow.db"}'
+
+
+def free_port():
+    """A port of 127.0.0.1 that nothing listens on (once the probing socket is closed)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 def jsonl_history(work_dir):
