@@ -31,6 +31,7 @@ def test_a_tracker_without_its_package_names_the_extra(hook, module, tmp_path, m
     assert not (tmp_path / 'run' / METRICS_FILE).exists()  # stopped while the hooks were built
 
 
+@pytest.mark.slow  # MLflow's import alone takes seconds
 @pytest.mark.parametrize('where', ['server', 'sqlite'])
 def test_an_unreachable_store_stops_before_training(where, tmp_path, monkeypatch, capsys):
     pytest.importorskip('mlflow', reason="MLflowLogHook tests need mlflow: pip install -e '.[mlflow]'")
