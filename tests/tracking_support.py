@@ -93,8 +93,12 @@ def empty_mlflow_store(folder):
     make one and copy it); returns its path."""
     from mlflow.tracking import MlflowClient
 
-    path = folder / 'mlflow.db'
-    MlflowClient(tracking_uri=f'sqlite:///{path}').search_experiments()
+    path, cwd = folder / 'mlflow.db', os.getcwd()
+    os.chdir(folder)  # the store's Default experiment keeps its artifacts in ./mlruns/ of this moment
+    try:
+        MlflowClient(tracking_uri=f'sqlite:///{path}').search_experiments()
+    finally:
+        os.chdir(cwd)
     return path
 
 
