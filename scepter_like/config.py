@@ -322,6 +322,12 @@ def parse_override(text):
     return parts, value, append
 
 
+def value_text(value: object) -> str:
+    """The override text that YAML reads back as ``value`` (``1e-05`` alone would read as a string)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
+    return text.removesuffix('...').strip()
+
+
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     """Set each ``A.B.C=value`` in ``cfg`` (a Config), creating missing mapping keys.
 
@@ -345,6 +351,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
                     f"override '{text}': += appends to a list, and {'.'.join(map(str, parts))} is not one"
                 )
             target.append(value)
+            cfg[parts[0]] = _plain(cfg[parts[0]])  # a Config again, so later overrides may reach into the new item
             continue
         if isinstance(node, list):
             if not isinstance(last, int) or last >= len(node):

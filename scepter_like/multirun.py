@@ -9,6 +9,10 @@ that fails or exits does not stop the others. After each run the summary of all 
 runs — status, seconds, final step, last train loss, last eval and test metrics (from each
 run's ``metrics.jsonl``) — is rewritten to ``WORK_DIR/multirun_summary.md`` and ``.csv``.
 The exit status is 1 when any run failed, else 0.
+
+A tracker hook in the config (MLflowLogHook, WandbLogHook) gets one parent for the sweep
+(an MLflow run each run nests under; a W&B group), and each run its own child run, named
+after its folder (``SweepTracking``, solver/hooks/tracking/sweep.py; docs/tracking.md).
 """
 
 import csv
@@ -143,8 +147,8 @@ def _last_error_line(stderr):
     return (errors or lines or [''])[-1][:300]
 
 
-def base_work_dir(args, sweeps):
-    """WORK_DIR of the config with the unswept overrides (checks the config loads)."""
+def base_config(args, sweeps):
+    """The config with the unswept overrides and its WORK_DIR (checks the config loads)."""
     import argparse
 
     from scepter_like.cli import load_config
@@ -152,7 +156,7 @@ def base_work_dir(args, sweeps):
 
     fixed = [f'{k}={values[0]}' for k, values in sweeps if len(values) == 1]
     cfg = load_config(argparse.Namespace(**{**vars(args), 'overrides': fixed}))
-    return cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value']
+    return cfg, cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value']
 
 
 def run_multirun(args, tool):
@@ -162,16 +166,35 @@ def run_multirun(args, tool):
         raise ConfigError('-m runs every job as its own process; start the multirun without torchrun')
     if args.print_config:
         raise ConfigError("--print-config with -m: print one run's config by giving its values without -m")
+    from scepter_like.solver.hooks.tracking.sweep import SweepTracking
+
     sweeps = parse_sweeps(args.overrides)
-    base_dir = os.path.abspath(base_work_dir(args, sweeps))
+    cfg, base_dir = base_config(args, sweeps)
+    base_dir = os.path.abspath(base_dir)
     extra_args = [word for module in args.imports for word in ('--import', module)]
     extra_args += ['--debug'] if args.debug else []
     swept_keys = [k for k, values in sweeps if len(values) > 1]
     grid = expand_grid(sweeps)
-    command, env = tool_command(tool)
-    names, rows = set(), []
     os.makedirs(base_dir, exist_ok=True)
     print(f'[multirun] {len(grid)} run(s) into {base_dir}', flush=True)
+    sweep_name = f'{os.path.basename(base_dir)}-multirun-{time.strftime("%Y%m%d-%H%M%S")}'
+    tracking = SweepTracking(cfg, sweep_name, {k: ','.join(values) for k, values in sweeps if k in swept_keys})
+    try:
+        rows, table = _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking)
+    except BaseException:
+        tracking.close('KILLED')
+        raise
+    failed = sum(row['status'] != 'ok' for row in rows)
+    summary = [os.path.join(base_dir, SUMMARY_NAME + ext) for ext in ('.md', '.csv')]
+    tracking.close('FAILED' if failed else 'FINISHED', files=summary)
+    print(f'[multirun] {len(rows) - failed} ok, {failed} failed; summary in {base_dir}/{SUMMARY_NAME}.md\n{table}')
+    return 1 if failed else 0
+
+
+def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking):
+    """Run each grid point as its own process; returns the summary rows and the last table."""
+    command, env = tool_command(tool)
+    names, rows, table = set(), [], ''
     for index, pairs in enumerate(grid):
         name = run_name(pairs, swept_keys)
         if name in names:
@@ -179,7 +202,8 @@ def run_multirun(args, tool):
         names.add(name)
         run_dir = os.path.join(base_dir, name)
         words = [f'{k}={v}' for k, v in pairs]
-        cmd = [*command, '--cfg', args.cfg, *extra_args, *words, f'SOLVER.WORK_DIR={run_dir}']
+        cmd = [*command, '--cfg', args.cfg, *extra_args, *words, *tracking.child_overrides(name)]
+        cmd.append(f'SOLVER.WORK_DIR={run_dir}')
         print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
         start = time.perf_counter()
         res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -201,6 +225,4 @@ def run_multirun(args, tool):
         if not ok:
             print(f'[multirun] #{index} failed (exit {res.returncode}); going on with the next run', flush=True)
         table = write_summary(base_dir, rows, swept_keys)
-    failed = sum(row['status'] != 'ok' for row in rows)
-    print(f'[multirun] {len(rows) - failed} ok, {failed} failed; summary in {base_dir}/{SUMMARY_NAME}.md\n{table}')
-    return 1 if failed else 0
+    return rows, table

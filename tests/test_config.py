@@ -96,6 +96,8 @@ def test_override_appends_to_a_list():
     cfg = Config({'SOLVER': {'HOOKS': [{'NAME': 'A'}]}})
     apply_overrides(cfg, ['SOLVER.HOOKS+={NAME: B}', 'SOLVER.HOOKS+={NAME: C}'])
     assert [h.NAME for h in cfg.SOLVER.HOOKS] == ['A', 'B', 'C'] and cfg.SOLVER.HOOKS[2].path == 'SOLVER.HOOKS[2]'
+    apply_overrides(cfg, ['SOLVER.HOOKS+={NAME: D}', 'SOLVER.HOOKS.3.KEY=1'])  # a later word sets a key of the new item
+    assert cfg.SOLVER.HOOKS[3].to_dict() == {'NAME': 'D', 'KEY': 1}
     with pytest.raises(ConfigError, match=r'\+= appends to a list, and SOLVER.HOOKS.0 is not one'):
         apply_overrides(cfg, ['SOLVER.HOOKS.0+=1'])
 

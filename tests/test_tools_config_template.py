@@ -115,4 +115,6 @@ def test_list_and_unknown_name_as_users_run_them():
     res = run_cli('config_template.py', 'LogHok')
     assert res.returncode == 2 and 'Traceback' not in res.stderr
     lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert lines == ["error: 'LogHok' is not in any registry; did you mean LogHook or LrHook?; see --list"]
+    assert lines == [
+        "error: 'LogHok' is not in any registry; did you mean LogHook or WandbLogHook or LrHook?; see --list"
+    ]

@@ -25,6 +25,7 @@ import warnings
 from scepter_like.errors import ConfigError, TrainingError, UserError
 
 LOCK_NAME = '.trial.lock'
+TRACKING_ATTR = 'tracking_groups'  # study user attr: the parent run / group id of each tracker hook
 POLL_SECONDS = 1.0
 
 
@@ -112,6 +113,7 @@ class Search:
         self.storage_url = url
         self._check_same_search()
         os.makedirs(self.study_dir, exist_ok=True)
+        self.tracking = self._open_tracking()
 
     def _sampler(self, worker_index):
         import optuna
@@ -147,6 +149,27 @@ class Search:
                     f'study {self.study_name!r} in {self.storage_url} was started with other {key}'
                     f' ({found}); continue it with those, or start a new study with --study NAME'
                 )
+
+    def _open_tracking(self):
+        """The study's parent in each tracker hook of the config; its ids live in the study, so every worker
+        and a continued search use the same parent."""
+        from scepter_like.solver.hooks.tracking.sweep import SweepTracking
+
+        params = {**self.space.settings, **{p.path: p.describe() for p in self.space.params}}
+        known = self.study.user_attrs.get(TRACKING_ATTR)
+        tracking = SweepTracking(self.cfg, self.study_name, params, known)
+        if tracking.group_ids and tracking.group_ids != known:
+            self.study.set_user_attr(TRACKING_ATTR, tracking.group_ids)
+        return tracking
+
+    def close_tracking(self, best):
+        """End the study's parents with the best objective and the study's summary files."""
+        from scepter_like.search.summary import BEST_CONFIG, PLOTS, SUMMARY_NAME
+
+        names = [SUMMARY_NAME + '.md', SUMMARY_NAME + '.csv', BEST_CONFIG, *PLOTS]
+        values = {'best_objective': best.value} if best is not None else {}
+        status = 'FINISHED' if best is not None else 'FAILED'
+        self.tracking.close(status, values, [os.path.join(self.study_dir, name) for name in names])
 
     # -- the worker loop -------------------------------------------------------------------
     def run_worker(self, on_trial_end=None):
@@ -196,11 +219,12 @@ class Search:
             raise
 
     # -- one trial -------------------------------------------------------------------------
-    def trial_config(self, values, work_dir):
-        """The run's config: the base config and overrides, the sampled values, its WORK_DIR."""
+    def trial_config(self, values, work_dir, extra_words=()):
+        """The run's config: the base config and overrides, the sampled values, ``extra_words``, its WORK_DIR."""
         from scepter_like.cli import load_config
 
-        words = [*self.base_overrides, *self.space.override_words(values), f'SOLVER.WORK_DIR={work_dir}']
+        words = [*self.base_overrides, *self.space.override_words(values), *extra_words]
+        words.append(f'SOLVER.WORK_DIR={work_dir}')
         return load_config(argparse.Namespace(cfg=self.args.cfg, imports=self.args.imports, overrides=words))
 
     def run_trial(self, trial):
@@ -209,6 +233,7 @@ class Search:
 
         from scepter_like.solver import SOLVERS
         from scepter_like.solver.hooks.pruning import PruningHook, RunPruned
+        from scepter_like.solver.hooks.tracking import TrackerHook
 
         start = time.time()
         work_dir = trial_dir(self.study_dir, trial.number)
@@ -219,7 +244,7 @@ class Search:
         solver = None
         try:
             values = self.space.suggest(trial)
-            cfg = self.trial_config(values, work_dir)
+            cfg = self.trial_config(values, work_dir, self.tracking.child_overrides(os.path.basename(work_dir)))
             solver_cfg = cfg.SOLVER
             solver_cfg['EVAL_HOOKS'] = [
                 *(solver_cfg.get('EVAL_HOOKS') or []),
@@ -232,6 +257,9 @@ class Search:
             solver.set_up_pre()
             reporter = next(h for h in solver.hooks_dict['eval'] if isinstance(h, PruningHook))
             reporter.attach(trial)
+            for hook in solver.hooks_dict['train']:
+                if isinstance(hook, TrackerHook):  # the objective on the trial's tracked run
+                    hook.add_final_values(lambda solver: self._objective_values(solver, reporter))
             solver.set_up()
             solver.solve()
             value = self._objective(solver, reporter)
@@ -253,6 +281,13 @@ class Search:
         metric = self.space.settings['METRIC']
         print(f'[search] trial {trial.number} {metric} {value:.6g} ({time.time() - start:.1f} s)', flush=True)
         return value
+
+    def _objective_values(self, solver, reporter):
+        """``{'objective': value}``, or nothing when the run gave none (run_trial then says why)."""
+        try:
+            return {'objective': self._objective(solver, reporter)}
+        except ConfigError:
+            return {}
 
     def _objective(self, solver, reporter):
         settings = self.space.settings

@@ -21,9 +21,7 @@ import json
 import math
 import os
 
-import yaml
-
-from scepter_like.config import Config, load_yaml_with_base
+from scepter_like.config import Config, load_yaml_with_base, value_text
 from scepter_like.errors import ConfigError, suggest
 
 SETTINGS = {
@@ -44,12 +42,6 @@ CHOICES = {
     'PRUNER': ('median', 'none'),
 }
 _TYPES = {'float': ('low', 'high', 'log', 'step'), 'int': ('low', 'high', 'log', 'step'), 'categorical': ('choices',)}
-
-
-def value_text(value):
-    """The override text that YAML reads back as ``value`` (``1e-05`` alone would read as a string)."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
-    return text.removesuffix('...').strip()
 
 
 class Param:

@@ -81,6 +81,7 @@ def main(argv):
             worker.wait()
     table = summary.update(final=True)
     best = best_trial(search.study)
+    search.close_tracking(best)
     states = [t.state.name for t in search.study.get_trials(deepcopy=False)]
     print(
         f'[search] {states.count("COMPLETE")} complete, {states.count("PRUNED")} pruned, {states.count("FAIL")} failed'

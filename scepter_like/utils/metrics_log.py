@@ -11,6 +11,10 @@ Lines (every one has ``kind``, ``step`` = train steps completed, ``epoch`` (1-ba
   logged outside a step (``solver/epoch_scalars.py``);
 - ``{"kind": "failed", "error": "ValueError"}`` when training failed (``solver/failed_runs.py``).
 
+Whatever mirrors the history elsewhere (an experiment tracker) subscribes with
+``add_listener`` and gets each batch of records as it reaches the file, so it holds the
+same points as the file.
+
 The file is never rewritten. A killed run may have written lines past the checkpoint its
 resume starts from; ``read_metrics`` gives the clean history: a ``start`` line at step S
 drops the earlier lines with a step above S, and of lines with the same kind, step (and mode
@@ -43,6 +47,14 @@ class MetricsLog:
         self._pending = []
         self._checked_tail = False
         self._flushed_at = time.monotonic()
+        self._listeners = []
+
+    def add_listener(self, fn):
+        """Call ``fn(records)`` with every batch of records once it is in the file (records: read-only dicts)."""
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn):
+        self._listeners.remove(fn)
 
     def _seal_torn_tail(self, f):
         if f.tell() == 0:
@@ -72,8 +84,10 @@ class MetricsLog:
                 self._seal_torn_tail(f)
                 self._checked_tail = True
             f.write(''.join(json.dumps(record) + '\n' for record in self._pending))
-        self._pending = []
+        records, self._pending = self._pending, []
         self._flushed_at = time.monotonic()
+        for fn in list(self._listeners):
+            fn(records)
 
     def write_start(self, solver, resumed_from=None):
         self.write('start', solver.progress.total_iter, solver.progress.epoch + 1, resumed_from=resumed_from)

@@ -17,6 +17,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     sampler,
     swa,
     tensorboard,
+    tracking,
 )
 from scepter_like.solver.hooks.backward import BackwardHook
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
@@ -36,6 +37,7 @@ from scepter_like.solver.hooks.safetensors import SafetensorsHook
 from scepter_like.solver.hooks.sampler import DistSamplerHook
 from scepter_like.solver.hooks.swa import SWAHook
 from scepter_like.solver.hooks.tensorboard import TensorboardLogHook
+from scepter_like.solver.hooks.tracking import MLflowLogHook, WandbLogHook
 
 __all__ = [
     'HOOKS',
@@ -50,10 +52,12 @@ __all__ = [
     'LogHook',
     'LrHook',
     'LrRangeHook',
+    'MLflowLogHook',
     'ProbeDataHook',
     'ProfilerHook',
     'PruningHook',
     'SafetensorsHook',
     'SWAHook',
     'TensorboardLogHook',
+    'WandbLogHook',
 ]

@@ -77,6 +77,7 @@ class CheckpointHook(Hook):
         self.interval = cfg.INTERVAL
         self.step_interval = cfg.STEP_INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
+        self.best_name = f'{self.prefix}{BEST_SUFFIX}'
         self.save_last = cfg.SAVE_LAST
         self.best_metric, self.greater_is_better = parse_best_by(cfg.SAVE_BEST_BY)
         self.save_best = cfg.SAVE_BEST and bool(self.best_metric)
@@ -190,7 +191,7 @@ class CheckpointHook(Hook):
         better = self.best_value is None or self._better(value, self.best_value)
         if better:
             self.best_value, self.best_epoch = value, solver.progress.epoch
-            self._save(solver, f'{self.prefix}{BEST_SUFFIX}', periodic=False)
+            self._save(solver, self.best_name, periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
 
     def best_checkpoint(self, solver: SolverSurface):
@@ -204,7 +205,7 @@ class CheckpointHook(Hook):
         if self.folder is not None:  # inside a solve: the last evaluation may not have been considered yet
             self._check_best(solver)
         self.writer.wait()
-        path = os.path.join(solver.work_dir, CHECKPOINT_DIR, f'{self.prefix}{BEST_SUFFIX}')
+        path = os.path.join(solver.work_dir, CHECKPOINT_DIR, self.best_name)
         return path if os.path.isfile(path) else None
 
     def _better(self, value, than):
@@ -221,6 +222,13 @@ class CheckpointHook(Hook):
         dropped = [entry[2] for entry in self.top[self.top_k :]]
         del self.top[self.top_k :]
         self._save(solver, name, periodic=False, dropped=dropped)
+
+    @property
+    def best_path(self):
+        """The best checkpoint's path once one is saved, else None (trackers record it)."""
+        if self.best_value is None or self.folder is None:
+            return None
+        return os.path.join(self.folder, self.best_name)
 
     def after_solve(self, solver: SolverSurface):
         if solver.failed is not None or self.folder is None:
