@@ -169,4 +169,4 @@ def test_a_store_removed_mid_run_is_one_warning_and_training_goes_on(store_templ
     assert len(warnings) == 1 and 'training goes on' in warnings[0], warnings
     records = read_metrics(str(work_dir / METRICS_FILE))
     assert [r['step'] for r in records if r['kind'] == 'eval'] == [4, 8]  # metrics.jsonl has the whole run
-    assert (work_dir / 'checkpoints' / 'ldm_step-epoch-2.pth').is_file()
+    assert (work_dir / 'checkpoints' / 'checkpoint-epoch-2.pth').is_file()
