@@ -16,6 +16,9 @@ HEAVY = (
     'onnxscript',
     'optuna',
     'sqlalchemy',
+    'PIL',
+    'cv2',
+    'torchvision',
 )
 
 

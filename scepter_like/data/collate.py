@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from torch.utils.data import default_collate
 
 from scepter_like.errors import DataError
+from scepter_like.transform.backends import describe_value
 
 
 class BatchDict(dict):
@@ -25,8 +26,31 @@ class DictCollate:
         if isinstance(samples, BatchDict):
             return samples
         if samples and not isinstance(samples[0], Mapping):
-            raise DataError(
-                f'{self.source} returns {type(samples[0]).__name__} items; its __getitem__ must return a dict of'
-                " named fields (the model is called as model(**batch)), e.g. {'img': x, 'label': y}"
-            )
-        return default_collate(samples)
+            raise not_a_dict(self.source, samples[0])
+        try:
+            return default_collate(samples)
+        except TypeError:
+            raise self._unbatchable(samples) from None
+
+    def _unbatchable(self, samples):
+        """The error naming the first key whose values torch cannot batch (a PIL image, say); else the original."""
+        for key, value in samples[0].items():
+            try:
+                default_collate([sample[key] for sample in samples])
+            except TypeError:
+                hint = (
+                    ' (an image: end TRANSFORMS with ImageToTensor)' if type(value).__module__.startswith('PIL') else ''
+                )
+                return DataError(
+                    f'{self.source}: sample key {key!r} holds {describe_value(value)}{hint}, which torch cannot batch;'
+                    ' turn it into a tensor, array or number (TRANSFORMS ImageToTensor / ToTensor), or drop it (Select)'
+                )
+        return DataError(f'{self.source}: torch cannot batch these samples; give tensors, arrays and numbers')
+
+
+def not_a_dict(source, item):
+    """The error for a dataset whose items are not dicts of named fields."""
+    return DataError(
+        f'{source} returns {type(item).__name__} items; its __getitem__ must return a dict of'
+        " named fields (the model is called as model(**batch)), e.g. {'img': x, 'label': y}"
+    )
