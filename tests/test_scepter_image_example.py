@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, run_tool, tool_env
 from helpers import load_run_train
 from image_support import write_cifar10, write_png_folder
 
@@ -135,3 +135,55 @@ def test_a_list_file_line_without_a_label_is_one_line(images, capsys, tmp_path):
         [f'SOLVER.TRAIN_DATA={{NAME: ImageListDataset, LIST_FILE: {tmp_path / "list.txt"}, BATCH_SIZE: 4}}'],
         f"error: SOLVER.TRAIN_DATA.LIST_FILE: line 3 of {tmp_path / 'list.txt'} ('{samples[1][0]}') has no label;",
     )
+
+
+@pytest.mark.slow
+def test_an_augmented_run_killed_mid_epoch_resumes_bit_exactly_with_workers(tmp_path):
+    """Random crops, flips and dropout, 2 loader workers: killed after step 4 of 9, resumed, it ends where a run left
+    alone ends, weights and all."""
+    write_png_folder(str(tmp_path / 'pngs'), classes=3, per_class=4)
+    transforms = [
+        {'NAME': 'RandomResizedCrop', 'SIZE': 8, 'SCALE': [0.3, 1.0]},
+        {'NAME': 'RandomHorizontalFlip'},
+        {'NAME': 'ImageToTensor'},
+        {'NAME': 'Select', 'KEYS': ['img', 'label']},
+    ]
+    data = {'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path / 'pngs'), 'BATCH_SIZE': 4, 'NUM_WORKERS': 2}
+    backbone = {'NAME': 'MLP', 'IN_DIM': 192, 'HIDDEN_DIMS': [16], 'OUT_DIM': 3, 'DROPOUT': 0.3}
+    job = {
+        'ENV': {'SEED': 5, 'NUM_THREADS': 1, 'DETERMINISTIC': True},
+        'SOLVER': {
+            'NAME': 'TrainValSolver',
+            'MAX_EPOCHS': 3,
+            'MODEL': {'NAME': 'Classifier', 'BACKBONE': backbone},
+            'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1, 'MOMENTUM': 0.9},
+            'TRAIN_DATA': dict(data, TRANSFORMS=transforms),
+            'TRAIN_HOOKS': [
+                {'NAME': 'BackwardHook'},
+                {'NAME': 'CheckpointHook', 'STEP_INTERVAL': 2, 'SAVE_LAST': True},
+                {'NAME': 'KillHook'},
+            ],
+        },
+    }
+    (tmp_path / 'job.yaml').write_text(yaml.safe_dump(job))
+    support = os.path.join(REPO, 'tests', 'ckpt_support.py')
+
+    def train(work, kill_at='', resume=False):
+        args = ['--cfg', tmp_path / 'job.yaml', '--import', support, f'SOLVER.WORK_DIR={work}']
+        res = run_tool('run_train.py', *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []),
+                       env=tool_env(SCEPTER_TEST_KILL_AT=kill_at))  # fmt: skip
+        return res.returncode, res.stderr
+
+    status, err = train(tmp_path / 'alone')
+    assert status == 0, err[-3000:]
+    assert train(tmp_path / 'chain', kill_at='train:4')[0] == -9  # SIGKILLed as step 5 begins (checkpoint at 4)
+    status, err = train(tmp_path / 'chain', resume=True)
+    assert status == 0, err[-3000:]
+
+    def last(work):
+        ckpt = torch.load(work / 'checkpoints' / 'ldm_step-last.pth', weights_only=True)
+        return ckpt['model'], ckpt['solver']['total_iter']
+
+    (alone, steps), (chain, chain_steps) = last(tmp_path / 'alone'), last(tmp_path / 'chain')
+    assert steps == chain_steps == 9
+    assert alone.keys() == chain.keys() and all(torch.equal(alone[k], chain[k]) for k in alone)

@@ -131,7 +131,7 @@ def test_load_image_from_file_reads_meta_img_path(rgb, tmp_path):
     assert np.array_equal(np.asarray(item['img']), np.asarray(rgb)) and item['meta']['rgb_order'] == 'RGB'
     bgr = build('LoadImageFromFile', RGB_ORDER='BGR')({'meta': {'img_path': str(tmp_path / 'a.png')}})['img']
     assert np.array_equal(np.asarray(bgr), np.asarray(rgb)[:, :, ::-1])
-    with pytest.raises(DataError, match=r"^T \(LoadImageFromFile\): cannot read image .*nope\.png \("):
+    with pytest.raises(DataError, match=r'^T \(LoadImageFromFile\): cannot read image .*nope\.png \('):
         build('LoadImageFromFile')({'meta': {'img_path': str(tmp_path / 'nope.png')}})
     with pytest.raises(DataError, match=r"the sample has no 'meta' \(its file paths\); its keys: img;"):
         build('LoadImageFromFile')({'img': rgb})

@@ -1,11 +1,11 @@
 """A dataset whose items go through a data config's TRANSFORMS, each sample with its own generator.
 
-The random transforms of sample ``index`` in pass ``p`` draw from
-``random.Random(f'{seed}/{p}/{index}')``: a pure function of the data seed, the pass and
-the index, never of the worker process, the batch or the order the sampler gives.  So a
-run's augmentations are the same with 0 or 8 workers, and a run resumed mid-epoch sees
-exactly the samples the interrupted one would have seen.  The pipeline runs where the
-item is loaded, i.e. in the DataLoader's workers.
+The random transforms of sample ``index`` in pass ``p`` draw from ``sample_random(seed, p,
+index)``: a pure function of the data seed, the pass and the index, never of the worker
+process, the batch or the order the sampler gives.  So a run's augmentations are the same
+with 0 or 8 workers, and a run resumed mid-epoch sees exactly the samples the interrupted
+one would have seen.  The pipeline runs where the item is loaded, i.e. in the DataLoader's
+workers.
 """
 
 import random
@@ -16,10 +16,12 @@ import torch
 from scepter_like.data.collate import not_a_dict
 from scepter_like.errors import DataError
 
+_SEED_MASK = (1 << 64) - 1  # ENV.SEED as 64 bits (a negative seed too), above 32 bits of pass and 32 of index
+
 
 def sample_random(seed, pass_index, index):
-    """The generator of sample ``index`` in pass ``pass_index`` of a run seeded ``seed``."""
-    return random.Random(f'{seed}/{pass_index}/{index}')
+    """The generator of sample ``index`` in pass ``pass_index`` of a run seeded ``seed`` (one integer key each)."""
+    return random.Random(((seed & _SEED_MASK) << 64) | (pass_index << 32) | index)
 
 
 class TransformedDataset(torch.utils.data.Dataset):
