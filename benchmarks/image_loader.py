@@ -19,10 +19,12 @@ shuffled, ``--workers`` worker processes.
 Each round times one whole pass of each (from creating the iterator, so worker start-up
 counts on both sides, to the last batch), the order alternating between rounds. Printed:
 batches per second of each side per round and the median over rounds of the ratio
-toolkit / hand (the target: at least 0.9).  On a shared machine passes vary by tens of
-percent, so the script also times the work of one sample in this process, item by item,
-the two sides taking turns (which goes first alternating): the median over items of each,
-the ratio hand / toolkit being what the loaders' rate ratio tends to.
+toolkit / hand (the target: at least 0.9).  On a shared machine one pass runs tens of
+percent faster or slower than the next, so two figures that other processes do not move
+come with it: the CPU seconds the workers spent on a pass (they exit at its end; read
+from ``getrusage(RUSAGE_CHILDREN)``), as batches per CPU second, and the CPU time of one
+item of each dataset in this process (``time.thread_time``, the two sides taking turns
+item by item, which goes first alternating).
 """
 
 import argparse
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -114,30 +117,35 @@ def toolkit_loader(folder, size, workers):
     return build_data(cfg, 'train', DistInfo(), SEED)
 
 
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed_pass(batches):
-    """(seconds, batches) of one whole pass over the iterator ``batches()`` makes; checks the batch shape."""
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds of the exited workers, batches) of one whole pass over ``batches()``."""
+    start, cpu = time.perf_counter(), children_cpu()
     count, last = 0, None
     for batch in batches():
         count, last = count + 1, batch
     seconds = time.perf_counter() - start
     image = last['img'] if isinstance(last, dict) else last[0]
     assert image.dtype == torch.float32 and image.dim() == 4, image.shape
-    return seconds, count
+    return seconds, children_cpu() - cpu, count
 
 
-def per_sample_us(toolkit, hand, passes=3):
-    """Median µs of one item of each dataset, taken in turns in this process (the order alternating)."""
+def per_sample_cpu_us(toolkit, hand, passes=3):
+    """Mean CPU µs of one item of each dataset, taken in turns in this process (the order alternating)."""
     times = {'toolkit': [], 'hand': []}
     sides = (('toolkit', toolkit.dataset.__getitem__), ('hand', hand.__getitem__))
     for p in range(passes):
         toolkit.set_epoch(p)
         for index in range(len(hand)):
             for name, get in sides if (index + p) % 2 else sides[::-1]:
-                start = time.perf_counter()
+                start = time.thread_time()
                 get(index)
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+                times[name].append(time.thread_time() - start)
+    return {name: statistics.mean(t) * 1e6 for name, t in times.items()}
 
 
 def main():
@@ -162,18 +170,22 @@ def main():
 
         sides = {'toolkit': toolkit_pass, 'hand': lambda _: hand.__iter__}
         rates = {'toolkit': [], 'hand': []}
+        cpu_rates = {'toolkit': [], 'hand': []}
         timed_pass(sides['toolkit'](0)), timed_pass(sides['hand'](0))  # warm the page cache and imports
         for r in range(args.rounds):
             for name in ('toolkit', 'hand') if r % 2 == 0 else ('hand', 'toolkit'):
-                seconds, count = timed_pass(sides[name](r + 1))
+                seconds, cpu, count = timed_pass(sides[name](r + 1))
                 rates[name].append(count / seconds)
+                cpu_rates[name].append(count / cpu)
             print(
                 f'round {r + 1}: toolkit {rates["toolkit"][-1]:.1f} batches/s, hand {rates["hand"][-1]:.1f} batches/s,'
-                f' ratio {rates["toolkit"][-1] / rates["hand"][-1]:.3f}',
+                f' ratio {rates["toolkit"][-1] / rates["hand"][-1]:.3f}; per worker CPU second: toolkit'
+                f' {cpu_rates["toolkit"][-1]:.1f}, hand {cpu_rates["hand"][-1]:.1f} batches',
                 flush=True,
             )
-        sample_us = per_sample_us(toolkit, hand.dataset)
+        sample_us = per_sample_cpu_us(toolkit, hand.dataset)
     ratios = [t / h for t, h in zip(rates['toolkit'], rates['hand'])]
+    cpu_ratios = [t / h for t, h in zip(cpu_rates['toolkit'], cpu_rates['hand'])]
     result = {
         'images': args.images,
         'size': args.size,
@@ -181,7 +193,10 @@ def main():
         'batches_per_s': {name: statistics.median(r) for name, r in rates.items()},
         'ratio_median': statistics.median(ratios),
         'ratio_range': [min(ratios), max(ratios)],
-        'per_sample_us': sample_us,
+        'batches_per_worker_cpu_s': {name: statistics.median(r) for name, r in cpu_rates.items()},
+        'cpu_ratio_median': statistics.median(cpu_ratios),
+        'cpu_ratio_range': [min(cpu_ratios), max(cpu_ratios)],
+        'per_sample_cpu_us': sample_us,
         'per_sample_ratio_hand_over_toolkit': sample_us['hand'] / sample_us['toolkit'],
     }
     print(json.dumps(result, indent=2))

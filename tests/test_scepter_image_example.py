@@ -89,6 +89,15 @@ def test_the_image_job_runs(images, capsys):
     assert (tmp / 'ok' / 'checkpoints' / 'latest').exists()
 
 
+def test_print_config_shows_each_transforms_defaults(images, capsys):
+    tmp, _ = images
+    status, out, err = run_job(tmp, capsys, '--print-config')
+    assert status == 0, err
+    transforms = yaml.safe_load(out)['SOLVER']['TRAIN_DATA']['TRANSFORMS']
+    assert transforms[0] == {'NAME': 'ImageToTensor', 'INPUT_KEY': 'img', 'OUTPUT_KEY': 'img', 'BACKEND': 'pillow'}
+    assert transforms[1] == {'NAME': 'Select', 'KEYS': ['img', 'label'], 'META_KEYS': []}
+
+
 def test_an_unknown_transform_is_one_line_with_a_suggestion(images, capsys):
     tmp, _ = images
     expect_one_error_line(

@@ -1,13 +1,12 @@
 """Image files as classification data: a folder per class (ImageFolderDataset) or a list file (ImageListDataset).
 
-Items are ``{'img': PIL image (RGB), 'label': int64, 'meta': {'img_path': path}}``.  The
+Items are ``{'img': PIL image (RGB), 'label': int, 'meta': {'img_path': path}}``.  The
 file is decoded in ``__getitem__``, i.e. in the loader's workers; one that cannot be
 decoded (missing, not an image, truncated) is one error naming the file and the item.
 """
 
 import os
 
-import numpy as np
 import torch
 
 from scepter_like.data.registry import DATASETS
@@ -35,7 +34,7 @@ class ImageFileDataset(torch.utils.data.Dataset):
             img = read_image(path)
         except DataError as e:
             raise DataError(f'{self.where}: item {index}: {e}') from e
-        return {'img': img, 'label': np.int64(label), 'meta': {'img_path': path}}
+        return {'img': img, 'label': label, 'meta': {'img_path': path}}
 
 
 def _is_image(name):

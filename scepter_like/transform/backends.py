@@ -121,6 +121,12 @@ class PillowImages:
         from PIL import Image
 
         self.image_type = Image.Image
+        self.flip = Image.Transpose.FLIP_LEFT_RIGHT
+        self.resample = {
+            'bilinear': Image.Resampling.BILINEAR,
+            'nearest': Image.Resampling.NEAREST,
+            'bicubic': Image.Resampling.BICUBIC,
+        }
 
     def coerce(self, value, where):
         if isinstance(value, self.image_type):
@@ -137,17 +143,15 @@ class PillowImages:
         return img.crop((left, top, left + width, top + height))  # zeros past the image
 
     def resize(self, img, height, width, interpolation):
-        return img.resize((width, height), _pil_resample(interpolation))
+        return img.resize((width, height), self.resample[interpolation])
 
     def resized_crop(self, img, box, height, width, interpolation):
         top, left, box_height, box_width = box
         region = (left, top, left + box_width, top + box_height)
-        return img.resize((width, height), _pil_resample(interpolation), box=region)
+        return img.resize((width, height), self.resample[interpolation], box=region)
 
     def hflip(self, img):
-        from PIL import Image
-
-        return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return img.transpose(self.flip)
 
     def pad(self, img, left, top, right, bottom, fill, mode):
         from PIL import Image
@@ -157,16 +161,6 @@ class PillowImages:
 
     def to_tensor(self, img):
         return _array_to_tensor(np.asarray(img))
-
-
-def _pil_resample(interpolation):
-    from PIL import Image
-
-    return {
-        'bilinear': Image.Resampling.BILINEAR,
-        'nearest': Image.Resampling.NEAREST,
-        'bicubic': Image.Resampling.BICUBIC,
-    }[interpolation]
 
 
 class Cv2Images:
