@@ -215,3 +215,16 @@ def test_the_config_template_of_a_transform():
     text = tool.template(all_registries(), 'RandomResizedCrop')
     assert text.startswith('# TRANSFORMS.RandomResizedCrop\nNAME: RandomResizedCrop\n')
     assert 'SCALE: [0.08, 1.0]  # bounds of the crop area' in text and 'BACKEND: pillow' in text
+
+
+def test_a_transform_that_returns_no_dict_is_named():
+    class Forgetful:
+        def __call__(self, item):
+            item['x'] = 1  # and no return
+
+    from scepter_like.transform.compose import Compose
+
+    with pytest.raises(
+        DataError, match=r'^TRANSFORMS Forgetful returned NoneType; a transform returns the sample dict'
+    ):
+        Compose.of([build('Identity'), Forgetful()])({'img': 0})

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from torch.utils.data import default_collate
 
 from scepter_like.errors import DataError
-from scepter_like.transform.backends import describe_value
+from scepter_like.transform.backends import describe_value, is_pil_image
 
 
 class BatchDict(dict):
@@ -33,14 +33,12 @@ class DictCollate:
             raise self._unbatchable(samples) from None
 
     def _unbatchable(self, samples):
-        """The error naming the first key whose values torch cannot batch (a PIL image, say); else the original."""
+        """The error naming the first key whose values torch cannot batch (a PIL image, say); else a general one."""
         for key, value in samples[0].items():
             try:
                 default_collate([sample[key] for sample in samples])
             except TypeError:
-                hint = (
-                    ' (an image: end TRANSFORMS with ImageToTensor)' if type(value).__module__.startswith('PIL') else ''
-                )
+                hint = ' (an image: end TRANSFORMS with ImageToTensor)' if is_pil_image(value) else ''
                 return DataError(
                     f'{self.source}: sample key {key!r} holds {describe_value(value)}{hint}, which torch cannot batch;'
                     ' turn it into a tensor, array or number (TRANSFORMS ImageToTensor / ToTensor), or drop it (Select)'

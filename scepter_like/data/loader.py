@@ -21,6 +21,7 @@ from scepter_like.data.sampler import ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
 from scepter_like.errors import ConfigError, DistributedError, class_of
 from scepter_like.registry import resolve_params
+from scepter_like.transform.registry import build_pipeline
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -132,8 +133,6 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         cfg[key] = value
     source = _dataset_name(dataset, ds_cfg)
     if cfg.TRANSFORMS:
-        from scepter_like.transform import build_pipeline
-
         pipeline = build_pipeline(cfg.TRANSFORMS, logger=logger, where=cfg.path_of('TRANSFORMS'))
         dataset = TransformedDataset(dataset, pipeline, seed, source)
     train = mode == 'train'

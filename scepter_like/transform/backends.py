@@ -47,13 +47,18 @@ def image_backend(name, where):
     return _OPERATIONS[name]()
 
 
+def is_pil_image(value):
+    """Whether ``value`` is a PIL image, without importing Pillow to ask."""
+    return type(value).__module__.startswith('PIL.')
+
+
 def describe_value(value):
     """A value in words for error messages: ``a float32 tensor of shape [3, 32, 32]``, ``a PIL image (RGB, 32x32)``."""
     if isinstance(value, torch.Tensor):
         return f'a {str(value.dtype).removeprefix("torch.")} tensor of shape {list(value.shape)}'
     if isinstance(value, np.ndarray):
         return f'a {value.dtype} array of shape {list(value.shape)}'
-    if hasattr(value, 'mode') and hasattr(value, 'size') and type(value).__module__.startswith('PIL'):
+    if is_pil_image(value):
         return f'a PIL image ({value.mode}, {value.size[0]}x{value.size[1]})'
     return f'a {type(value).__name__}'
 
@@ -169,7 +174,7 @@ class Cv2Images:
     name = 'cv2'
 
     def coerce(self, value, where):
-        if type(value).__module__.startswith('PIL'):
+        if is_pil_image(value):
             value = np.asarray(value)
         return _hwc_array(value, self.name, where)
 
@@ -207,7 +212,7 @@ class TorchvisionImages:
     def coerce(self, value, where):
         if isinstance(value, torch.Tensor) and value.dim() in (2, 3):
             return value.unsqueeze(0) if value.dim() == 2 else value
-        if type(value).__module__.startswith('PIL'):
+        if is_pil_image(value):
             value = np.asarray(value)
         return torch.from_numpy(np.ascontiguousarray(_hwc_array(value, self.name, where).transpose(2, 0, 1)))
 

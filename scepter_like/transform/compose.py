@@ -1,7 +1,5 @@
 """Compose: a TRANSFORMS list applied in order to one sample (what a data config's ``TRANSFORMS`` becomes)."""
 
-from collections.abc import Mapping
-
 from scepter_like.errors import DataError
 from scepter_like.transform.registry import TRANSFORMS, build_transform
 
@@ -30,7 +28,7 @@ class Compose:
     def __call__(self, item, rng=None):
         for transform, random in self._steps:
             item = transform(item, rng) if random else transform(item)
-            if not isinstance(item, Mapping):
+            if not isinstance(item, dict):
                 raise DataError(
                     f'TRANSFORMS {type(transform).__name__} returned {type(item).__name__}; a transform returns'
                     ' the sample dict it was given'

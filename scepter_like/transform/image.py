@@ -13,7 +13,7 @@ import torch
 
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.transform.backends import BACKENDS, INTERPOLATIONS, describe_value, image_backend
-from scepter_like.transform.keys import key_pairs, read_key, transform_name
+from scepter_like.transform.keys import key_pairs, missing_key, transform_name
 from scepter_like.transform.registry import TRANSFORMS
 
 _INTERPOLATION = {
@@ -40,7 +40,8 @@ def size_pair(cfg, key='SIZE'):
 def bounds_pair(cfg, key):
     """``cfg[key]`` as (low, high) with 0 < low <= high."""
     value = cfg[key]
-    if len(value) != 2 or not 0 < value[0] <= value[1]:
+    numbers = len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if not numbers or not 0 < value[0] <= value[1]:
         raise ConfigError(f'{cfg.path_of(key)}: expected [low, high] with 0 < low <= high, got {value!r}')
     return float(value[0]), float(value[1])
 
@@ -96,7 +97,11 @@ class ImageTransform:
         if rng is None:
             rng = random
         for source, target in self.pairs:
-            item[target] = self.apply(self.image(read_key(item, source, self.where)), rng)
+            try:  # read_key's work, inline: this runs for every image of every sample
+                value = item[source]
+            except KeyError:
+                raise missing_key(item, source, self.where) from None
+            item[target] = self.apply(self.image(value), rng)
         return item
 
     def image(self, value):

@@ -7,7 +7,7 @@ truncated images are never padded silently (scepter sets Pillow's ``LOAD_TRUNCAT
 import os
 
 from scepter_like.errors import DataError
-from scepter_like.transform.backends import image_backend
+from scepter_like.transform.backends import BACKENDS, image_backend
 from scepter_like.transform.keys import read_key, transform_name
 from scepter_like.transform.registry import TRANSFORMS
 
@@ -65,7 +65,7 @@ class LoadImageFromFile:
         'BACKEND': {
             'value': 'pillow',
             'description': 'image type: pillow | cv2 | torchvision',
-            'choices': ['pillow', 'cv2', 'torchvision'],
+            'choices': list(BACKENDS),
         },
     }
     FILE_KEYS = ('img_path',)

@@ -4,14 +4,17 @@ from scepter_like.errors import ConfigError, DataError
 
 
 def read_key(item, key, where, role='INPUT_KEY', fix=None):
-    """``item[key]``; when absent, a DataError naming the transform (``where``), the key and the keys there are."""
+    """``item[key]``; when absent, ``missing_key``'s error."""
     try:
         return item[key]
     except KeyError:
-        fix = fix or f'set {role} to one of them, or put the transform that makes {key!r} before this one'
-        raise DataError(
-            f'{where}: the sample has no {key!r} (its {role}); its keys: {", ".join(map(str, item))}; {fix}'
-        ) from None
+        raise missing_key(item, key, where, role, fix) from None
+
+
+def missing_key(item, key, where, role='INPUT_KEY', fix=None):
+    """The DataError for a sample without ``key``, naming the transform (``where``), the key and the keys there are."""
+    fix = fix or f'set {role} to one of them, or put the transform that makes {key!r} before this one'
+    return DataError(f'{where}: the sample has no {key!r} (its {role}); its keys: {", ".join(map(str, item))}; {fix}')
 
 
 def key_list(cfg, key):

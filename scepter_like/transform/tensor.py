@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.transform.backends import describe_value
-from scepter_like.transform.keys import key_list, key_pairs, read_key, transform_name
+from scepter_like.transform.backends import describe_value, is_pil_image
+from scepter_like.transform.keys import key_list, key_pairs, missing_key, read_key, transform_name
 from scepter_like.transform.registry import TRANSFORMS
 
 
@@ -17,7 +17,7 @@ def to_tensor(value, where):
         return torch.from_numpy(value if value.flags.writeable else value.copy())
     if isinstance(value, (int, float, bool, np.generic, list, tuple)):
         return torch.tensor(value)
-    hint = '; use ImageToTensor for images' if type(value).__module__.startswith('PIL') else ''
+    hint = '; use ImageToTensor for images' if is_pil_image(value) else ''
     raise DataError(f'{where}: cannot make a tensor of {describe_value(value)}{hint}')
 
 
@@ -76,7 +76,10 @@ class Select:
         self.meta_keys = list(cfg.META_KEYS)
 
     def __call__(self, item):
-        data = {key: read_key(item, key, self.where, 'KEYS') for key in self.keys}
+        try:
+            data = {key: item[key] for key in self.keys}
+        except KeyError as e:
+            raise missing_key(item, e.args[0], self.where, 'KEYS') from None
         if self.meta_keys and 'meta' in item:
             meta = item['meta']
             data['meta'] = {key: read_key(meta, key, f'{self.where} meta', 'META_KEYS') for key in self.meta_keys}
