@@ -114,6 +114,7 @@ def test_the_pipeline_passes_the_generator_to_random_transforms_only(rgb):
     first = pipeline({'img': rgb}, random.Random('0/0/5'))['img']
     assert torch.equal(first, pipeline({'img': rgb}, random.Random('0/0/5'))['img'])
     assert cfg.D.TRANSFORMS[0].SCALE == [0.08, 1.0]  # defaults filled in place: the run's config shows them
+    assert pipeline.RANDOM and not build_pipeline([{'NAME': 'ImageToTensor'}]).RANDOM  # who needs a generator
     assert type(build_pipeline([])).__name__ == 'Identity'
 
 

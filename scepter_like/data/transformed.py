@@ -25,11 +25,15 @@ def sample_random(seed, pass_index, index):
 
 
 class TransformedDataset(torch.utils.data.Dataset):
-    """``pipeline(dataset[index], sample_random(seed, pass, index))``; ``set_epoch`` picks the pass."""
+    """``pipeline(dataset[index], sample_random(seed, pass, index))``; ``set_epoch`` picks the pass.
+
+    A pipeline without random transforms (``RANDOM`` false) is called with the item alone.
+    """
 
     def __init__(self, dataset, pipeline, seed, source):
         self.dataset = dataset
         self.pipeline = pipeline
+        self.random = getattr(pipeline, 'RANDOM', False)
         self.seed = seed
         self.source = source  # names the data config in errors
         self.pass_index = 0
@@ -47,6 +51,8 @@ class TransformedDataset(torch.utils.data.Dataset):
         if not isinstance(item, Mapping):
             raise not_a_dict(self.source, item)
         try:
+            if not self.random:  # no transform draws: no generator to make
+                return self.pipeline(item)
             return self.pipeline(item, sample_random(self.seed, self.pass_index, index))
         except DataError as e:
             raise DataError(f'{e} (item {index})') from e

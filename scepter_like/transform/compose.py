@@ -9,7 +9,6 @@ class Compose:
     """Applies ``TRANSFORMS`` in order; ``RANDOM`` transforms get the sample's generator, the others the item only."""
 
     para_dict = {'TRANSFORMS': {'value': [], 'description': 'transform configs, applied in order'}}
-    RANDOM = True  # passes its generator on to the random transforms inside
 
     def __init__(self, cfg, logger=None):
         self._set([build_transform(t, logger=logger, where=cfg.path_of('TRANSFORMS')) for t in cfg.TRANSFORMS])
@@ -24,6 +23,7 @@ class Compose:
     def _set(self, transforms):
         self.transforms = list(transforms)
         self._steps = [(t, bool(getattr(t, 'RANDOM', False))) for t in self.transforms]
+        self.RANDOM = any(random for _, random in self._steps)  # takes a generator to pass on, when any one draws
 
     def __call__(self, item, rng=None):
         for transform, random in self._steps:

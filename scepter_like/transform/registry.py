@@ -1,7 +1,7 @@
 """TRANSFORMS: the per-sample transforms of a data config's ``TRANSFORMS`` list, and ``build_pipeline``.
 
 A transform is built as ``cls(cfg, logger=logger)`` and called on one sample, a dict:
-``transform(item) -> item``.  A transform whose class sets ``RANDOM = True`` is called
+``transform(item) -> item``.  A transform whose ``RANDOM`` is true is called
 ``transform(item, rng)`` instead, with the sample's own ``random.Random``, so that its draws
 depend on the sample alone (``scepter_like/data/transformed.py``).
 """
