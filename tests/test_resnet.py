@@ -63,8 +63,8 @@ def test_pretrained_loads_a_local_torchvision_file_and_drops_fc(tmp_path):
     save_safetensors(source.state_dict(), str(tmp_path / 'backbone.safetensors'))  # model.* keys
     again = resnet(DEPTH=18, PRETRAINED=str(tmp_path / 'backbone.safetensors'))
     assert torch.equal(again.model.conv1.weight, source.model.conv1.weight)
-    with pytest.raises(CheckpointError, match=r'weights in .*resnet18\.pth do not fit the model — missing: '):
-        resnet(DEPTH=34, PRETRAINED=str(tmp_path / 'resnet18.pth'))
+    with pytest.raises(CheckpointError, match=r'resnet18\.pth do not fit the model — mis-shaped: conv1\.weight'):
+        resnet(DEPTH=18, KERNEL_SIZE=3, PRETRAINED=str(tmp_path / 'resnet18.pth'))  # a 3x3 first conv, not 7x7
 
 
 def test_pretrained_true_is_an_error_not_a_download():
