@@ -2,24 +2,16 @@
 no file changed (the run's log only gains lines).  A checkpoint that carries pickled code
 is refused without running it."""
 
-import importlib.util
 import os
 
 import pytest
 import torch
 import yaml
-from conftest import REPO, TOOLS, run_cli
-from helpers import blob_solver_cfg, build_solver, write_blobs
+from conftest import REPO, run_cli
+from helpers import blob_solver_cfg, build_solver, load_run_train, write_blobs
 
 from scepter_like.cli import run
 from scepter_like.utils.checkpoint import save_safetensors
-
-
-def load_run_train():
-    spec = importlib.util.spec_from_file_location('run_train_tool', os.path.join(TOOLS, 'run_train.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def snapshot(root):

@@ -18,6 +18,9 @@ HEAVY = (
     'sqlalchemy',
     'mlflow',
     'wandb',
+    'PIL',
+    'cv2',
+    'torchvision',
 )
 
 

@@ -458,7 +458,11 @@ def test_scepter_module_paths_resolve():
     from scepter_like.opt.lr_schedulers import LR_SCHEDULERS
     from scepter_like.opt.lr_schedulers.base_scheduler import BaseScheduler
     from scepter_like.opt.optimizers import OPTIMIZERS
+    from scepter_like.transform import TRANSFORMS, ImageTransform
+    from scepter_like.transform.registry import TRANSFORMS as TRANSFORMS2
+    from scepter_like.transform.registry import build_pipeline
 
+    assert TRANSFORMS is TRANSFORMS2 and issubclass(TRANSFORMS.get('Resize'), ImageTransform) and build_pipeline
     assert BACKBONES is MODELS and NECKS is MODELS and HEADS is MODELS and LOSSES.name == 'LOSSES'
     assert METRICS is METRICS2 is METRICS3 and DATASETS is DATASETS2 and BaseDataset is BaseDataset2
     assert issubclass(BaseModel, torch.nn.Module) and BaseMetric and BaseScheduler
@@ -468,11 +472,13 @@ def test_scepter_module_paths_resolve():
 def test_scepter_shaped_components_build():
     """A backbone, a callable metric, a build-then-call scheduler and optimizer, a dataset, scepter's way."""
     from scepter_like.data.dataset import DATASETS, BaseDataset
+    from scepter_like.data.loader import build_data
     from scepter_like.model.base_model import BaseModel
     from scepter_like.model.metric import METRICS, BaseMetric
     from scepter_like.model.registry import BACKBONES, MODELS
     from scepter_like.opt.lr_schedulers import LR_SCHEDULERS, BaseScheduler, build_lr_scheduler
     from scepter_like.opt.optimizers import OPTIMIZERS, BaseOptimize, build_optimizer
+    from scepter_like.utils.distributed import DistInfo
 
     @BACKBONES.register_class('CompatTinyMLP')
     class TinyMLP(BaseModel):
@@ -526,8 +532,10 @@ def test_scepter_shaped_components_build():
         assert len(data) == 6 and data[4]['label'] == 1 and data.mode == 'eval'
         with pytest.raises(ConfigError, match="MODE: must be one of 'train', 'eval', 'test', got 'val'"):
             DATASETS.build({'NAME': 'CompatPairs', 'MODE': 'val'})
-        with pytest.raises(ConfigError, match='TRANSFORMS: scepter transform pipelines are not supported'):
-            DATASETS.build({'NAME': 'CompatPairs', 'TRANSFORMS': [{'NAME': 'ImageToTensor'}]})
+        rename = [{'NAME': 'Rename', 'INPUT_KEY': ['img'], 'OUTPUT_KEY': ['x']}]  # the data config's TRANSFORMS
+        cfg = Config({'D': {'NAME': 'CompatPairs', 'BATCH_SIZE': 6, 'SHUFFLE': False, 'TRANSFORMS': rename}}).D
+        batch = next(build_data(cfg, 'train', DistInfo(), seed=0).iterate())
+        assert set(batch) == {'meta', 'x', 'label'} and torch.equal(batch['x'][4], torch.full((4,), 4.0))
         batch = torch.stack([data[i]['img'] for i in range(6)])
         labels = torch.tensor([data[i]['label'] for i in range(6)])
         assert set(metric(model(batch), labels)) == {'acc@1'}

@@ -6,6 +6,7 @@ import torch
 from torch.utils.data import default_collate
 
 from scepter_like.errors import DataError
+from scepter_like.transform.backends import describe_value, is_pil_image
 
 
 class BatchDict(dict):
@@ -28,13 +29,34 @@ class DictCollate:
         if isinstance(samples, BatchDict):
             return samples
         if samples and not isinstance(samples[0], Mapping):
-            raise DataError(
-                f'{self.source} returns {type(samples[0]).__name__} items; its __getitem__ must return a dict of'
-                " named fields (the model is called as model(**batch)), e.g. {'img': x, 'label': y}"
-            )
-        batch = default_collate(samples)
+            raise not_a_dict(self.source, samples[0])
+        try:
+            batch = default_collate(samples)
+        except TypeError:
+            raise self._unbatchable(samples) from None
         if self.dtype is not None:
             for key, value in batch.items():
                 if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != self.dtype:
                     batch[key] = value.to(self.dtype)
         return batch
+
+    def _unbatchable(self, samples):
+        """The error naming the first key whose values torch cannot batch (a PIL image, say); else a general one."""
+        for key, value in samples[0].items():
+            try:
+                default_collate([sample[key] for sample in samples])
+            except TypeError:
+                hint = ' (an image: end TRANSFORMS with ImageToTensor)' if is_pil_image(value) else ''
+                return DataError(
+                    f'{self.source}: sample key {key!r} holds {describe_value(value)}{hint}, which torch cannot batch;'
+                    ' turn it into a tensor, array or number (TRANSFORMS ImageToTensor / ToTensor), or drop it (Select)'
+                )
+        return DataError(f'{self.source}: torch cannot batch these samples; give tensors, arrays and numbers')
+
+
+def not_a_dict(source, item):
+    """The error for a dataset whose items are not dicts of named fields."""
+    return DataError(
+        f'{source} returns {type(item).__name__} items; its __getitem__ must return a dict of'
+        " named fields (the model is called as model(**batch)), e.g. {'img': x, 'label': y}"
+    )

@@ -1,8 +1,9 @@
 """DataLoader construction from a data config (TRAIN_DATA / EVAL_DATA / TEST_DATA).
 
 A data config names a DATASETS entry and holds the loader keys below beside the
-dataset's own keys.  The solver owns the sampler so that it can shard, shuffle per
-epoch and resume mid-epoch.
+dataset's own keys, ``TRANSFORMS`` among them: the per-sample pipeline, run on each item
+in the loader's workers (``transformed.py``).  The solver owns the sampler so that it can
+shard, shuffle per epoch and resume mid-epoch.
 """
 
 import math
@@ -17,8 +18,10 @@ from scepter_like.data.collate import DictCollate
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
+from scepter_like.data.transformed import TransformedDataset
 from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
+from scepter_like.transform.registry import build_pipeline
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -26,6 +29,10 @@ LOADER_PARA_DICT = {
     'PIN_MEMORY': {'value': False, 'description': 'pin batches in page-locked memory (CUDA only)'},
     'SHUFFLE': {'value': True, 'description': 'shuffle each pass (train data); eval / test data keep their order'},
     'DROP_LAST': {'value': False, 'description': 'drop the last incomplete batch'},
+    'TRANSFORMS': {
+        'value': [],
+        'description': "scepter's per-sample pipeline: a list of TRANSFORMS configs, applied to each item in order",
+    },
 }
 
 
@@ -145,6 +152,10 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     dataset = DATASETS.build(ds_cfg, logger=logger)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
         cfg[key] = value
+    source = _dataset_name(dataset, ds_cfg)
+    if cfg.TRANSFORMS:
+        pipeline = build_pipeline(cfg.TRANSFORMS, logger=logger, where=cfg.path_of('TRANSFORMS'))
+        dataset = TransformedDataset(dataset, pipeline, seed, source)
     train = mode == 'train'
     sampler = ShardedSampler(
         len(dataset),
@@ -168,7 +179,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         num_workers=workers,
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
-        collate_fn=DictCollate(_dataset_name(dataset, ds_cfg), torch.get_default_dtype()),  # SOLVER.DTYPE here
+        collate_fn=DictCollate(source, torch.get_default_dtype()),  # SOLVER.DTYPE here
         worker_init_fn=_seed_worker if workers > 0 else None,
         generator=torch.Generator(),
     )

@@ -4,9 +4,9 @@ import torch
 
 
 def _without_pretrained(value):
-    """A plain config (dicts, lists) without the PRETRAINED_* keys at any level: what fixes a model, not its start."""
+    """A plain config (dicts, lists) without the PRETRAINED* keys at any level: what fixes a model, not its start."""
     if isinstance(value, dict):
-        return {k: _without_pretrained(v) for k, v in value.items() if not str(k).startswith('PRETRAINED_')}
+        return {k: _without_pretrained(v) for k, v in value.items() if not str(k).startswith('PRETRAINED')}
     if isinstance(value, (list, tuple)):
         return [_without_pretrained(v) for v in value]
     return value
@@ -51,7 +51,7 @@ class BaseModel(torch.nn.Module):
         self.logger = logger
 
     def describe(self):
-        """A plain dict (JSON-able): the MODELS name, the modules that register it, its config without PRETRAINED_*.
+        """A plain dict (JSON-able): the MODELS name, the modules that register it, its config without PRETRAINED*.
 
         A subclass adds what else rebuilding needs (MeshModel: its normalisation statistics)
         and overrides ``from_description`` to match.

@@ -8,7 +8,7 @@ JSON.  ``BaseModel.describe`` writes it:
 - ``imports``: the modules that register the model and its registered parts (a dotted name,
   or the path of a ``.py`` file imported by path), imported before building it, so a tool
   needs neither the training config nor its IMPORTS;
-- ``config``: the model's config without the PRETRAINED_* keys;
+- ``config``: the model's config without the PRETRAINED* keys;
 - whatever else a model needs to be rebuilt (MeshModel: ``stats``, its normalisation statistics).
 
 ``model_from_description`` builds the model back (fresh weights: load the state dict next);

@@ -1,4 +1,4 @@
-"""Generic backbones: an MLP and a small ConvNet."""
+"""Generic backbones (an MLP, a small ConvNet) and scepter's classifier parts (GlobalAveragePooling, ClassifierHead)."""
 
 import torch
 from torch import nn
@@ -98,9 +98,27 @@ class ConvNet(BaseModel):
 
 
 @MODELS.register_class()
+class GlobalAveragePooling(BaseModel):
+    """scepter's neck: the mean over the DIM spatial axes, [B, C, ...] -> [B, C]; a [B, C] input passes as is."""
+
+    para_dict = {'DIM': {'value': 2, 'description': 'spatial axes of the input: 1, 2 or 3', 'choices': [1, 2, 3]}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.axes = tuple(range(-cfg.DIM, 0))
+
+    def pooled(self, x):
+        return x if x.dim() == 2 else torch.flatten(x.mean(self.axes), 1)
+
+    def forward(self, x):
+        return tuple(self.pooled(t) for t in x) if isinstance(x, tuple) else self.pooled(x)
+
+
+@MODELS.register_class()
 class ClassifierHead(BaseModel):
     """scepter's classification head: dropout, then a linear layer ``DIM -> NUM_CLASSES``."""
 
+    SIZE_KEYS = {'input': 'DIM', 'output': 'NUM_CLASSES'}
     para_dict = {
         'DIM': {'value': 512, 'description': 'input features', 'min': 1},
         'NUM_CLASSES': {'value': 10, 'description': 'classes (output features)', 'min': 1},

@@ -11,6 +11,7 @@ def all_registries():
     from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
     from scepter_like.solver.hooks.registry import HOOKS
     from scepter_like.solver.registry import SOLVERS
+    from scepter_like.transform.registry import TRANSFORMS
 
     registries = (
         SOLVERS,
@@ -19,6 +20,7 @@ def all_registries():
         LOSSES,
         LOSS_AGGREGATORS,
         DATASETS,
+        TRANSFORMS,
         COLLATES,
         METRICS,
         OPTIMIZERS,

@@ -2,16 +2,16 @@
 
 import torch
 
-from scepter_like.errors import ConfigError
-
 __all__ = ['BaseDataset']
 
 
 class BaseDataset(torch.utils.data.Dataset):
     """Subclass it, declare ``para_dict`` and write ``__len__`` and ``_get(index) -> dict``.
 
-    scepter's ``TRANSFORMS`` pipelines have no registry here: a non-empty list is a
-    ConfigError; do the preprocessing in ``_get``.
+    scepter's ``TRANSFORMS`` belong to the data config here: the loader runs them on what
+    ``__getitem__`` returns, each sample with its own generator (``data/transformed.py``).
+    ``self.pipeline`` is therefore the identity, so a ported ``__getitem__`` that ends in
+    ``return self.pipeline(item)`` keeps working (the pipeline then runs once, after it).
     """
 
     para_dict = {
@@ -21,16 +21,10 @@ class BaseDataset(torch.utils.data.Dataset):
             'choices': ['train', 'eval', 'test'],
         },
         'FILE_SYSTEM': {'value': None, 'description': 'accepted for scepter configs; files are always local'},
-        'TRANSFORMS': {'value': [], 'description': 'scepter transform pipelines: not supported, keep it empty'},
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__()
-        if cfg.TRANSFORMS:
-            raise ConfigError(
-                f'{cfg.path_of("TRANSFORMS")}: scepter transform pipelines are not supported;'
-                " preprocess in your dataset's _get and leave TRANSFORMS out"
-            )
         self.cfg = cfg
         self.mode = cfg.MODE
         self.logger = logger
@@ -40,6 +34,11 @@ class BaseDataset(torch.utils.data.Dataset):
 
     def _get(self, index):
         raise NotImplementedError(f'{type(self).__name__} must define _get(index) -> dict of one sample')
+
+    @staticmethod
+    def pipeline(item):
+        """The identity: the data config's TRANSFORMS run in the loader, after ``__getitem__``."""
+        return item
 
     def worker_init_fn(self, worker_id, num_workers=1):
         """scepter's per-worker hook; worker seeding is done by the DataLoader here."""

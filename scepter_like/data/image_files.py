@@ -1,0 +1,115 @@
+"""Image files as classification data: a folder per class (ImageFolderDataset) or a list file (ImageListDataset).
+
+Items are ``{'img': PIL image (RGB), 'label': int, 'meta': {'img_path': path}}``.  The
+file is decoded in ``__getitem__``, i.e. in the loader's workers; one that cannot be
+decoded (missing, not an image, truncated) is one error naming the file and the item.
+"""
+
+import os
+
+import torch
+
+from scepter_like.data.registry import DATASETS
+from scepter_like.errors import DataError
+from scepter_like.transform.io import read_image
+
+IMAGE_EXTENSIONS = ('.bmp', '.gif', '.jpeg', '.jpg', '.pgm', '.png', '.ppm', '.tif', '.tiff', '.webp')
+
+
+class ImageFileDataset(torch.utils.data.Dataset):
+    """``samples``: a list of (image path, class index), decoded on access."""
+
+    def __init__(self, samples, where):
+        if not samples:
+            raise DataError(f'{where}: no images found; see the description of the dataset for the layout')
+        self.samples = samples
+        self.where = where  # names the data config in errors
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        path, label = self.samples[index]
+        try:
+            img = read_image(path)
+        except DataError as e:
+            raise DataError(f'{self.where}: item {index}: {e}') from e
+        return {'img': img, 'label': label, 'meta': {'img_path': path}}
+
+
+def _is_image(name):
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+@DATASETS.register_class()
+class ImageFolderDataset(ImageFileDataset):
+    """DATA_ROOT/<class>/**/<image>: the classes are the sub-folders in sorted order (label = position)."""
+
+    para_dict = {
+        'DATA_ROOT': {
+            'value': None,
+            'type': str,
+            'required': True,
+            'description': f'folder with one sub-folder of images per class ({", ".join(IMAGE_EXTENSIONS)})',
+        },
+    }
+
+    def __init__(self, cfg, logger=None):
+        self.classes, samples = list_image_folder(cfg.DATA_ROOT, cfg.path_of('DATA_ROOT'))
+        super().__init__(samples, cfg.path)
+
+
+def list_image_folder(root, where):
+    """(class names, [(path, class index), ...]) of ``root/<class>/**/<image>``, classes in sorted order."""
+    if not os.path.isdir(root):
+        raise DataError(f'{where}: no folder {root}; give the folder that holds one sub-folder of images per class')
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not classes:
+        raise DataError(f'{where}: {root} has no sub-folders; put the images of each class in a folder of its own')
+    samples = []
+    for label, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        files = sorted(os.path.join(path, f) for path, _, names in os.walk(folder) for f in names if _is_image(f))
+        if not files:
+            raise DataError(f'{where}: class folder {folder} holds no image files; fill or remove it')
+        samples += [(f, label) for f in files]
+    return classes, samples
+
+
+@DATASETS.register_class()
+class ImageListDataset(ImageFileDataset):
+    """LIST_FILE lines ``path label`` (label: a class index; blank lines and ``#`` comments skipped)."""
+
+    para_dict = {
+        'LIST_FILE': {
+            'value': None,
+            'type': str,
+            'required': True,
+            'description': 'text file of "path label" lines, e.g. "cat/001.jpg 3"',
+        },
+        'DATA_ROOT': {'value': '', 'description': "folder relative paths start from ('': the list file's folder)"},
+    }
+
+    def __init__(self, cfg, logger=None):
+        path, where = cfg.LIST_FILE, cfg.path_of('LIST_FILE')
+        if not os.path.isfile(path):
+            raise DataError(f'{where}: file not found: {path}')
+        root = cfg.DATA_ROOT or os.path.dirname(os.path.abspath(path))
+        samples = []
+        with open(path, encoding='utf-8') as f:
+            for number, line in enumerate(f, 1):
+                text = line.strip()
+                if text and not text.startswith('#'):
+                    samples.append(_list_entry(text, root, f'{where}: line {number} of {path}'))
+        super().__init__(samples, cfg.path)
+
+
+def _list_entry(text, root, where):
+    """(path under ``root``, class index) of one ``path label`` line; a DataError naming the line otherwise."""
+    parts = text.rsplit(None, 1)
+    if len(parts) < 2:
+        raise DataError(f'{where} ({text!r}) has no label; write "path label" on each line, the label a class index')
+    name, label = parts
+    if not label.isdigit():
+        raise DataError(f'{where} ({text!r}): the label {label!r} is not a class index (a whole number >= 0)')
+    return os.path.join(root, name), int(label)

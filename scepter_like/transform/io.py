@@ -1,0 +1,116 @@
+"""Decoding image files: ``read_image`` (what the image datasets use too) and scepter's Load*FromFile transforms.
+
+A file that cannot be decoded (missing, not an image, truncated) is a DataError naming it;
+truncated images are never padded silently (scepter sets Pillow's ``LOAD_TRUNCATED_IMAGES``).
+"""
+
+import os
+
+from scepter_like.errors import DataError
+from scepter_like.transform.backends import BACKENDS, image_backend
+from scepter_like.transform.keys import read_key, transform_name
+from scepter_like.transform.registry import TRANSFORMS
+
+RGB_ORDERS = ('RGB', 'BGR')
+
+
+def read_image(path, backend='pillow', rgb_order='RGB'):
+    """The image at ``path`` as three channels, in ``backend``'s type (``pillow``: a PIL image).
+
+    Decoded by Pillow for the pillow and torchvision backends, by OpenCV for cv2.
+    """
+    if backend == 'cv2':
+        return _read_cv2(path, rgb_order)
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            img = opened.convert('RGB')  # decodes the whole file: a truncated one fails here
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
+        raise DataError(f'cannot read image {path} ({_first_line(e)}); replace or remove the file') from None
+    if rgb_order == 'BGR':
+        img = Image.merge('RGB', img.split()[::-1])
+    if backend == 'torchvision':
+        return image_backend('torchvision', 'read_image').coerce(img, path)
+    return img
+
+
+def _read_cv2(path, rgb_order):
+    import cv2
+
+    img = cv2.imread(path, cv2.IMREAD_COLOR) if os.path.isfile(path) else None
+    if img is None:
+        state = 'no such file' if not os.path.isfile(path) else 'OpenCV cannot decode it'
+        raise DataError(f'cannot read image {path} ({state}); replace or remove the file')
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if rgb_order == 'RGB' else img
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def meta_path(meta, key, where):
+    """The file ``meta[key]`` names, under ``meta['prefix']`` when the sample gives one (scepter's layout)."""
+    path = read_key(meta, key, f'{where}: meta', 'file key', fix='give each sample its image file there')
+    return os.path.join(meta['prefix'], path) if 'prefix' in meta else path
+
+
+@TRANSFORMS.register_class()
+class LoadImageFromFile:
+    """Decodes ``meta['img_path']`` (under ``meta['prefix']``) into ``img``; records ``meta['rgb_order']``."""
+
+    para_dict = {
+        'RGB_ORDER': {'value': 'RGB', 'description': 'channel order: RGB | BGR', 'choices': list(RGB_ORDERS)},
+        'BACKEND': {
+            'value': 'pillow',
+            'description': 'image type: pillow | cv2 | torchvision',
+            'choices': list(BACKENDS),
+        },
+    }
+    FILE_KEYS = ('img_path',)
+
+    def __init__(self, cfg, logger=None):
+        self.where = transform_name(cfg, self)
+        self.rgb_order = cfg.RGB_ORDER
+        self.backend = cfg.BACKEND
+        image_backend(self.backend, cfg.path_of('BACKEND'))  # a backend that is not installed: an error now
+        self.file_keys = self.FILE_KEYS
+
+    def __call__(self, item):
+        meta = read_key(
+            item, 'meta', self.where, 'file paths', fix=f"give {', '.join(self.file_keys)} in a 'meta' dict"
+        )
+        for key in self.file_keys:
+            try:
+                image = read_image(meta_path(meta, key, self.where), self.backend, self.rgb_order)
+            except DataError as e:
+                raise DataError(f'{self.where}: {e}') from e
+            item[key.replace('_path', '')] = image
+        meta['rgb_order'] = self.rgb_order
+        return item
+
+
+@TRANSFORMS.register_class()
+class LoadImageFromFileList(LoadImageFromFile):
+    """Decodes each of FILE_KEYS from meta; ``x_path`` goes to ``x``."""
+
+    para_dict = {'FILE_KEYS': {'value': ['img_path'], 'type': (str, list), 'description': 'meta keys of image files'}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.file_keys = [cfg.FILE_KEYS] if isinstance(cfg.FILE_KEYS, str) else list(cfg.FILE_KEYS)
+
+
+@TRANSFORMS.register_class()
+class LoadPILImageFromFile(LoadImageFromFile):
+    """LoadImageFromFile with the pillow backend."""
+
+    para_dict = {'BACKEND': {'value': 'pillow', 'description': 'always pillow', 'choices': ['pillow']}}
+
+
+@TRANSFORMS.register_class()
+class LoadCvImageFromFile(LoadImageFromFile):
+    """LoadImageFromFile with the cv2 backend (needs opencv-python-headless)."""
+
+    para_dict = {'BACKEND': {'value': 'cv2', 'description': 'always cv2', 'choices': ['cv2']}}

@@ -1,0 +1,191 @@
+"""Image datasets on real files (PNG folders, list files, CIFAR's pickle layout) and TRANSFORMS in the loader."""
+
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+from image_support import write_cifar10, write_png_folder
+from PIL import Image
+
+from scepter_like.config import Config
+from scepter_like.data.loader import build_data
+from scepter_like.data.registry import DATASETS
+from scepter_like.data.transformed import sample_random
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.utils.distributed import DistInfo
+
+TRAIN_TRANSFORMS = [
+    {'NAME': 'RandomResizedCrop', 'SIZE': 12, 'SCALE': [0.5, 1.0]},
+    {'NAME': 'RandomHorizontalFlip'},
+    {'NAME': 'ImageToTensor'},
+    {'NAME': 'Normalize', 'MEAN': [0.5, 0.5, 0.5], 'STD': [0.25, 0.25, 0.25]},
+    {'NAME': 'Select', 'KEYS': ['img', 'label']},
+]
+
+
+def data_cfg(**keys):
+    return Config({'SOLVER': {'TRAIN_DATA': keys}}).SOLVER.TRAIN_DATA
+
+
+def bundle(cfg, mode='train', seed=7):
+    return build_data(cfg, mode, DistInfo(), seed)
+
+
+@pytest.fixture(scope='module')
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp('pngs')
+    return str(root), write_png_folder(str(root), classes=3, per_class=4)
+
+
+def test_image_folder_gives_decoded_images_and_labels_by_sorted_class(folder):
+    root, samples = folder
+    ds = DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': root})
+    assert ds.classes == ['class_0', 'class_1', 'class_2'] and len(ds) == 12
+    item = ds[5]
+    path, label = samples[5]
+    assert item['label'] == label and item['meta'] == {'img_path': path}
+    assert np.array_equal(np.asarray(item['img']), np.asarray(Image.open(path)))
+
+
+def test_image_list_reads_path_label_lines(folder, tmp_path):
+    root, samples = folder
+    lines = ['# path label', ''] + [f'{os.path.relpath(p, root)} {label}' for p, label in samples[::-1]]
+    (tmp_path / 'list.txt').write_text('\n'.join(lines) + '\n')
+    ds = DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt'), 'DATA_ROOT': root})
+    assert len(ds) == 12 and ds[0]['label'] == samples[-1][1]
+    assert np.array_equal(np.asarray(ds[0]['img']), np.asarray(Image.open(samples[-1][0])))
+
+
+def test_a_list_line_without_a_label_is_one_error(folder, tmp_path):
+    root, samples = folder
+    (tmp_path / 'list.txt').write_text(f'{samples[0][0]} 0\n{samples[1][0]}\n')
+    with pytest.raises(DataError) as e:
+        DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt')})
+    assert str(e.value).startswith(f"LIST_FILE: line 2 of {tmp_path / 'list.txt'} ('{samples[1][0]}') has no label;")
+
+
+def test_a_truncated_image_names_the_file_and_the_item(tmp_path):
+    samples = write_png_folder(str(tmp_path), classes=2, per_class=2)
+    path = samples[3][0]
+    data = open(path, 'rb').read()
+    open(path, 'wb').write(data[: len(data) // 2])
+    ds = DATASETS.build(Config({'D': {'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path)}}).D)
+    ds[2]  # the others still read
+    with pytest.raises(DataError, match=rf'^D: item 3: cannot read image {path} \(.*\); replace or remove the file$'):
+        ds[3]
+
+
+def test_cifar10_reads_the_pickle_layout(tmp_path):
+    root = write_cifar10(str(tmp_path), per_batch=6, test=4)
+    train = DATASETS.build({'NAME': 'ImageClassifyPublicDataset', 'DATA_ROOT': root, 'MODE': 'train'})
+    test = DATASETS.build({'NAME': 'ImageClassifyPublicDataset', 'DATA_ROOT': root, 'MODE': 'test'})
+    assert len(train) == 30 and len(test) == 4
+    with open(os.path.join(root, 'cifar-10-batches-py', 'data_batch_2'), 'rb') as f:
+        batch = pickle.load(f)
+    item = train[7]  # the second file's second image
+    assert set(item) == {'meta', 'img', 'label'} and item['label'] == batch['labels'][1]
+    expected = batch['data'][1].reshape(3, 32, 32).transpose(1, 2, 0)
+    assert isinstance(item['img'], Image.Image) and np.array_equal(np.asarray(item['img']), expected)
+    also = DATASETS.build(
+        {'NAME': 'ImageClassifyPublicDataset', 'DATA_ROOT': os.path.join(root, 'cifar-10-batches-py')}
+    )
+    assert len(also) == 30  # the batches folder itself works too
+
+
+def test_missing_cifar_data_says_where_to_put_it(tmp_path):
+    cfg = Config({'D': {'NAME': 'ImageClassifyPublicDataset', 'DATA_ROOT': str(tmp_path / 'c10')}}).D
+    with pytest.raises(DataError) as e:
+        DATASETS.build(cfg)
+    message = str(e.value)
+    assert message.startswith(f'D.DATA_ROOT: no CIFAR-10 data in {tmp_path / "c10"}; put the python version there:')
+    assert f'{tmp_path / "c10" / "cifar-10-batches-py"}/' in message and 'nothing is downloaded' in message
+    assert '\n' not in message and not (tmp_path / 'c10').exists()
+    with pytest.raises(ConfigError, match='D.DATA_ROOT: give the folder that holds cifar-10-batches-py'):
+        DATASETS.build(Config({'D': {'NAME': 'ImageClassifyPublicDataset'}}).D)
+
+
+class Marker:
+    """Unpickling this creates a file: the code a malicious pickle would run."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+def test_a_cifar_file_holding_code_is_refused_unrun(tmp_path):
+    root = write_cifar10(str(tmp_path), per_batch=2, test=2)
+    marker = tmp_path / 'ran'
+    with open(os.path.join(root, 'cifar-10-batches-py', 'data_batch_3'), 'wb') as f:
+        pickle.dump({'data': Marker(str(marker)), 'labels': [0]}, f)
+    with pytest.raises(
+        DataError, match=r'data_batch_3 is not a CIFAR python file \(UnpicklingError: io\.open is not allowed'
+    ):
+        DATASETS.build({'NAME': 'ImageClassifyPublicDataset', 'DATA_ROOT': root})
+    assert not marker.exists()
+
+
+def test_transforms_run_in_the_loader_with_defaults_recorded(folder):
+    root, _ = folder
+    cfg = data_cfg(NAME='ImageFolderDataset', DATA_ROOT=root, BATCH_SIZE=4, TRANSFORMS=TRAIN_TRANSFORMS)
+    data = bundle(cfg)
+    batch = next(data.iterate())
+    assert set(batch) == {'img', 'label'} and batch['img'].shape == (4, 3, 12, 12) and batch['label'].shape == (4,)
+    assert cfg.TRANSFORMS[0].RATIO == [0.75, 4 / 3] and cfg.TRANSFORMS[1].P == 0.5  # the run's config shows them
+
+
+def test_augmentation_is_a_function_of_seed_pass_and_index(folder):
+    root, _ = folder
+    cfg = dict(NAME='ImageFolderDataset', DATA_ROOT=root, BATCH_SIZE=12, SHUFFLE=False, TRANSFORMS=TRAIN_TRANSFORMS)
+    first = bundle(data_cfg(**cfg))
+    again = bundle(data_cfg(**cfg))
+    assert torch.equal(next(first.iterate())['img'], next(again.iterate())['img'])
+    one = first.dataset[3]['img']
+    first.set_epoch(1)
+    assert not torch.equal(first.dataset[3]['img'], one)  # another pass, other draws
+    first.set_epoch(0)
+    assert torch.equal(first.dataset[3]['img'], one)
+    other_seed = bundle(data_cfg(**cfg), seed=8)
+    assert not torch.equal(other_seed.dataset[3]['img'], one)
+    assert sample_random(7, 1, 3).random() == random.Random((7 << 64) | (1 << 32) | 3).random()
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_batches_of_the_main_process(folder):
+    root, _ = folder
+    cfg = dict(NAME='ImageFolderDataset', DATA_ROOT=root, BATCH_SIZE=3, TRANSFORMS=TRAIN_TRANSFORMS)
+    batches = {}
+    for workers in (0, 2):
+        data = bundle(data_cfg(**cfg, NUM_WORKERS=workers))
+        data.set_epoch(2)
+        batches[workers] = list(data.iterate(start_batch=1))
+    assert len(batches[0]) == 3
+    for a, b in zip(batches[0], batches[2]):
+        assert torch.equal(a['img'], b['img']) and torch.equal(a['label'], b['label'])
+
+
+def test_a_missing_input_key_in_the_loader_names_the_item(folder):
+    root, _ = folder
+    transforms = [{'NAME': 'ImageToTensor', 'INPUT_KEY': 'image'}]
+    data = bundle(
+        data_cfg(NAME='ImageFolderDataset', DATA_ROOT=root, BATCH_SIZE=2, SHUFFLE=False, TRANSFORMS=transforms)
+    )
+    with pytest.raises(DataError) as e:
+        next(data.iterate())
+    assert str(e.value) == (
+        "SOLVER.TRAIN_DATA.TRANSFORMS[0] (ImageToTensor): the sample has no 'image' (its INPUT_KEY); its keys: img,"
+        " label, meta; set INPUT_KEY to one of them, or put the transform that makes 'image' before this one (item 0)"
+    )
+
+
+def test_images_left_as_pil_images_are_one_error_at_batching(folder):
+    root, _ = folder
+    data = bundle(data_cfg(NAME='ImageFolderDataset', DATA_ROOT=root, BATCH_SIZE=2))
+    with pytest.raises(
+        DataError, match=r"sample key 'img' holds a PIL image \(RGB, 16x16\) \(an image: end TRANSFORMS"
+    ):
+        next(data.iterate())
