@@ -127,8 +127,9 @@ class PointSet:
                 raise ConfigError(f'{cfg.path_of("COUNT")}: a point set needs at least 1 point; set COUNT')
         self.batch_size = min(cfg.BATCH_SIZE or self.count, self.count)
         self.batches = math.ceil(self.count / self.batch_size)  # per pass
-        self.added = None  # points added by refinement, [k, dim] tensor
-        self.round = None
+        self.added = []  # (first pass, points [k, dim]): points refinement added, in the set from that pass on
+        self.state = (None, 0)  # (resample round, additions) the arrays hold
+        self.drawn = None  # the arrays of the round's draw
         self.arrays = None  # the set's per-point tensors now
         self.order = None  # this pass's shuffle of a mini-batched set
 
@@ -212,28 +213,26 @@ class PointSet:
         """Use the points and order of pass ``pass_index``; returns whether they changed."""
         every = self.cfg.RESAMPLE_EVERY if self.fixed is None else 0
         round_ = pass_index // every if every else 0
-        changed = round_ != self.round
+        added = [points for first, points in self.added if first <= pass_index]
+        changed = (round_, len(added)) != self.state
         if changed:
-            self.round = round_
-            self._use(self.draw(round_))
+            if round_ != self.state[0]:
+                self.drawn = self.draw(round_)
+            self.state = (round_, len(added))
+            self.arrays = dict(self.drawn)
+            if added:
+                x = self.arrays[self.x_key]
+                self.arrays[self.x_key] = torch.cat([x, *(p.to(x.dtype) for p in added)])
         if self.batches > 1:  # a mini-batched set: a new shuffle each pass
             rng = np.random.default_rng([self.seed, self.index, pass_index, 1])
             self.order = torch.from_numpy(rng.permutation(len(self.arrays[self.x_key])))
             changed = True
         return changed
 
-    def _use(self, arrays):
-        if self.added is not None:
-            arrays[self.x_key] = torch.cat([arrays[self.x_key], self.added.to(arrays[self.x_key].dtype)])
-        self.arrays = arrays
-
-    def add_points(self, points):
-        """Keep ``points`` ``[k, dim]`` in the set from now on (an interior set: no condition arrays to extend)."""
-        self.added = points if self.added is None else torch.cat([self.added, points])
-        self.arrays[self.x_key] = torch.cat([self.arrays[self.x_key], points.to(self.arrays[self.x_key].dtype)])
-        if self.order is not None:
-            n, k = len(self.order), len(points)
-            self.order = torch.cat([self.order, torch.arange(n, n + k)])
+    def candidates(self, count, method, round_):
+        """``count`` interior points of refinement round ``round_``: a pure function of (SEED, set, round)."""
+        rng = np.random.default_rng([self.seed, self.index, round_, 2])
+        return _as_tensor(self.domain.interior(count, lambda m, columns: unit_points(method, m, columns, rng)))
 
     def chunk(self, item):
         """The arrays of this set in step-item ``item``: its share for one rank and step."""
@@ -318,6 +317,7 @@ class PointSets(torch.utils.data.Dataset):
 
     def set_epoch(self, pass_index):
         """Use the points and orders of pass ``pass_index`` (the loop calls it before each pass)."""
+        self.pass_index = pass_index
         if any([s.set_pass(pass_index) for s in self.sets]):
             self._batches = {}
 
@@ -327,10 +327,13 @@ class PointSets(torch.utils.data.Dataset):
                 return s
         raise ConfigError(f'{where}: no point set is called {name!r}; the sets are {[s.name for s in self.sets]}')
 
-    def add_points(self, name, points):
-        """Add ``points`` to the interior set ``name`` for the rest of the run (residual-based refinement)."""
-        self.set_named(name).add_points(points)
-        self._batches = {}
+    def add_points(self, name, points, first_pass):
+        """Add ``points`` ``[k, dim]`` to the interior set ``name`` from pass ``first_pass`` on (refinement).
+
+        Points that belong to a pass already under way wait for the next one, so where they
+        enter depends only on the pass, and a run resumed mid-pass sees the same batches.
+        """
+        self.set_named(name).added.append((first_pass, points))
 
     def take(self, idx):
         """The batch of step-item ``idx[0]`` (one item: the loader's batch size is 1)."""
