@@ -239,9 +239,11 @@ class PointSet:
         chunks = self.batches * self.world_size
         if chunks == 1:
             return self.arrays
-        n = len(self.arrays[self.x_key])
-        order = self.order if self.order is not None else torch.arange(n)
-        rows = torch.tensor_split(order, chunks)[item % chunks]
+        n, c = len(self.arrays[self.x_key]), item % chunks
+        begin, end = c * n // chunks, (c + 1) * n // chunks  # chunk sizes differ by one at most
+        if self.order is None:  # a full-batch set's share of one rank: a slice, no copy
+            return {k: v[begin:end] for k, v in self.arrays.items()}
+        rows = self.order[begin:end]
         return {k: v.index_select(0, rows) for k, v in self.arrays.items()}
 
 

@@ -46,7 +46,7 @@ from scepter_like.model.registry import MODELS
 
 def mean_square(residual):
     """The mean of ``residual ** 2`` (0 for an empty set of points, not NaN)."""
-    return residual.pow(2).sum() / max(residual.numel(), 1)
+    return residual.square().mean() if residual.numel() else residual.sum()
 
 
 class PhysicsInformedModel(BaseModel):
@@ -137,11 +137,7 @@ class PhysicsInformedModel(BaseModel):
                 f' the batch holds {sorted(batch)}'
             )
         losses = {}
-        for point_set in problem.sets:
-            x = batch[batch_key(point_set.name, COORD_KEY)]
-            if point_set.needs_grad:
-                x = x.detach().requires_grad_(True)
-            u = self.field(x)
+        for point_set, x, u in self._fields(problem, batch):
             d = Derivatives(u, x, problem.coordinates)
             if point_set.kind == 'interior':
                 add_terms(losses, point_set.name, self.pde_residual(x, u, d))
@@ -150,6 +146,24 @@ class PhysicsInformedModel(BaseModel):
         for name in self.parameter_names:
             losses[name] = getattr(self, name)
         return losses
+
+    def _fields(self, problem, batch):
+        """``(point set, x, u)`` of each set: its points (requiring grad where derivatives are taken) and the field
+        there; the sets taking no derivatives share one network call."""
+        points = {s.name: batch[batch_key(s.name, COORD_KEY)] for s in problem.sets}
+        plain = [s for s in problem.sets if not s.needs_grad]
+        fields = {}
+        if plain:
+            sizes = [len(points[s.name]) for s in plain]
+            joined = self.field(torch.cat([points[s.name] for s in plain]) if len(plain) > 1 else points[plain[0].name])
+            fields = dict(zip([s.name for s in plain], joined.split(sizes)))
+        for point_set in problem.sets:
+            x = points[point_set.name]
+            if point_set.needs_grad:
+                x = x.detach().requires_grad_(True)
+                yield point_set, x, self.field(x)
+            else:
+                yield point_set, x, fields[point_set.name]
 
 
 def add_terms(losses, name, residual):

@@ -133,7 +133,14 @@ def _grid_image(coords, values):
 
 
 def render_field(coords, pred, exact=None, title='', axes=DEFAULT_AXES):
-    """PNG bytes of the field ``pred`` (and ``exact`` and ``|pred - exact|``) at ``coords`` (axes named ``axes``)."""
+    """PNG bytes of ``field_figure``."""
+    buf = io.BytesIO()
+    field_figure(coords, pred, exact, title, axes).savefig(buf, format='png')
+    return buf.getvalue()
+
+
+def field_figure(coords, pred, exact=None, title='', axes=DEFAULT_AXES):
+    """A figure of the field ``pred`` (and ``exact`` and ``|pred - exact|``) at ``coords``, axes named ``axes``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -174,6 +181,4 @@ def render_field(coords, pred, exact=None, title='', axes=DEFAULT_AXES):
             ax.set_ylabel(axes[1])
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format='png')
-    return buf.getvalue()
+    return fig
