@@ -363,3 +363,52 @@ def test_onnx_export_of_a_pinn_matches_onnxruntime(trained_heat, tmp_path, capsy
     model.eval()
     with torch.no_grad():
         np.testing.assert_allclose(u, model(x=torch.from_numpy(points))['u'].numpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- L-BFGS: one iteration per step is one step(closure) call of many iterations -----------------------
+def test_lbfgs_steps_without_line_search_equal_one_call_of_many_iterations_in_float64(tmp_path):
+    cfg = yaml.safe_load(open(POISSON))
+    solver_cfg = cfg['SOLVER']
+    lbfgs = solver_cfg['OPTIMIZER_PHASES'][0]['OPTIMIZER']  # the shipped settings: DeepXDE's, no line search
+    solver_cfg.update(
+        WORK_DIR=str(tmp_path / 'run'),
+        MAX_EPOCHS=6,
+        OPTIMIZER=lbfgs,
+        OPTIMIZER_PHASES=[],
+        DTYPE='float64',
+        EVAL_DATA=None,
+        EVAL_HOOKS=[],
+        METRICS=[],
+        TRAIN_HOOKS=[{'NAME': 'BackwardHook'}],
+    )
+    solver_cfg['TRAIN_DATA']['SETS']['pde']['COUNT'] = 60
+    solver_cfg['TRAIN_DATA']['SETS']['bc']['COUNT'] = 20
+    solver = build_solver(cfg)
+    hand = __import__('copy').deepcopy(solver.unwrapped_model)
+    batch = solver.datas['train'].dataset.take([0])
+    solver.solve()
+    solver.close()
+
+    opt = torch.optim.LBFGS(
+        hand.parameters(),
+        lr=1,
+        max_iter=6,
+        max_eval=100,
+        tolerance_grad=1e-8,
+        tolerance_change=0,
+        history_size=100,
+        line_search_fn=None,
+    )
+
+    def closure():
+        opt.zero_grad()
+        out = hand(**batch)
+        loss = out['loss_pde'] + out['loss_bc']
+        loss.backward()
+        return loss
+
+    opt.step(closure)  # DeepXDE's way: one call
+    assert opt.state_dict()['state'][0]['n_iter'] == 6
+    for mine, theirs in zip(solver.unwrapped_model.parameters(), hand.parameters()):
+        assert torch.equal(mine, theirs)
+    assert solver.optimizer.state_dict()['state'][0]['func_evals'] == 6  # one evaluation per iteration

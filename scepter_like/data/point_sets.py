@@ -346,7 +346,7 @@ class PointSets(torch.utils.data.Dataset):
             for s in self.sets:
                 batch.update(s.chunk(item))
             self._batches[item] = batch
-        return dict(batch)
+        return batch  # the same dict each step while the points stay: batches are read, never changed
 
     __getitems__ = ArrayDataset.__getitems__
 
