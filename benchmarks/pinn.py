@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """PINN figures: the toolkit against what its users would otherwise run.
 
-``python benchmarks/pinn.py burgers|poisson|heat|lines|all [--json FILE]``
+``python benchmarks/pinn.py burgers|poisson|recipe|heat|lines|all [--json FILE]``
 
 - ``burgers [--steps 5000] [--turn-steps 1000]``: ``configs/pinn/burgers1d.yaml``'s Adam phase
   against DeepXDE 1.15's own Burgers example (``deepxde_burgers.py``: same point counts and
@@ -17,6 +17,8 @@
   ``step(closure)`` of 1,000 iterations, no line search).  Both processes of a round run at
   the same time, so both see the same machine; wall and CPU seconds (os.wait4) and the
   relative L2 error of each.
+- ``recipe``: the whole shipped Burgers recipe (15,000 Adam steps, then L-BFGS) as run_train
+  runs it; its relative L2 error.
 - ``heat``: ``configs/pinn/heat_inverse.yaml`` as run_train runs it; the learned D against 0.1.
 - ``lines``: the lines a user writes for Burgers and for the inverse heat problem (the model
   module and the config, blank and comment lines left out) beside DeepXDE's.
@@ -182,17 +184,29 @@ def poisson(rounds, folder):
     }
 
 
-def heat(folder):
-    work = os.path.join(folder, 'heat')
+def run_train(cfg_path, work):
+    """``tools/run_train.py --cfg cfg_path`` into ``work``, as a user starts it; its wall seconds."""
     start = time.perf_counter()
     res = subprocess.run(
-        [sys.executable, 'tools/run_train.py', '--cfg', HEAT_CFG, f'SOLVER.WORK_DIR={work}'],
+        [sys.executable, 'tools/run_train.py', '--cfg', cfg_path, f'SOLVER.WORK_DIR={work}'],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     if res.returncode:
         raise RuntimeError(res.stderr[-3000:])
+    return time.perf_counter() - start
+
+
+def recipe(folder):
+    work = os.path.join(folder, 'burgers-recipe')
+    wall = run_train(BURGERS_CFG, work)
+    return {'relative_l2': last_eval(work, 'relative_l2'), 'wall_s': wall}
+
+
+def heat(folder):
+    work = os.path.join(folder, 'heat')
+    wall = run_train(HEAT_CFG, work)
     with open(os.path.join(work, 'metrics.jsonl')) as f:
         trains = [r for r in map(json.loads, f) if r['kind'] == 'train']
     learned = trains[-1]['values']['D']
@@ -200,7 +214,7 @@ def heat(folder):
         'learned_D': learned,
         'relative_error_of_D': abs(learned - 0.1) / 0.1,
         'relative_l2': last_eval(work, 'relative_l2'),
-        'wall_s': time.perf_counter() - start,
+        'wall_s': wall,
     }
 
 
@@ -228,13 +242,13 @@ def lines():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('what', choices=['burgers', 'poisson', 'heat', 'lines', 'all'])
+    parser.add_argument('what', choices=['burgers', 'poisson', 'recipe', 'heat', 'lines', 'all'])
     parser.add_argument('--steps', type=int, default=5000, help='burgers: Adam steps each')
     parser.add_argument('--turn-steps', type=int, default=1000, help='burgers: steps per turn')
     parser.add_argument('--rounds', type=int, default=1, help='poisson: concurrent pairs of runs')
     parser.add_argument('--json', default='')
     args = parser.parse_args(argv)
-    chosen = ['burgers', 'poisson', 'heat', 'lines'] if args.what == 'all' else [args.what]
+    chosen = ['burgers', 'poisson', 'recipe', 'heat', 'lines'] if args.what == 'all' else [args.what]
     results = {}
     with tempfile.TemporaryDirectory(prefix='scepter_bench_pinn_') as folder:
         for what in chosen:
@@ -242,6 +256,8 @@ def main(argv=None):
                 results[what] = burgers(args.steps, args.turn_steps, folder)
             elif what == 'poisson':
                 results[what] = poisson(args.rounds, folder)
+            elif what == 'recipe':
+                results[what] = recipe(folder)
             elif what == 'heat':
                 results[what] = heat(folder)
             else:

@@ -412,3 +412,26 @@ def test_lbfgs_steps_without_line_search_equal_one_call_of_many_iterations_in_fl
     for mine, theirs in zip(solver.unwrapped_model.parameters(), hand.parameters()):
         assert torch.equal(mine, theirs)
     assert solver.optimizer.state_dict()['state'][0]['func_evals'] == 6  # one evaluation per iteration
+
+
+# -- DDP: two ranks, each with its share of every set, refining together -----------------------------
+@pytest.mark.slow
+def test_burgers_under_two_process_torchrun_with_refinement(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import tool_env
+    from test_distributed import free_port
+
+    work = tmp_path / 'run'
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
+    cmd += [os.path.join(TOOLS, 'run_train.py'), '--cfg', BURGERS, f'SOLVER.WORK_DIR={work}', *SMALL_BURGERS]
+    cmd += ['SOLVER.MAX_EPOCHS=4', 'SOLVER.OPTIMIZER_PHASES.0.AT_STEP=2', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=1']
+    cmd += ['SOLVER.TRAIN_HOOKS+={NAME: RARHook, EVERY: 1, CANDIDATES: 50, ADD: 2}']
+    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = (work / 'std_log.txt').read_text()
+    assert log.count('RAR round') == 4 and 'world size 2' in log
+    records = read_metrics(work / METRICS_FILE)
+    assert [r['step'] for r in records if r['kind'] == 'train'] == [1, 2, 3, 4]
+    assert [r for r in records if r['kind'] == 'eval'][-1]['values']['relative_l2'] > 0
