@@ -209,9 +209,13 @@ BAD = {
         r' needs outward normals',
     ),
     'no points': ({'pde': {'KIND': 'interior', 'COUNT': 0}}, r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.COUNT: a point set'),
+    'observations of the wrong shape': (
+        {'d': {'KIND': 'observations', 'POINTS': [[0.1]], 'VALUES': [1.0]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.d\.POINTS: POINTS are rows of 2 coordinates \(x, y\)',
+    ),
     'a key of another kind': (
         {'pde': {'KIND': 'interior', 'COUNT': 3, 'FACES': ['x']}},
-        r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.FACES: a interior set takes no FACES',
+        r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.FACES: a set of KIND interior takes no FACES',
     ),
     'a boundary set without conditions': (
         {'bc': {'KIND': 'boundary', 'COUNT': 3}},

@@ -57,7 +57,7 @@ class Condition:
             why = ' (it needs outward normals, which only boundary points have)' if self.NEEDS_NORMALS else ''
             raise ConfigError(
                 f'{cfg.path_of("NAME")}: a {cfg.NAME} condition belongs on a {" or ".join(self.SET_KINDS)}'
-                f' set{why}; {point_set!r} is a {kind} set'
+                f' set{why}; {point_set!r} is a set of KIND {kind}'
             )
 
     def value_key(self):

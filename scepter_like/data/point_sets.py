@@ -110,7 +110,7 @@ class PointSet:
         unused = sorted(given - {'KIND', 'BATCH_SIZE', *_KEYS_OF[self.kind]})
         if unused:
             raise ConfigError(
-                f'{cfg.path_of(unused[0])}: a {self.kind} set takes no {unused[0]}; its keys:'
+                f'{cfg.path_of(unused[0])}: a set of KIND {self.kind} takes no {unused[0]}; its keys:'
                 f' KIND, BATCH_SIZE, {", ".join(_KEYS_OF[self.kind])}'
             )
         self.domain, self.seed, self.index, self.world_size = domain, seed, index, world_size
@@ -168,8 +168,13 @@ class PointSet:
         if cfg.FILE:
             points, values = read_observations(cfg.FILE, dim, columns, cfg.path_of('FILE'), self.domain.names)
         elif cfg.POINTS is not None and cfg.VALUES is not None:
-            points = np.asarray(cfg.POINTS, dtype=np.float64).reshape(-1, dim)
-            values = np.asarray(cfg.VALUES, dtype=np.float64).reshape(len(points), columns)
+            points, values = np.asarray(cfg.POINTS, dtype=np.float64), np.asarray(cfg.VALUES, dtype=np.float64)
+            if points.ndim != 2 or points.shape[1] != dim or values.size != len(points) * columns:
+                raise ConfigError(
+                    f'{cfg.path_of("POINTS")}: POINTS are rows of {dim} coordinates ({", ".join(self.domain.names)})'
+                    f' and VALUES {columns} number(s) per point (COMPONENTS); got {points.shape} and {values.size}'
+                )
+            values = values.reshape(len(points), columns)
         else:
             raise ConfigError(f'{cfg.path}: an observations set needs FILE, or POINTS and VALUES')
         if len(points) == 0:
