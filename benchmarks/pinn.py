@@ -10,6 +10,9 @@
   each side's steps, and the relative L2 error of both on the 201x101 grid against the
   Cole-Hopf solution.  DeepXDE's turns are ``model.train(iterations=TURN_STEPS)`` calls
   (with its default display every 1,000 steps, as one call of all the steps has).
+- ``burgers-run [--steps 5000] [--rounds 1]``: whole processes as users start them, at the same
+  time: ``tools/run_train.py --cfg configs/pinn/burgers1d.yaml`` cut to its Adam phase against
+  ``deepxde_burgers.py`` (train, then the error on the same grid); wall and CPU seconds.
 - ``poisson [--rounds 1]``: the whole process a user starts, ``tools/run_train.py --cfg
   configs/pinn/poisson2d.yaml`` (2,000 Adam steps and 1,000 L-BFGS iterations, six
   evaluations with their field plots, checkpoints), against ``pinn_hand_poisson.py``, the
@@ -148,33 +151,28 @@ def run_concurrently(commands, logs):
     return done
 
 
-def last_eval(work_dir, key):
-    with open(os.path.join(work_dir, 'metrics.jsonl')) as f:
-        evals = [r for r in map(json.loads, f) if r['kind'] == 'eval']
-    return evals[-1]['values'][key]
-
-
-def poisson(rounds, folder):
+def compare_processes(name, commands, rounds, folder):
+    """Each round runs ``commands`` ({'toolkit': argv, other: argv}; ``{work}`` in an argument: the round's
+    WORK_DIR) at once; their times, the ratios and each side's relative L2 error."""
+    other = next(k for k in commands if k != 'toolkit')
     results = []
     for r in range(rounds):
-        work = os.path.join(folder, f'poisson-{r}')
-        logs = {'toolkit': work + '-toolkit.log', 'hand': work + '-hand.log'}
-        commands = {
-            'toolkit': [sys.executable, 'tools/run_train.py', '--cfg', POISSON_CFG, f'SOLVER.WORK_DIR={work}'],
-            'hand': [sys.executable, os.path.join(HERE, 'pinn_hand_poisson.py'), '--seed', str(SEED)],
-        }
-        done = run_concurrently(commands, logs)
+        work = os.path.join(folder, f'{name}-{r}')
+        logs = {side: f'{work}-{side}.log' for side in commands}
+        done = run_concurrently(
+            {side: [a.replace('{work}', work) for a in argv] for side, argv in commands.items()}, logs
+        )
         if any(status for _, _, status in done.values()):
-            raise RuntimeError(f'a Poisson run failed: {done}; see {logs}')
-        with open(logs['hand']) as f:
-            hand = json.loads(f.read().strip().splitlines()[-1])
+            raise RuntimeError(f'a {name} run failed: {done}; see {logs}')
+        with open(logs[other]) as f:
+            theirs = json.loads(f.read().strip().splitlines()[-1])
         results.append(
             {
-                'wall_s': {name: done[name][0] for name in done},
-                'cpu_s': {name: done[name][1] for name in done},
-                'ratio_wall': done['toolkit'][0] / done['hand'][0],
-                'ratio_cpu': done['toolkit'][1] / done['hand'][1],
-                'relative_l2': {'toolkit': last_eval(work, 'relative_l2'), 'hand': hand['relative_l2']},
+                'wall_s': {side: done[side][0] for side in done},
+                'cpu_s': {side: done[side][1] for side in done},
+                'ratio_wall': done['toolkit'][0] / done[other][0],
+                'ratio_cpu': done['toolkit'][1] / done[other][1],
+                'relative_l2': {'toolkit': last_eval(work, 'relative_l2'), other: theirs['relative_l2']},
             }
         )
     return {
@@ -182,6 +180,25 @@ def poisson(rounds, folder):
         'ratio_wall_median': statistics.median(r['ratio_wall'] for r in results),
         'ratio_cpu_median': statistics.median(r['ratio_cpu'] for r in results),
     }
+
+
+def burgers_run(steps, rounds, folder):
+    toolkit = [sys.executable, 'tools/run_train.py', '--cfg', BURGERS_CFG, 'SOLVER.WORK_DIR={work}']
+    toolkit += [f'SOLVER.MAX_EPOCHS={steps}', f'SOLVER.EVAL_INTERVAL={steps}', 'SOLVER.OPTIMIZER_PHASES=[]']
+    deepxde = [sys.executable, os.path.join(HERE, 'deepxde_burgers.py'), '--steps', str(steps), '--seed', str(SEED)]
+    return compare_processes('burgers-run', {'toolkit': toolkit, 'deepxde': deepxde}, rounds, folder)
+
+
+def last_eval(work_dir, key):
+    with open(os.path.join(work_dir, 'metrics.jsonl')) as f:
+        evals = [r for r in map(json.loads, f) if r['kind'] == 'eval']
+    return evals[-1]['values'][key]
+
+
+def poisson(rounds, folder):
+    toolkit = [sys.executable, 'tools/run_train.py', '--cfg', POISSON_CFG, 'SOLVER.WORK_DIR={work}']
+    hand = [sys.executable, os.path.join(HERE, 'pinn_hand_poisson.py'), '--seed', str(SEED)]
+    return compare_processes('poisson', {'toolkit': toolkit, 'hand': hand}, rounds, folder)
 
 
 def run_train(cfg_path, work):
@@ -242,18 +259,20 @@ def lines():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('what', choices=['burgers', 'poisson', 'recipe', 'heat', 'lines', 'all'])
+    parser.add_argument('what', choices=['burgers', 'burgers-run', 'poisson', 'recipe', 'heat', 'lines', 'all'])
     parser.add_argument('--steps', type=int, default=5000, help='burgers: Adam steps each')
     parser.add_argument('--turn-steps', type=int, default=1000, help='burgers: steps per turn')
-    parser.add_argument('--rounds', type=int, default=1, help='poisson: concurrent pairs of runs')
+    parser.add_argument('--rounds', type=int, default=1, help='burgers-run, poisson: concurrent pairs of runs')
     parser.add_argument('--json', default='')
     args = parser.parse_args(argv)
-    chosen = ['burgers', 'poisson', 'recipe', 'heat', 'lines'] if args.what == 'all' else [args.what]
+    chosen = ['burgers', 'burgers-run', 'poisson', 'recipe', 'heat', 'lines'] if args.what == 'all' else [args.what]
     results = {}
     with tempfile.TemporaryDirectory(prefix='scepter_bench_pinn_') as folder:
         for what in chosen:
             if what == 'burgers':
                 results[what] = burgers(args.steps, args.turn_steps, folder)
+            elif what == 'burgers-run':
+                results[what] = burgers_run(args.steps, args.rounds, folder)
             elif what == 'poisson':
                 results[what] = poisson(args.rounds, folder)
             elif what == 'recipe':
