@@ -69,7 +69,8 @@ class PhysicsInformedModel(BaseModel):
         super().__init__(cfg, logger)
         network_cfg = cfg.NETWORK
         features = dict(cfg.FOURIER_FEATURES or {})
-        if features:
+        self.fourier = bool(features)
+        if self.fourier:
             network_cfg = self._fourier_features(features, cfg)
         self.network = MODELS.build(network_cfg, logger=logger)
         self.parameter_names = []
@@ -110,7 +111,7 @@ class PhysicsInformedModel(BaseModel):
     def field(self, x):
         """The field at points ``x`` ``[N, dim]``: the network (after Fourier features) and output_transform."""
         inputs = x
-        if self.cfg.FOURIER_FEATURES:
+        if self.fourier:
             angles = 2 * math.pi * x @ self.fourier_matrix
             inputs = torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
         return self.output_transform(x, self.network(inputs))
