@@ -19,7 +19,7 @@ class GradCaptureHook(Hook):
         self.grads, self.batches = [], []
 
     def before_iter(self, solver):
-        self.batches.append({k: v.clone() for k, v in solver.step.batch.items()})
+        self.batches.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in solver.step.batch.items()})
 
     def after_backward(self, solver):
         self.grads.append([p.grad.clone() for p in solver.unwrapped_model.parameters()])

@@ -26,12 +26,13 @@ LBFGS = {'NAME': 'LBFGS', 'LEARNING_RATE': 1.0, 'MAX_ITER': 1, 'MAX_EVAL': 10, '
 
 
 def poisson_cfg(work_dir, steps, **solver_keys):
-    """The Poisson config on 48 + 16 points (one full batch: one step per epoch), an 11x11 grid, no hooks."""
+    """The Poisson config on 48 + 16 points (full batch: one step per epoch), an 11x11 grid, no hooks."""
     with open(POISSON_CFG) as f:
         cfg = yaml.safe_load(f)
     solver = cfg['SOLVER']
     solver.update(WORK_DIR=str(work_dir), MAX_EPOCHS=steps, EVAL_INTERVAL=steps, OPTIMIZER_PHASES=[])
-    solver['TRAIN_DATA'].update(NUM_INTERIOR=48, NUM_BOUNDARY=16, BATCH_SIZE=64)
+    solver['TRAIN_DATA']['SETS']['pde']['COUNT'] = 48
+    solver['TRAIN_DATA']['SETS']['bc']['COUNT'] = 16
     solver['EVAL_DATA'].update(RESOLUTION=[11, 11], BATCH_SIZE=121)
     solver['TRAIN_HOOKS'] = [{'NAME': 'BackwardHook'}]
     solver['EVAL_HOOKS'] = []
@@ -47,7 +48,7 @@ def test_lbfgs_through_backward_hook_equals_a_hand_written_lbfgs_loop_in_float64
     solver = build_solver(poisson_cfg(tmp_path / 'run', 5, OPTIMIZER=LBFGS, DTYPE='float64'))
     hand = copy.deepcopy(solver.unwrapped_model)
     batch = full_batch(solver)
-    assert batch['x'].dtype == torch.float64
+    assert batch['pde.x'].dtype == torch.float64
     assert all(p.dtype == torch.float64 for p in solver.unwrapped_model.parameters())
     solver.solve()
     solver.close()
@@ -171,13 +172,13 @@ def test_pcgrad_in_the_solver_steps_with_the_projected_gradient(tmp_path):
 
 def test_resampled_points_change_with_the_pass(tmp_path):
     cfg = poisson_cfg(tmp_path / 'run', 3)
-    cfg['SOLVER']['TRAIN_DATA']['RESAMPLE_EVERY'] = 2
+    cfg['SOLVER']['TRAIN_DATA']['SETS']['pde']['RESAMPLE_EVERY'] = 2
     cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'GradCaptureHook'})
     solver = build_solver(cfg)
     capture = next(h for h in solver.hooks_dict['train'] if isinstance(h, GradCaptureHook))
     solver.solve()
     solver.close()
-    first, second, third = (b['x'] for b in capture.batches)
+    first, second, third = (b['pde.x'] for b in capture.batches)
     assert torch.equal(first, second) and not torch.equal(second, third)  # round 0 for passes 0-1, then round 1
 
 
@@ -195,7 +196,7 @@ def kill_job(tmp_path):
             {'NAME': 'KillHook'},
         ],
     )
-    cfg['SOLVER']['TRAIN_DATA']['RESAMPLE_EVERY'] = 4
+    cfg['SOLVER']['TRAIN_DATA']['SETS']['pde']['RESAMPLE_EVERY'] = 4
     path = tmp_path / 'job.yaml'
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -1,63 +1,358 @@
-"""Axis-aligned boxes to draw collocation points from: an interval (1-D), a rectangle (2-D), a box (3-D, or more).
+"""Regions of space to draw collocation points from: interval, rectangle / box, disk / ball, polygon, and
+their unions and differences.
 
-Points are drawn with a ``numpy.random.Generator`` the caller passes in, so a draw is a
-pure function of that generator's seed.  Interior points are uniform in the open box;
-boundary points are uniform over the boundary's measure (each face is chosen with
-probability proportional to its area; an interval's two end points are equally likely).
+Every region knows its signed distance ``sdf(p)`` (negative inside, zero on the boundary,
+positive outside; exact in sign, and in value near the boundary) and its boundary as
+pieces of known measure that map points of the unit cube onto the boundary, with outward
+normals.  That is all sampling needs:
+
+- interior points: unit-cube points mapped onto the bounding box, kept where ``sdf < 0``;
+- boundary points: unit-cube points mapped onto the pieces (a piece picked with probability
+  proportional to its measure by the first coordinate), kept where the point lies on the
+  region's own boundary (``|sdf| <= tolerance``): a union drops what lies inside another
+  part, a difference keeps the parts of the subtracted region's boundary inside the first
+  one, with their normals turned around.
+
+Sampling draws unit points through a ``draw(m, columns)`` function (``sampling.unit_points``
+with its method and generator), so every draw is a pure function of the seed.  The
+``GEOMETRIES`` entries (``Interval``, ``Rectangle``, ``Box``, ``Disk``, ``Ball``, ``Polygon``,
+``Union``, ``Difference``) build these from a config.
 """
 
 import numpy as np
 
+from scepter_like.data.registry import GEOMETRIES
 from scepter_like.errors import ConfigError
 
+RELATIVE_TOLERANCE = 1e-9  # of the bounding box's diagonal: how far from a boundary a point still lies on it
+MAX_DOUBLINGS = 24
 
-class Box:
-    """The box ``[low_0, high_0] x ... x [low_{d-1}, high_{d-1}]``; ``high > low`` on every axis."""
+
+def rejection_sample(n, candidates):
+    """The first ``n`` points ``candidates(m)`` keeps, drawing ``m = n, 2n, 4n, ...`` candidates until enough.
+
+    ``candidates(m)`` returns ``(points, keep mask)`` (or a tuple of arrays and the mask);
+    each try is a fresh draw, so the result is a pure function of the generator's state.
+    """
+    m = max(n, 1)
+    for _ in range(MAX_DOUBLINGS):
+        *arrays, keep = candidates(m)
+        if keep.sum() >= n:
+            arrays = [a[keep][:n] for a in arrays]
+            return arrays[0] if len(arrays) == 1 else tuple(arrays)
+        m *= 2
+    raise ValueError(f'could not draw {n} points from {m} candidates: the region is too thin to sample')
+
+
+def pick_piece(u0, measures):
+    """For unit values ``u0``, the piece each falls in (pieces sized by ``measures``) and ``u0`` rescaled
+    to [0, 1) within that piece."""
+    edges = np.concatenate([[0.0], np.cumsum(measures)]) / np.sum(measures)
+    index = np.clip(np.searchsorted(edges, u0, side='right') - 1, 0, len(measures) - 1)
+    width = edges[index + 1] - edges[index]
+    return index, np.clip((u0 - edges[index]) / np.where(width > 0, width, 1.0), 0.0, np.nextafter(1.0, 0.0))
+
+
+class Geometry:
+    """A closed region of R^dim with a bounding box ``low``..``high``."""
+
+    dim = 0
+    low = high = None
+
+    def sdf(self, points):
+        raise NotImplementedError
+
+    def pieces(self):
+        """``[(primitive, sign)]``: the primitives whose boundaries make up this one's (sign -1: normals turned)."""
+        return [(self, 1.0)]
+
+    @property
+    def tolerance(self):
+        return RELATIVE_TOLERANCE * float(np.linalg.norm(self.high - self.low))
+
+    def interior_from_unit(self, u):
+        """Unit points ``[m, dim]`` on the bounding box, and the mask of those strictly inside."""
+        points = self.low + u * (self.high - self.low)
+        return points, self.sdf(points) < 0
+
+    def boundary_from_unit(self, u):
+        """Unit points ``[m, dim]`` on the boundary: ``(points, outward normals, mask of the kept ones)``."""
+        pieces = self.pieces()
+        index, u0 = pick_piece(u[:, 0], [p.measure for p, _ in pieces])
+        points, normals = np.empty_like(u), np.empty_like(u)
+        for k, (piece, sign) in enumerate(pieces):
+            rows = index == k
+            if rows.any():
+                part = u[rows].copy()
+                part[:, 0] = u0[rows]
+                points[rows], normals[rows] = piece.boundary_points(part)
+                normals[rows] *= sign
+        return points, normals, np.abs(self.sdf(points)) <= self.tolerance
+
+    def sample_interior(self, n, draw):
+        return rejection_sample(n, lambda m: self.interior_from_unit(draw(m, self.dim)))
+
+    def sample_boundary(self, n, draw):
+        """``n`` boundary points and their outward unit normals, float64 ``[n, dim]`` each."""
+        return rejection_sample(n, lambda m: self.boundary_from_unit(draw(m, self.dim)))
+
+
+def _as_vector(value, where, name):
+    array = np.asarray(value, dtype=np.float64).reshape(-1)
+    if array.size == 0 or not np.all(np.isfinite(array)):
+        raise ConfigError(f'{where}: {name} needs finite numbers, got {value!r}')
+    return array
+
+
+class Box(Geometry):
+    """The box ``[low_0, high_0] x ...``: an interval (1-D), a rectangle (2-D), a box (3-D or more)."""
 
     def __init__(self, low, high, where='GEOMETRY'):
-        low, high = np.asarray(low, dtype=np.float64).reshape(-1), np.asarray(high, dtype=np.float64).reshape(-1)
-        if low.size == 0 or low.shape != high.shape:
+        low, high = _as_vector(low, where, 'LOW'), _as_vector(high, where, 'HIGH')
+        if low.shape != high.shape:
             raise ConfigError(
                 f'{where}: LOW and HIGH need the same number (>= 1) of coordinates, got {low.tolist()} and'
                 f' {high.tolist()}'
             )
-        extent = high - low
-        if not np.all(np.isfinite(extent)) or np.any(extent <= 0):
+        if np.any(high <= low):
             raise ConfigError(
-                f'{where}: each HIGH coordinate must exceed its LOW one (extent HIGH - LOW = {extent.tolist()});'
+                f'{where}: each HIGH coordinate must exceed its LOW one (extent HIGH - LOW = {(high - low).tolist()});'
                 ' fix LOW / HIGH'
             )
-        self.low, self.high, self.extent = low, high, extent
+        self.low, self.high, self.dim = low, high, low.size
+
+    def face_measures(self, axes=None):
+        """Measure of each of the ``2 * dim`` faces (axis 0 low, axis 0 high, axis 1 low, ...); faces of axes
+        not in ``axes`` (when given) count 0."""
+        extent = self.high - self.low
+        areas = np.repeat([np.prod(np.delete(extent, a)) for a in range(self.dim)], 2)
+        if axes is not None:
+            areas = areas * np.repeat(np.isin(np.arange(self.dim), axes), 2)
+        return areas
 
     @property
-    def dim(self):
-        return self.low.size
+    def measure(self):
+        return float(self.face_measures().sum())
 
-    def sample_interior(self, n, rng):
-        """``n`` points uniform in the box, float64 ``[n, dim]``."""
-        return self.low + rng.random((n, self.dim)) * self.extent
+    def sdf(self, points):
+        center, half = (self.low + self.high) / 2, (self.high - self.low) / 2
+        q = np.abs(points - center) - half
+        return np.linalg.norm(np.maximum(q, 0.0), axis=1) + np.minimum(q.max(axis=1), 0.0)
 
-    def face_measures(self):
-        """Measure of each of the ``2 * dim`` faces, ordered (axis 0 low, axis 0 high, axis 1 low, ...)."""
-        areas = [np.prod(np.delete(self.extent, axis)) for axis in range(self.dim)]
-        return np.repeat(np.asarray(areas, dtype=np.float64), 2)
-
-    def sample_boundary(self, n, rng):
-        """``n`` points uniform over the boundary, float64 ``[n, dim]``."""
-        measures = self.face_measures()
-        faces = rng.choice(measures.size, size=n, p=measures / measures.sum())
-        points = self.sample_interior(n, rng)
-        axis, upper = faces // 2, faces % 2 == 1
-        rows = np.arange(n)
+    def boundary_points(self, u, axes=None):
+        """Unit points ``[m, dim]`` on the faces (of ``axes`` only, when given): first column picks the face."""
+        face, u0 = pick_piece(u[:, 0], self.face_measures(axes))
+        axis, upper = face // 2, face % 2 == 1
+        rest = np.concatenate([u0[:, None], u[:, 1:]], axis=1)[:, : self.dim - 1]
+        points = np.empty_like(u)
+        for a in range(self.dim):  # the face's own axis is fixed; the others take the remaining unit columns
+            others = [b for b in range(self.dim) if b != a]
+            rows = np.flatnonzero(axis == a)
+            if others and rows.size:
+                points[np.ix_(rows, others)] = self.low[others] + rest[rows] * (self.high - self.low)[others]
+        rows = np.arange(len(u))
         points[rows, axis] = np.where(upper, self.high[axis], self.low[axis])
-        return points
+        normals = np.zeros_like(u)
+        normals[rows, axis] = np.where(upper, 1.0, -1.0)
+        return points, normals
 
-    def grid(self, resolution, where='RESOLUTION'):
-        """The ``prod(resolution)`` points of a regular grid including the faces, ``[N, dim]`` (last axis fastest)."""
-        if len(resolution) != self.dim or any(r < 2 for r in resolution):
-            raise ConfigError(
-                f'{where}: need {self.dim} numbers of at least 2 (points per axis), got {list(resolution)}'
-            )
-        axes = [np.linspace(lo, hi, r) for lo, hi, r in zip(self.low, self.high, resolution)]
-        mesh = np.meshgrid(*axes, indexing='ij')
-        return np.stack([m.reshape(-1) for m in mesh], axis=1)
+    def opposite(self, points, axis):
+        """Points on the faces of ``axis`` moved to the opposite face (their periodic images)."""
+        out = points.copy()
+        out[:, axis] = self.low[axis] + self.high[axis] - points[:, axis]
+        return out
+
+
+class Ball(Geometry):
+    """A disk (2-D) or a ball (3-D) of ``radius`` around ``center``."""
+
+    def __init__(self, center, radius, where='GEOMETRY'):
+        self.center = _as_vector(center, where, 'CENTER')
+        if self.center.size not in (2, 3):
+            raise ConfigError(f'{where}: CENTER needs 2 (disk) or 3 (ball) coordinates, got {self.center.tolist()}')
+        if not radius > 0:
+            raise ConfigError(f'{where}: RADIUS must be positive, got {radius}')
+        self.radius, self.dim = float(radius), self.center.size
+        self.low, self.high = self.center - self.radius, self.center + self.radius
+
+    @property
+    def measure(self):
+        return 2 * np.pi * self.radius if self.dim == 2 else 4 * np.pi * self.radius**2
+
+    def sdf(self, points):
+        return np.linalg.norm(points - self.center, axis=1) - self.radius
+
+    def boundary_points(self, u):
+        if self.dim == 2:
+            angle = 2 * np.pi * u[:, 0]
+            normals = np.stack([np.cos(angle), np.sin(angle)], axis=1)
+        else:  # z uniform in [-1, 1] and a uniform angle: uniform on the sphere
+            z, angle = 1 - 2 * u[:, 0], 2 * np.pi * u[:, 1]
+            s = np.sqrt(np.clip(1 - z**2, 0.0, None))
+            normals = np.stack([s * np.cos(angle), s * np.sin(angle), z], axis=1)
+        return self.center + self.radius * normals, normals
+
+
+class Polygon(Geometry):
+    """A simple polygon (2-D) through ``vertices`` in order (either orientation)."""
+
+    def __init__(self, vertices, where='GEOMETRY'):
+        v = np.asarray(vertices, dtype=np.float64)
+        if v.ndim != 2 or v.shape[1] != 2 or len(v) < 3 or not np.all(np.isfinite(v)):
+            raise ConfigError(f'{where}: VERTICES needs at least 3 points [x, y], got {vertices!r}')
+        area = 0.5 * np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1])
+        if abs(area) == 0:
+            raise ConfigError(f'{where}: VERTICES enclose no area')
+        self.vertices = v if area > 0 else v[::-1]  # counter-clockwise: the outward normal is (dy, -dx)
+        self.edges = np.roll(self.vertices, -1, axis=0) - self.vertices
+        self.lengths = np.linalg.norm(self.edges, axis=1)
+        self.dim, self.low, self.high = 2, v.min(axis=0), v.max(axis=0)
+
+    @property
+    def measure(self):
+        return float(self.lengths.sum())
+
+    def sdf(self, points):
+        rel = points[:, None, :] - self.vertices[None]  # [m, k, 2]
+        t = np.clip((rel * self.edges).sum(-1) / self.lengths**2, 0.0, 1.0)
+        distance = np.linalg.norm(rel - t[..., None] * self.edges, axis=-1).min(axis=1)
+        a, b = self.vertices, np.roll(self.vertices, -1, axis=0)
+        y = points[:, 1:2]
+        crosses = (a[:, 1] > y) != (b[:, 1] > y)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            x_cross = a[:, 0] + (y - a[:, 1]) * (b[:, 0] - a[:, 0]) / (b[:, 1] - a[:, 1])
+        inside = (crosses & (points[:, 0:1] < x_cross)).sum(axis=1) % 2 == 1
+        return np.where(inside, -distance, distance)
+
+    def boundary_points(self, u):
+        edge, s = pick_piece(u[:, 0], self.lengths)
+        points = self.vertices[edge] + s[:, None] * self.edges[edge]
+        normals = np.stack([self.edges[edge, 1], -self.edges[edge, 0]], axis=1) / self.lengths[edge, None]
+        return points, normals
+
+
+class _Combination(Geometry):
+    def __init__(self, parts, where):
+        dims = {p.dim for p in parts}
+        if len(parts) < 2 or len(dims) != 1:
+            raise ConfigError(f'{where}: OF needs at least two regions of one dimension, got dimensions {dims}')
+        self.parts, self.dim = list(parts), dims.pop()
+
+
+class Union(_Combination):
+    """Every point of any of ``parts``."""
+
+    def __init__(self, parts, where='GEOMETRY'):
+        super().__init__(parts, where)
+        self.low = np.min([p.low for p in parts], axis=0)
+        self.high = np.max([p.high for p in parts], axis=0)
+
+    def sdf(self, points):
+        return np.min([p.sdf(points) for p in self.parts], axis=0)
+
+    def pieces(self):
+        return [piece for part in self.parts for piece in part.pieces()]
+
+
+class Difference(_Combination):
+    """The first of ``parts`` without the others."""
+
+    def __init__(self, parts, where='GEOMETRY'):
+        super().__init__(parts, where)
+        self.low, self.high = parts[0].low, parts[0].high
+
+    def sdf(self, points):
+        return np.max([self.parts[0].sdf(points)] + [-p.sdf(points) for p in self.parts[1:]], axis=0)
+
+    def pieces(self):
+        cut = [(piece, -sign) for part in self.parts[1:] for piece, sign in part.pieces()]
+        return self.parts[0].pieces() + cut
+
+
+# -- config entries -------------------------------------------------------------------------------
+def _number(where, name, value):
+    values = _as_vector(value, where, name)
+    if values.size != 1:
+        raise ConfigError(f'{where}: {name} of an interval is one number, got {value!r}')
+    return values
+
+
+@GEOMETRIES.register_function(
+    'Interval',
+    para_dict={
+        'LOW': {'value': 0.0, 'description': 'left end'},
+        'HIGH': {'value': 1.0, 'description': 'right end (above LOW)'},
+    },
+)
+def interval(cfg, logger=None):
+    where = cfg.path or 'GEOMETRY'
+    return Box(_number(where, 'LOW', cfg.LOW), _number(where, 'HIGH', cfg.HIGH), where)
+
+
+_BOX_KEYS = {
+    'LOW': {'value': [0.0, 0.0], 'description': 'lower corner'},
+    'HIGH': {'value': [1.0, 1.0], 'description': 'upper corner; each coordinate above its LOW one'},
+}
+
+
+def _box_of_dim(cfg, dims, what):
+    box = Box(cfg.LOW, cfg.HIGH, cfg.path or 'GEOMETRY')
+    if box.dim not in dims:
+        raise ConfigError(f'{cfg.path_of("LOW")}: a {what} has {dims[0]} coordinates, got {box.dim}')
+    return box
+
+
+@GEOMETRIES.register_function('Rectangle', para_dict=_BOX_KEYS)
+def rectangle(cfg, logger=None):
+    return _box_of_dim(cfg, (2,), 'rectangle')
+
+
+@GEOMETRIES.register_function(
+    'Box', para_dict={**_BOX_KEYS, 'LOW': {'value': [0.0, 0.0, 0.0], 'description': 'lower corner (any dimension)'}}
+)
+def box(cfg, logger=None):
+    return Box(cfg.LOW, cfg.HIGH, cfg.path or 'GEOMETRY')
+
+
+def _ball_keys(center):
+    return {
+        'CENTER': {'value': center, 'description': 'center'},
+        'RADIUS': {'value': 1.0, 'description': 'radius (positive)'},
+    }
+
+
+@GEOMETRIES.register_function('Disk', para_dict=_ball_keys([0.0, 0.0]))
+def disk(cfg, logger=None):
+    return Ball(cfg.CENTER, cfg.RADIUS, cfg.path or 'GEOMETRY')
+
+
+@GEOMETRIES.register_function('Ball', para_dict=_ball_keys([0.0, 0.0, 0.0]))
+def ball(cfg, logger=None):
+    return Ball(cfg.CENTER, cfg.RADIUS, cfg.path or 'GEOMETRY')
+
+
+@GEOMETRIES.register_function(
+    'Polygon',
+    para_dict={'VERTICES': {'value': None, 'description': 'corner points [[x, y], ...] in order', 'required': True}},
+)
+def polygon(cfg, logger=None):
+    return Polygon(cfg.VERTICES, cfg.path or 'GEOMETRY')
+
+
+_OF_KEY = {'OF': {'value': None, 'description': 'the GEOMETRIES configs combined', 'required': True}}
+
+
+def _parts(cfg):
+    if not isinstance(cfg.OF, list):
+        raise ConfigError(f'{cfg.path_of("OF")}: expected a list of GEOMETRIES configs')
+    return [GEOMETRIES.build(part) for part in cfg.OF]
+
+
+@GEOMETRIES.register_function('Union', para_dict=_OF_KEY)
+def union(cfg, logger=None):
+    return Union(_parts(cfg), cfg.path or 'GEOMETRY')
+
+
+@GEOMETRIES.register_function('Difference', para_dict=_OF_KEY)
+def difference(cfg, logger=None):
+    return Difference(_parts(cfg), cfg.path or 'GEOMETRY')

@@ -111,12 +111,24 @@ def resolve_loader_keys(cfg, mode):
     """The loader keys of ``cfg`` (a data config) with defaults filled; eval / test data never shuffle.
 
     Evaluation keeps the data's order, so the recorded config (and ``--print-config``) says
-    ``SHUFFLE: false`` there whatever the file wrote.
+    ``SHUFFLE: false`` there whatever the file wrote.  A dataset whose items are whole batches
+    (``ITEM_IS_BATCH``, e.g. PointSets) is loaded one item a step, in its own order: BATCH_SIZE
+    1, SHUFFLE false (a config that writes otherwise is an error).
     """
-    loader_cfg = Config({k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}, path=cfg.path)
+    written = {k: cfg[k] for k in LOADER_PARA_DICT if k in cfg}
+    loader_cfg = Config(dict(written), path=cfg.path)
     resolve_params(loader_cfg, LOADER_PARA_DICT, 'the data loader', strict=False)
     if mode != 'train':
         loader_cfg['SHUFFLE'] = False
+    name = cfg.get('NAME')
+    if isinstance(name, str) and name in DATASETS and getattr(DATASETS.get(name), 'ITEM_IS_BATCH', False):
+        for key, fixed in (('BATCH_SIZE', 1), ('SHUFFLE', False)):
+            if written.get(key, fixed) != fixed:
+                raise ConfigError(
+                    f'{cfg.path_of(key)}: {name} makes the batch of each step itself (each point set has its own'
+                    f' BATCH_SIZE); leave {key} out'
+                )
+            loader_cfg[key] = fixed
     return loader_cfg
 
 

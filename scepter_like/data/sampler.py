@@ -25,6 +25,7 @@ class ShardedSampler(Sampler):
         self.drop_last = drop_last
         self.epoch = 0
         self._window = (0, None)
+        self._rank_indices = None  # (the pass's order key, this rank's indices)
 
     def set_epoch(self, epoch):
         """Pick the permutation of pass ``epoch`` (DistSamplerHook calls this)."""
@@ -41,7 +42,13 @@ class ShardedSampler(Sampler):
         return n // w if self.drop_last else -(-n // w)
 
     def rank_indices(self):
-        """This rank's indices for the current pass (no window)."""
+        """This rank's indices for the current pass (no window); kept while the pass's order stays the same."""
+        key = (self.seed, self.epoch) if self.shuffle else None  # without shuffling every pass has one order
+        if self._rank_indices is None or self._rank_indices[0] != key:
+            self._rank_indices = (key, self._indices())
+        return self._rank_indices[1]
+
+    def _indices(self):
         n, w = self.num_samples, self.num_replicas
         if self.shuffle:
             g = torch.Generator()

@@ -1,64 +1,176 @@
-"""PhysicsInformedModel: a network and the equation it must satisfy, in one model.
+"""PhysicsInformedModel: a network and the PDE it must satisfy; the data's conditions give the other losses.
 
-A subclass states the problem in three methods of the input points ``x`` ``[N, d]`` and
-the network's output ``u`` there:
+A subclass writes the equation's residual, and optionally a reference solution::
 
-- ``pde_residual(x, u)``: the equation's residual at interior points (use
-  ``scepter_like.model.derivatives``; ``x`` requires gradients);
-- ``boundary_residual(x, u)``: the boundary condition's residual at boundary points;
-- ``exact_solution(x)`` (optional): the reference solution, for evaluation metrics.
+    @MODELS.register_class()
+    class BurgersPINN(PhysicsInformedModel):
+        para_dict = {'NU': {'value': 0.01 / math.pi, 'description': 'viscosity'}}
 
-In train mode ``forward(x=..., on_boundary=...)`` returns ``loss_pde`` and ``loss_bc``,
-the mean squared residuals, 0 for a mini-batch without points of that kind (the solver
-sums ``loss_*`` terms with LOSS_WEIGHTS); in eval and test mode it returns ``x``, the
-prediction ``u`` and, when the subclass defines it, ``u_exact`` (what RelativeL2Error,
-MaxAbsError and FieldPlotHook read).
+        def pde_residual(self, x, u, d):
+            return d('t') + u * d('x') - self.cfg.NU * d('x', 'x')
+
+``x`` is a batch of interior points ``[N, dim]`` (columns named by the domain: x, y, z, t),
+``u`` the field there ``[N, outputs]`` and ``d`` their derivatives, each computed once
+(``derivatives.Derivatives``).  A system returns a tuple of residuals.
+
+Train mode takes the batch of ``PointSets`` (``data/point_sets.py``): every interior set
+gives ``loss_<set>``, the mean squared residual; every condition of the other sets (and
+every observations set) gives ``loss_<term>`` (``data/conditions.py``).  The solver sums the
+``loss_*`` terms with SOLVER.LOSS_WEIGHTS.  Eval and test mode take ``x`` and return ``x``,
+the prediction ``u`` and, when ``exact_solution`` gives one, ``u_exact`` (what
+RelativeL2Error, MaxAbsError and FieldPlotHook read).
+
+Options, all in the config:
+
+- ``PARAMETERS: {D: 0.5}``: trainable PDE parameters (inverse problems), attributes of the
+  model (``self.D``), trained by the same optimizer as the network, saved in checkpoints and
+  logged with every train log line (and metrics.jsonl) under their names;
+- ``FOURIER_FEATURES: {NUM: 64, SCALE: 1.0}``: the network sees [cos 2 pi x B, sin 2 pi x B]
+  with B ~ N(0, SCALE^2) of shape [dim, NUM], fixed at construction (a buffer; NETWORK.IN_DIM
+  is the number of coordinates, the network gets 2 NUM inputs);
+- ``output_transform(x, u)``: override it to build hard constraints into the network's output
+  (DeepXDE's ``apply_output_transform``), e.g. ``return -torch.sin(pi * x[:, :1]) + x[:, 1:] * u``.
 """
 
-from scepter_like.data.collocation import BOUNDARY_KEY, COORD_KEY
+import math
+
+import torch
+
+from scepter_like.data.conditions import batch_key
+from scepter_like.data.point_sets import COORD_KEY
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
+from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.registry import MODELS
+
+
+def mean_square(residual):
+    """The mean of ``residual ** 2`` (0 for an empty set of points, not NaN)."""
+    return residual.square().mean() if residual.numel() else residual.sum()
 
 
 class PhysicsInformedModel(BaseModel):
     para_dict = {
         'NETWORK': {
             'value': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [64, 64, 64, 64], 'OUT_DIM': 1, 'ACTIVATION': 'tanh'},
-            'description': 'a MODELS config: the network mapping points [N, d] to the field [N, 1]',
+            'description': 'a MODELS config: the network mapping points [N, dim] to the field [N, outputs]',
+        },
+        'PARAMETERS': {
+            'value': {},
+            'description': 'trainable PDE parameters {name: initial value}, e.g. {D: 0.5}: self.D, logged by name',
+        },
+        'FOURIER_FEATURES': {
+            'value': {},
+            'description': 'random Fourier features of the input, {NUM: m, SCALE: sigma}: the network gets 2m inputs',
         },
     }
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        self.network = MODELS.build(cfg.NETWORK, logger=logger)
+        network_cfg = cfg.NETWORK
+        features = dict(cfg.FOURIER_FEATURES or {})
+        self.fourier = bool(features)
+        if self.fourier:
+            network_cfg = self._fourier_features(features, cfg)
+        self.network = MODELS.build(network_cfg, logger=logger)
+        self.parameter_names = []
+        for name, value in (cfg.PARAMETERS or {}).items():
+            if not str(name).isidentifier() or name.startswith('loss') or hasattr(self, name):
+                raise ConfigError(
+                    f'{cfg.path_of("PARAMETERS")}: {name!r} cannot name a parameter (a plain word, not starting'
+                    ' with loss, not taken by the model)'
+                )
+            self.register_parameter(name, torch.nn.Parameter(torch.tensor(float(value))))
+            self.parameter_names.append(name)
 
-    def pde_residual(self, x, u):
-        raise NotImplementedError
+    def _fourier_features(self, features, cfg):
+        where = cfg.path_of('FOURIER_FEATURES')
+        unknown = sorted(set(features) - {'NUM', 'SCALE'})
+        if unknown or not isinstance(features.get('NUM'), int) or features['NUM'] < 1:
+            raise ConfigError(f'{where}: expected {{NUM: a positive whole number, SCALE: a number}}, got {features}')
+        if 'IN_DIM' not in cfg.NETWORK:
+            raise ConfigError(f'{where}: Fourier features need a NETWORK with IN_DIM (the number of coordinates)')
+        dim = cfg.NETWORK.IN_DIM
+        self.register_buffer('fourier_matrix', float(features.get('SCALE', 1.0)) * torch.randn(dim, features['NUM']))
+        return {**cfg.NETWORK.to_dict(), 'IN_DIM': 2 * features['NUM']}
 
-    def boundary_residual(self, x, u):
-        raise NotImplementedError
+    # -- what a subclass writes ----------------------------------------------------------------
+    def pde_residual(self, x, u, d):
+        """The PDE's residual at interior points (a tensor, or a tuple of them for a system)."""
+        raise NotImplementedError(f'{type(self).__name__} must define pde_residual(x, u, d)')
+
+    def output_transform(self, x, u):
+        """The field from the network's raw output ``u`` at ``x`` (identity); override for hard constraints."""
+        return u
 
     def exact_solution(self, x):
         """The reference solution at ``x``, or None when there is none."""
         return None
 
-    def forward(self, **batch):
-        x = batch[COORD_KEY]
+    # -- the field and its residuals -----------------------------------------------------------
+    def field(self, x):
+        """The field at points ``x`` ``[N, dim]``: the network (after Fourier features) and output_transform."""
+        inputs = x
+        if self.fourier:
+            angles = 2 * math.pi * x @ self.fourier_matrix
+            inputs = torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
+        return self.output_transform(x, self.network(inputs))
+
+    def residual(self, x, coordinates=None):
+        """The PDE residual at points ``x`` (a tensor, or a tuple), gradients enabled (residual-based refinement)."""
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            u = self.field(x)
+            return self.pde_residual(x, u, Derivatives(u, x, coordinates))
+
+    def forward(self, problem=None, **batch):
         if not self.training:
-            u = self.network(x)
+            x = batch[COORD_KEY]
+            u = self.field(x)
             out = {COORD_KEY: x, 'u': u}
             exact = self.exact_solution(x)
             if exact is not None:
-                out['u_exact'] = exact.view_as(u)
+                out['u_exact'] = exact.reshape(u.shape)
             return out
-        on_boundary = batch[BOUNDARY_KEY]
-        interior = x[~on_boundary].detach().requires_grad_(True)
-        boundary = x[on_boundary]
-        pde = self.pde_residual(interior, self.network(interior))
-        bc = self.boundary_residual(boundary, self.network(boundary))
-        return {'loss_pde': _mean_square(pde), 'loss_bc': _mean_square(bc)}
+        if problem is None:
+            raise DataError(
+                f'{type(self).__name__} trains on the batches of PointSets (TRAIN_DATA: {{NAME: PointSets, ...}});'
+                f' the batch holds {sorted(batch)}'
+            )
+        losses = {}
+        for point_set, x, u in self._fields(problem, batch):
+            d = Derivatives(u, x, problem.coordinates)
+            if point_set.kind == 'interior':
+                add_terms(losses, point_set.name, self.pde_residual(x, u, d))
+            for condition in point_set.conditions:
+                losses[f'loss_{condition.term}'] = mean_square(condition.residual(u, d, batch, self.field))
+        for name in self.parameter_names:
+            losses[name] = getattr(self, name)
+        return losses
+
+    def _fields(self, problem, batch):
+        """``(point set, x, u)`` of each set: its points (requiring grad where derivatives are taken) and the field
+        there; the sets taking no derivatives share one network call."""
+        points = {s.name: batch[batch_key(s.name, COORD_KEY)] for s in problem.sets}
+        plain = [s for s in problem.sets if not s.needs_grad]
+        fields = {}
+        if plain:
+            sizes = [len(points[s.name]) for s in plain]
+            joined = self.field(torch.cat([points[s.name] for s in plain]) if len(plain) > 1 else points[plain[0].name])
+            fields = dict(zip([s.name for s in plain], joined.split(sizes)))
+        for point_set in problem.sets:
+            x = points[point_set.name]
+            if point_set.needs_grad:
+                x = x.detach().requires_grad_(True)
+                yield point_set, x, self.field(x)
+            else:
+                yield point_set, x, fields[point_set.name]
 
 
-def _mean_square(residual):
-    """The mean of ``residual ** 2``; 0 for a mini-batch without points of that kind (not NaN)."""
-    return residual.pow(2).sum() / max(residual.numel(), 1)
+def add_terms(losses, name, residual):
+    """``loss_<name>`` for one residual; ``loss_<name>_<i>`` for each of a system's."""
+    if isinstance(residual, (tuple, list)):
+        for i, part in enumerate(residual):
+            losses[f'loss_{name}_{i}'] = mean_square(part)
+    else:
+        losses[f'loss_{name}'] = mean_square(residual)

@@ -3,7 +3,8 @@
 torch.onnx wants positional tensors in and a tuple out, so the model is wrapped with
 named inputs and outputs.  The inputs are the batch keys the model cannot run without
 (found by leaving each one out of a sample batch); the outputs are its per-sample
-tensors.  The batch dimension is dynamic.  The exported graph is run by onnxruntime on
+tensors, less those named as an input (a PINN returns its points ``x`` beside ``u``).
+The batch dimension is dynamic.  The exported graph is run by onnxruntime on
 the sample and on a smaller batch, and must match torch within ``atol`` / ``rtol``
 before the file is written (atomically).  A model with INPUT_BATCHING 'whole' (a graph:
 features [V, F], edge_index [2, E]) has no batch dimension to cut: every dimension the
@@ -78,8 +79,10 @@ def export_onnx(model, sample, path, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL, logge
         input_names = required_inputs(model, sample)
         with torch.no_grad():
             out = forward_checked(model, {k: sample[k] for k in input_names})
-        output_names = [
-            k for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() > 0 and (whole or len(v) == rows)
+        output_names = [  # an output that hands an input back (a PINN's x) is not exported: a name is defined once
+            k
+            for k, v in out.items()
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and (whole or len(v) == rows) and k not in input_names
         ]
         if not output_names:
             raise DataError(f'the model returns no per-sample tensor to export; it returns {sorted(out)}')

@@ -66,12 +66,15 @@ class TrainValSolver(BaseSolver):
             metric.reset()
 
     def _update_metrics(self, batch_data, results):
+        """Feed the metrics the step's outputs and EXTRA_KEYS of its batch (the eval hooks see those keys too)."""
         data = results
         if self.extra_keys:
             missing = [k for k in self.extra_keys if k not in batch_data]
             if missing:
                 raise DataError(f'SOLVER.EXTRA_KEYS names {missing}, which the {self.mode} batches lack')
-            data = {**results, **{k: batch_data[k] for k in self.extra_keys}}
+            extras = {k: batch_data[k] for k in self.extra_keys}
+            self.step.outputs.update(extras)
+            data = {**results, **extras}
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.update(data)
 

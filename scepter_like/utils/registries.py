@@ -4,7 +4,7 @@
 def all_registries():
     """``{name: Registry}`` in the order a config nests them (imports register the built-ins)."""
     import scepter_like.solver  # noqa: F401  (registers every built-in component)
-    from scepter_like.data.registry import COLLATES, DATASETS
+    from scepter_like.data.registry import COLLATES, CONDITIONS, DATASETS, GEOMETRIES
     from scepter_like.metric.registry import METRICS
     from scepter_like.model.loss_aggregators.registry import LOSS_AGGREGATORS
     from scepter_like.model.registry import LOSSES, MODELS
@@ -22,6 +22,8 @@ def all_registries():
         DATASETS,
         TRANSFORMS,
         COLLATES,
+        GEOMETRIES,
+        CONDITIONS,
         METRICS,
         OPTIMIZERS,
         LR_SCHEDULERS,

@@ -1,3 +1,3 @@
-"""Physics-informed tasks: the Poisson problem on the unit square."""
+"""Physics-informed tasks: Poisson on the unit square, 1-D Burgers, the inverse heat problem."""
 
-from tasks.pinn import poisson  # noqa: F401  (registers PoissonPINN)
+from tasks.pinn import burgers, heat, poisson  # noqa: F401  (registers their models and datasets)

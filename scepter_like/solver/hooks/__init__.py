@@ -13,6 +13,7 @@ from scepter_like.solver.hooks import (  # noqa: F401  (each module registers it
     probe,
     profiler,
     pruning,
+    rar,
     safetensors,
     sampler,
     swa,
@@ -32,6 +33,7 @@ from scepter_like.solver.hooks.lr_range import LrRangeHook
 from scepter_like.solver.hooks.probe import ProbeDataHook
 from scepter_like.solver.hooks.profiler import ProfilerHook
 from scepter_like.solver.hooks.pruning import PruningHook
+from scepter_like.solver.hooks.rar import RARHook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.hooks.safetensors import SafetensorsHook
 from scepter_like.solver.hooks.sampler import DistSamplerHook
@@ -56,6 +58,7 @@ __all__ = [
     'ProbeDataHook',
     'ProfilerHook',
     'PruningHook',
+    'RARHook',
     'SafetensorsHook',
     'SWAHook',
     'TensorboardLogHook',

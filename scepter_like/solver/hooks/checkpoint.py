@@ -20,6 +20,10 @@ save is in flight at a time: the next save and the end of training wait for it, 
 failure there is raised on the training thread.  A crash before the move leaves the
 previous checkpoint and ``latest`` as they were, and a temp file the next start removes.
 
+Full-batch training makes every epoch one train step; there ``INTERVAL: 1`` (the default)
+saves every FULL_BATCH_INTERVAL epochs (= steps) instead of every step, which would write
+thousands of files.  STEP_INTERVAL saves at any step count, 1 included.
+
 Resuming is the solver's (RESUME_FROM, at the end of ``set_up``), so every hook's
 ``before_solve`` already sees the resumed state.
 """
@@ -41,6 +45,8 @@ from scepter_like.utils.checkpoint import (
     write_latest_pointer,
 )
 
+FULL_BATCH_INTERVAL = 1000  # epochs between epoch checkpoints at INTERVAL 1 when an epoch is one step
+
 
 def parse_best_by(text):
     """'+metric' / 'metric' -> (metric, True: greater is better); '-metric' -> (metric, False)."""
@@ -53,7 +59,11 @@ def parse_best_by(text):
 class CheckpointHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_CHECKPOINT, 'description': 'after the LR and log hooks'},
-        'INTERVAL': {'value': 1, 'description': 'save every this many epochs (<= 0: no epoch checkpoints)'},
+        'INTERVAL': {
+            'value': 1,
+            'description': f'save every this many epochs (<= 0: no epoch checkpoints); 1 with one-step epochs (full'
+            f' batch): every {FULL_BATCH_INTERVAL}',
+        },
         'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)', 'min': 0},
         'SAVE_NAME_PREFIX': {'value': 'checkpoint', 'description': "file name prefix (scepter's default is ldm_step)"},
         'SAVE_LAST': {'value': False, 'description': 'save {prefix}-last.pth when training ends'},
@@ -104,6 +114,12 @@ class CheckpointHook(Hook):
                 solver.logger.warning(
                     f'removed {len(removed)} temporary file(s) of an interrupted save in {self.folder}'
                 )
+        if self.cfg.INTERVAL == 1 and solver.progress.epoch_iters['train'] == 1:
+            self.interval = FULL_BATCH_INTERVAL
+            solver.logger.info(
+                f'CheckpointHook: an epoch is one step (full batch), so INTERVAL 1 saves every {FULL_BATCH_INTERVAL}'
+                ' epochs; STEP_INTERVAL: 1 would save every step'
+            )
         names = solver.metric_names('eval')  # None: known after a first evaluation
         if self.save_best and names is not None and self.best_metric not in names:
             raise ConfigError(

@@ -9,8 +9,15 @@ each step's outputs, gathers them from every rank, and rank 0 writes
   scatter;
 - 1-D coordinates: prediction and reference as lines, and |error| beside them.
 
-matplotlib is imported only when a plot is drawn (through its object API: no pyplot,
-no global backend change).
+Axes carry the coordinate names of the evaluation data (``x``, ``t`` of a GridPoints over a
+space-time domain; ``x``, ``y`` otherwise).  The prediction and the reference may be model
+outputs or batch keys listed in SOLVER.EXTRA_KEYS (a reference stored with the data).
+
+Everything it needs is checked before training starts (``before_solve``), so a run never
+dies at its first evaluation: matplotlib is installed (the ``plot`` extra), and a forward
+of the first two evaluation points gives every KEY with 1-D or 2-D coordinates; otherwise
+one ``error:`` line.  matplotlib is imported through its object API (no pyplot, no global
+backend change).
 """
 
 import io
@@ -25,6 +32,7 @@ from scepter_like.utils.checkpoint import atomic_write
 from scepter_like.utils.distributed import all_gather_object
 
 PLOTS_DIR = 'plots'
+DEFAULT_AXES = ('x', 'y')
 
 
 @HOOKS.register_class()
@@ -48,6 +56,42 @@ class FieldPlotHook(Hook):
         self.prefix = cfg.PREFIX
         self.parts = []
         self.last_path = None
+        self.axes = DEFAULT_AXES
+
+    def before_solve(self, solver):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                f'{self.cfg.path}: FieldPlotHook draws with matplotlib, which is not installed: pip install'
+                " 'scepter_like[plot]' (or take the hook out of the config)"
+            ) from None
+        for mode in ('eval', 'test'):
+            if self in solver.hooks_dict[mode] and mode in solver.datas:
+                self._check_keys(solver, mode)
+
+    def _check_keys(self, solver, mode):
+        """A forward of the mode's first two points gives every KEY, on 1-D or 2-D coordinates."""
+        bundle = solver.datas[mode]
+        dataset = bundle.dataset
+        self.axes = tuple(getattr(dataset, 'coordinate_names', DEFAULT_AXES))
+        batch = bundle.loader.collate_fn([dataset[i] for i in range(min(2, len(dataset)))])
+        available = dict(solver.predict(batch))
+        available.update({k: batch[k] for k in solver.extra_keys if k in batch})
+        missing = [k for k in self.keys if k not in available]
+        if missing:
+            raise ConfigError(
+                f'{self.cfg.path_of("KEYS")}: {missing} are neither model outputs nor SOLVER.EXTRA_KEYS of the'
+                f' {mode} batches; the model gives {sorted(set(available) - set(solver.extra_keys))}'
+                f' (a batch key, e.g. a reference stored with the data, needs SOLVER.EXTRA_KEYS: [{missing[0]}])'
+            )
+        coords = np.asarray(available[self.keys[0]])
+        dim = coords.reshape(len(coords), -1).shape[1]
+        if dim not in (1, 2):
+            raise ConfigError(
+                f'{self.cfg.path_of("KEYS")}: FieldPlotHook plots fields over 1-D or 2-D coordinates; {self.keys[0]!r}'
+                f' has {dim} ({", ".join(self.axes)})'
+            )
 
     def before_all_iter(self, solver: SolverSurface):
         self.parts = []
@@ -69,11 +113,9 @@ class FieldPlotHook(Hook):
             solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.progress.total_iter}.png'
         )
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        pred, exact = fields[0], fields[1] if len(fields) > 1 else None  # KEYS: points, prediction[, reference]
         png = render_field(
-            coords,
-            fields[0],
-            fields[1] if len(fields) > 1 else None,
-            title=f'{solver.mode}, step {solver.progress.total_iter}',
+            coords, pred, exact, title=f'{solver.mode}, step {solver.progress.total_iter}', axes=self.axes
         )
         atomic_write(path, lambda f: f.write(png))
         self.last_path = path
@@ -93,8 +135,15 @@ def _grid_image(coords, values):
     return image, (xs[0], xs[-1], ys[0], ys[-1])
 
 
-def render_field(coords, pred, exact=None, title=''):
-    """PNG bytes of the field ``pred`` (and ``exact`` and ``|pred - exact|``) at ``coords``."""
+def render_field(coords, pred, exact=None, title='', axes=DEFAULT_AXES):
+    """PNG bytes of ``field_figure``."""
+    buf = io.BytesIO()
+    field_figure(coords, pred, exact, title, axes).savefig(buf, format='png')
+    return buf.getvalue()
+
+
+def field_figure(coords, pred, exact=None, title='', axes=DEFAULT_AXES):
+    """A figure of the field ``pred`` (and ``exact`` and ``|pred - exact|``) at ``coords``, axes named ``axes``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -114,13 +163,13 @@ def render_field(coords, pred, exact=None, title=''):
         ax = fig.add_subplot(1, 2 if exact is not None else 1, 1)
         for name, values in panels[:2]:
             ax.plot(x, values[order], label=name, linestyle='-' if name == 'prediction' else '--')
-        ax.set_xlabel('x')
+        ax.set_xlabel(axes[0])
         ax.legend()
         if exact is not None:
             err = fig.add_subplot(1, 2, 2)
             err.plot(x, panels[2][1][order])
             err.set_title('|error|')
-            err.set_xlabel('x')
+            err.set_xlabel(axes[0])
     else:
         for i, (name, values) in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), i + 1)
@@ -131,10 +180,8 @@ def render_field(coords, pred, exact=None, title=''):
                 art = ax.scatter(coords[:, 0], coords[:, 1], c=values, s=4)
             fig.colorbar(art, ax=ax)
             ax.set_title(name)
-            ax.set_xlabel('x')
-            ax.set_ylabel('y')
+            ax.set_xlabel(axes[0])
+            ax.set_ylabel(axes[1])
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format='png')
-    return buf.getvalue()
+    return fig

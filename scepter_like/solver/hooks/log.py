@@ -3,9 +3,12 @@
 Per step it keeps a reference to each of the step's scalar outputs; at the interval's
 last step it writes their means (all-reduced under DDP, so the loss is the mean over all
 ranks) to the log and to ``metrics.jsonl``, and warns about non-finite values.  An epoch
-that ends between two intervals writes its remaining steps as a last line.  On a terminal
-or in a Jupyter notebook (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those
-lines on the console; the log file still gets them.
+that ends between two intervals writes its remaining steps as a last line, then an
+``epoch N trained`` line.  Epochs shorter than LOG_INTERVAL (one step each in full-batch
+training) count their steps across epochs instead: a line every LOG_INTERVAL train steps
+of the run and one for the steps left at the end, no line per epoch.  On a terminal
+or in a Jupyter notebook (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those lines on the console;
+the log file still gets them.
 """
 
 import math
@@ -47,6 +50,8 @@ class LogHook(Hook):
         self._scalars = ScalarSums()  # since the last line
         self._data_time = 0.0
         self._since = self._epoch_start = time.perf_counter()
+        self._per_epoch = True  # the epoch is at least LOG_INTERVAL steps long: intervals count within it
+        self._paused_at = None  # short epochs: when the last one's steps ended (evaluations do not count as steps)
 
     def before_solve(self, solver: SolverSurface):
         if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and live_display(sys.stdout))):
@@ -59,9 +64,16 @@ class LogHook(Hook):
             self._bar = None
 
     def before_epoch(self, solver: SolverSurface):
-        self._since = self._epoch_start = time.perf_counter()
-        self._scalars = ScalarSums()  # drops what an interrupted epoch left
-        self._data_time = 0.0
+        self._epoch_start = now = time.perf_counter()
+        self._per_epoch = solver.progress.epoch_iters['train'] >= self.interval
+        if self._per_epoch:
+            self._since = now
+            self._scalars = ScalarSums()  # drops what an interrupted epoch left
+            self._data_time = 0.0
+        elif self._paused_at is None:
+            self._since = now
+        else:
+            self._since += now - self._paused_at  # the time between two epochs' steps is not step time
 
     def before_all_iter(self, solver: SolverSurface):
         if self._bar is not None:
@@ -75,18 +87,26 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.step.outputs)
         self._data_time += solver.step.data_time
-        if solver.progress.iters[solver.mode] % self.interval == 0:
+        progress = solver.progress
+        if (progress.iters[solver.mode] if self._per_epoch else progress.total_iter) % self.interval == 0:
             self._write_line(solver)
 
     def after_all_iter(self, solver: SolverSurface):
-        if self.interval > 0 and self._scalars.count:  # MAX_STEPS, a stop or the epoch's end cut an interval
+        progress = solver.progress
+        # MAX_STEPS, a stop or the epoch's end cut an interval (a short epoch's end only at the end of training)
+        ends = self._per_epoch or progress.steps_left() == 0 or progress.stop_reason is not None
+        if self.interval > 0 and self._scalars.count and ends:
             self._write_line(solver)
+        self._paused_at = time.perf_counter()
         if self._bar is not None:
             self._bar.finish(solver.progress.iters[solver.mode])
 
     def after_epoch(self, solver: SolverSurface):
-        seconds = time.perf_counter() - self._epoch_start
-        solver.logger.info(f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s')
+        if self._per_epoch:
+            seconds = time.perf_counter() - self._epoch_start
+            solver.logger.info(
+                f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s'
+            )
 
     def _write_line(self, solver: SolverSurface):
         now = time.perf_counter()

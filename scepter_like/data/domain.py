@@ -1,0 +1,109 @@
+"""The domain of a PDE: a region of space (``geometry.py``), times a time interval for a time-dependent one.
+
+Coordinates are named ``x`` (1-D), ``x, y`` (2-D), ``x, y, z`` (3-D), ``x0, x1, ...`` beyond,
+then ``t`` when there is time: the columns of every point array, in that order.  Points
+are drawn by kind:
+
+- ``interior``: inside the region, and for t in (t0, t1];
+- ``boundary``: on the region's boundary (with outward normals, 0 along t), for t in (t0, t1];
+- ``initial``: inside the region at t = t0.
+
+Each draw takes its unit-cube points from ``draw(m, columns)`` (sampling method and
+generator), so it is a pure function of the seed.
+"""
+
+import numpy as np
+
+from scepter_like.data.geometry import Box, rejection_sample
+from scepter_like.errors import ConfigError
+
+SPACE_NAMES = ('x', 'y', 'z')
+TIME_NAME = 't'
+DRAW_KINDS = ('interior', 'boundary', 'initial')
+
+
+def space_names(dim):
+    return SPACE_NAMES[:dim] if dim <= len(SPACE_NAMES) else tuple(f'x{i}' for i in range(dim))
+
+
+def time_interval(value, where):
+    """``(t0, t1)`` from a config's TIME (None: no time); t1 must exceed t0."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(isinstance(v, (int, float)) for v in value):
+        raise ConfigError(f'{where}: TIME is the interval [t0, t1] of a time-dependent problem, got {value!r}')
+    t0, t1 = float(value[0]), float(value[1])
+    if not t1 > t0:
+        raise ConfigError(f'{where}: the time domain [t0, t1] = {list(value)} needs t1 > t0; fix TIME')
+    return t0, t1
+
+
+class Domain:
+    """``geometry`` (space), times ``time = (t0, t1)`` when given."""
+
+    def __init__(self, geometry, time=None):
+        self.geometry, self.time = geometry, time
+        self.names = space_names(geometry.dim) + ((TIME_NAME,) if time is not None else ())
+
+    @property
+    def dim(self):
+        return len(self.names)
+
+    @property
+    def space_dim(self):
+        return self.geometry.dim
+
+    def _with_time(self, space, u_time):
+        if self.time is None:
+            return space
+        t0, t1 = self.time
+        return np.concatenate([space, (t0 + (1.0 - u_time) * (t1 - t0))[:, None]], axis=1)  # t in (t0, t1]
+
+    def interior(self, n, draw):
+        g = self.geometry
+
+        def candidates(m):
+            u = draw(m, self.dim)
+            space, keep = g.interior_from_unit(u[:, : g.dim])
+            return self._with_time(space, u[:, -1]), keep
+
+        return rejection_sample(n, candidates)
+
+    def boundary(self, n, draw, axes=None):
+        """``(points, outward normals)``; ``axes``: a box's faces of these (space) axes only."""
+        g = self.geometry
+
+        def candidates(m):
+            u = draw(m, self.dim)
+            if axes is not None:
+                space, normals = g.boundary_points(u[:, : g.dim], axes)
+                keep = np.ones(m, dtype=bool)
+            else:
+                space, normals, keep = g.boundary_from_unit(u[:, : g.dim])
+            if self.time is not None:  # the lateral boundary: its normals have no time part
+                normals = np.concatenate([normals, np.zeros((m, 1))], axis=1)
+            return self._with_time(space, u[:, -1]), normals, keep
+
+        return rejection_sample(n, candidates)
+
+    def initial(self, n, draw):
+        if self.time is None:
+            raise ValueError('a domain without time has no initial points')
+        space = self.geometry.sample_interior(n, draw)
+        return np.concatenate([space, np.full((n, 1), self.time[0])], axis=1)
+
+    def grid(self, resolution, where='RESOLUTION'):
+        """The points of a regular grid over the bounding box (and time), faces included, that lie in the
+        domain: ``[N, dim]``, the last coordinate fastest."""
+        if len(resolution) != self.dim or any(not isinstance(r, int) or r < 2 for r in resolution):
+            raise ConfigError(
+                f'{where}: need {self.dim} whole numbers of at least 2 (points along {", ".join(self.names)}),'
+                f' got {list(resolution)}'
+            )
+        g = self.geometry
+        bounds = list(zip(g.low, g.high)) + ([self.time] if self.time is not None else [])
+        axes = [np.linspace(lo, hi, r) for (lo, hi), r in zip(bounds, resolution)]
+        points = np.stack([m.reshape(-1) for m in np.meshgrid(*axes, indexing='ij')], axis=1)
+        if isinstance(g, Box):
+            return points
+        return points[g.sdf(points[:, : g.dim]) <= g.tolerance]

@@ -1,0 +1,379 @@
+"""The points of a physics-informed problem: named point sets, all of them in every train step.
+
+``PointSets`` (TRAIN_DATA) holds a domain -- ``GEOMETRY`` (a GEOMETRIES config) times
+``TIME`` [t0, t1] for a time-dependent problem -- and ``SETS``, each with its own kind,
+count, sampling, batch size, resampling and conditions::
+
+    SETS:
+      pde:      {KIND: interior, COUNT: 2540}                       # the PDE residual: loss_pde
+      boundary: {KIND: boundary, COUNT: 80, CONDITIONS: [{NAME: Dirichlet, VALUE: 0}]}
+      initial:  {KIND: initial, COUNT: 160, CONDITIONS: [{NAME: InitialValue, VALUE: '-sin(pi * x)'}]}
+      data:     {KIND: observations, FILE: obs.csv}                  # u = the observed values
+
+Each step's batch holds every set: ``'<set>.x'`` (its points), ``'<set>.normal'`` (boundary
+sets), the arrays its conditions need (``conditions.py``) and ``'problem'`` (a ``Problem``:
+the coordinate names and, per set, its kind and conditions), so the model computes each
+loss term from the batch alone.  An item of this dataset is a whole step's batch: the loader
+takes one at a time, in order (``ITEM_IS_BATCH``).
+
+Batches.  A set's ``BATCH_SIZE`` (0, the default: the whole set) is its points per step
+over all ranks; a pass has as many steps as the set with the most batches needs, and a set
+with fewer batches starts over within the pass.  Under DDP each rank takes its own share
+of every set.  A mini-batched set is shuffled each pass.
+
+Determinism.  Set i's draw in resample round r is a pure function of (SEED, i, r) through
+its own generator, never of random state used elsewhere; its shuffle, of (SEED, i, pass).
+``RESAMPLE_EVERY: k`` draws anew every k passes (a pass is one step in full-batch
+training).  Points added by residual-based refinement (``add_points``, the RARHook) stay
+through resampling and are restored from the hook's checkpoint state, so a resumed run
+sees exactly the points the interrupted one saw.
+"""
+
+import csv
+import math
+import os
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from scepter_like.data.conditions import batch_key, check_periodic_faces
+from scepter_like.data.datasets import ArrayDataset
+from scepter_like.data.domain import Domain, time_interval
+from scepter_like.data.geometry import Box
+from scepter_like.data.registry import CONDITIONS, DATASETS, GEOMETRIES
+from scepter_like.data.sampling import METHODS, unit_points
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.registry import resolve_params
+from scepter_like.utils.distributed import get_world_size
+
+COORD_KEY = 'x'
+PROBLEM_KEY = 'problem'
+KINDS = ('interior', 'boundary', 'initial', 'observations')
+_DRAWN = ('interior', 'boundary', 'initial')
+
+SET_PARA_DICT = {
+    'KIND': {'value': None, 'description': f'one of {KINDS}', 'required': True, 'choices': list(KINDS)},
+    'COUNT': {'value': 0, 'description': 'points drawn (interior, boundary, initial sets)', 'min': 0},
+    'SAMPLING': {'value': 'hammersley', 'description': f'how points are drawn: {METHODS}', 'choices': list(METHODS)},
+    'BATCH_SIZE': {
+        'value': 0,
+        'description': 'points of this set per step over all ranks (0: all: full batch)',
+        'min': 0,
+    },
+    'RESAMPLE_EVERY': {'value': 0, 'description': 'draw anew every this many passes (0: one draw)', 'min': 0},
+    'FACES': {'value': [], 'description': "boundary sets of a box: only the faces of these axes, e.g. ['x']"},
+    'CONDITIONS': {'value': [], 'description': 'CONDITIONS configs on the points (boundary and initial sets)'},
+    'FILE': {'value': '', 'description': 'observations: .csv rows (coordinates, then values) or .npz (x, u)'},
+    'POINTS': {'value': None, 'description': 'observations given inline: [[coordinates], ...]'},
+    'VALUES': {'value': None, 'description': 'observations given inline: the values at POINTS'},
+    'COMPONENTS': {'value': [0], 'description': 'observations: the network outputs the value columns observe'},
+}
+_KEYS_OF = {  # the set keys each kind reads (KIND and BATCH_SIZE: every kind)
+    'interior': ('COUNT', 'SAMPLING', 'RESAMPLE_EVERY'),
+    'boundary': ('COUNT', 'SAMPLING', 'RESAMPLE_EVERY', 'FACES', 'CONDITIONS'),
+    'initial': ('COUNT', 'SAMPLING', 'RESAMPLE_EVERY', 'CONDITIONS'),
+    'observations': ('FILE', 'POINTS', 'VALUES', 'COMPONENTS'),
+}
+
+
+class SetSpec(NamedTuple):
+    """What the model needs to know of a point set: its name, kind, whether its points need gradients, and its
+    conditions."""
+
+    name: str
+    kind: str
+    needs_grad: bool
+    conditions: tuple
+
+
+class Problem(NamedTuple):
+    """The batch's ``'problem'``: the coordinate names and the point sets."""
+
+    coordinates: tuple
+    sets: tuple
+
+
+def _as_tensor(array):
+    return torch.from_numpy(np.ascontiguousarray(array)).to(torch.get_default_dtype())
+
+
+class PointSet:
+    """One named set: its points (drawn, read, or added by refinement) and the batches they are cut into."""
+
+    def __init__(self, name, cfg, index, domain, seed, world_size):
+        if not name.isidentifier():
+            raise ConfigError(f'{cfg.path}: a point set name is a plain word (letters, digits, _), got {name!r}')
+        given = set(cfg.keys())
+        resolve_params(cfg, SET_PARA_DICT, f'the point set {name!r}')
+        self.name, self.kind, self.cfg = name, cfg.KIND, cfg
+        unused = sorted(given - {'KIND', 'BATCH_SIZE', *_KEYS_OF[self.kind]})
+        if unused:
+            raise ConfigError(
+                f'{cfg.path_of(unused[0])}: a set of KIND {self.kind} takes no {unused[0]}; its keys:'
+                f' KIND, BATCH_SIZE, {", ".join(_KEYS_OF[self.kind])}'
+            )
+        self.domain, self.seed, self.index, self.world_size = domain, seed, index, world_size
+        self.x_key = batch_key(name, COORD_KEY)  # its arrays are keyed as in the batch: '<set>.x', ...
+        self.conditions = self._build_conditions()
+        self.faces = self._faces()
+        if self.kind == 'observations':
+            self.fixed = self._observations()
+            self.count = len(self.fixed[self.x_key])
+        else:
+            self.fixed = None
+            self.count = cfg.COUNT
+            if self.count == 0:
+                raise ConfigError(f'{cfg.path_of("COUNT")}: a point set needs at least 1 point; set COUNT')
+        self.batch_size = min(cfg.BATCH_SIZE or self.count, self.count)
+        self.batches = math.ceil(self.count / self.batch_size)  # per pass
+        self.added = []  # (first pass, points [k, dim]): points refinement added, in the set from that pass on
+        self.state = (None, 0)  # (resample round, additions) the arrays hold
+        self.drawn = None  # the arrays of the round's draw
+        self.arrays = None  # the set's per-point tensors now
+        self.order = None  # this pass's shuffle of a mini-batched set
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _build_conditions(self):
+        entries = self.cfg.CONDITIONS
+        if not isinstance(entries, list):
+            raise ConfigError(f'{self.cfg.path_of("CONDITIONS")}: expected a list of CONDITIONS configs')
+        if self.kind in ('boundary', 'initial') and not entries:
+            raise ConfigError(
+                f'{self.cfg.path_of("CONDITIONS")}: a {self.kind} set without conditions adds no loss; give it'
+                ' CONDITIONS, e.g. [{NAME: Dirichlet, VALUE: 0}]'
+            )
+        if self.kind == 'observations':
+            entries = [{'NAME': 'Observation', 'COMPONENTS': list(self.cfg.COMPONENTS)}]
+        terms = [self.name] if len(entries) == 1 else [f'{self.name}_{i}' for i in range(len(entries))]
+        return tuple(
+            CONDITIONS.build(entry, point_set=self.name, kind=self.kind, term=term, domain=self.domain)
+            for entry, term in zip(entries, terms)
+        )
+
+    def _faces(self):
+        faces = list(self.cfg.FACES or [])
+        space = list(self.domain.names[: self.domain.space_dim])
+        if faces and not isinstance(self.domain.geometry, Box):
+            raise ConfigError(f'{self.cfg.path_of("FACES")}: only a box-shaped GEOMETRY has faces to choose')
+        bad = [f for f in faces if f not in space]
+        if bad:
+            raise ConfigError(f'{self.cfg.path_of("FACES")}: {bad} are not space coordinates; choose from {space}')
+        check_periodic_faces(self.conditions, faces, self.cfg.path)
+        return [space.index(f) for f in faces] or None
+
+    def _observations(self):
+        cfg, dim = self.cfg, self.domain.dim
+        columns = len(cfg.COMPONENTS)
+        if cfg.FILE:
+            points, values = read_observations(cfg.FILE, dim, columns, cfg.path_of('FILE'), self.domain.names)
+        elif cfg.POINTS is not None and cfg.VALUES is not None:
+            points, values = np.asarray(cfg.POINTS, dtype=np.float64), np.asarray(cfg.VALUES, dtype=np.float64)
+            if points.ndim != 2 or points.shape[1] != dim or values.size != len(points) * columns:
+                raise ConfigError(
+                    f'{cfg.path_of("POINTS")}: POINTS are rows of {dim} coordinates ({", ".join(self.domain.names)})'
+                    f' and VALUES {columns} number(s) per point (COMPONENTS); got {points.shape} and {values.size}'
+                )
+            values = values.reshape(len(points), columns)
+        else:
+            raise ConfigError(f'{cfg.path}: an observations set needs FILE, or POINTS and VALUES')
+        if len(points) == 0:
+            raise ConfigError(f'{cfg.path_of("FILE" if cfg.FILE else "POINTS")}: a point set needs at least 1 point')
+        return {self.x_key: _as_tensor(points), batch_key(self.name, 'values'): _as_tensor(values)}
+
+    @property
+    def needs_grad(self):
+        return self.kind == 'interior' or any(c.needs_grad for c in self.conditions)
+
+    @property
+    def spec(self):
+        return SetSpec(self.name, self.kind, self.needs_grad, self.conditions)
+
+    # -- points ------------------------------------------------------------------------------
+    def draw(self, round_):
+        """The set's arrays of resample round ``round_`` (before refinement): a pure function of (SEED, set, round)."""
+        if self.fixed is not None:
+            return dict(self.fixed)
+        rng = np.random.default_rng([self.seed, self.index, round_])
+        method = self.cfg.SAMPLING
+
+        def draw(m, columns):
+            return unit_points(method, m, columns, rng, shift=round_ > 0)
+
+        normals = None
+        if self.kind == 'interior':
+            points = self.domain.interior(self.count, draw)
+        elif self.kind == 'boundary':
+            points, normals = self.domain.boundary(self.count, draw, self.faces)
+        else:
+            points = self.domain.initial(self.count, draw)
+        arrays = {self.x_key: points}
+        if normals is not None:
+            arrays[batch_key(self.name, 'normal')] = normals
+        for condition in self.conditions:
+            arrays.update(condition.arrays(points, normals))
+        return {k: _as_tensor(v) for k, v in arrays.items()}
+
+    def set_pass(self, pass_index):
+        """Use the points and order of pass ``pass_index``; returns whether they changed."""
+        every = self.cfg.RESAMPLE_EVERY if self.fixed is None else 0
+        round_ = pass_index // every if every else 0
+        added = [points for first, points in self.added if first <= pass_index]
+        changed = (round_, len(added)) != self.state
+        if changed:
+            if round_ != self.state[0]:
+                self.drawn = self.draw(round_)
+            self.state = (round_, len(added))
+            self.arrays = dict(self.drawn)
+            if added:
+                x = self.arrays[self.x_key]
+                self.arrays[self.x_key] = torch.cat([x, *(p.to(x.dtype) for p in added)])
+        if self.batches > 1:  # a mini-batched set: a new shuffle each pass
+            rng = np.random.default_rng([self.seed, self.index, pass_index, 1])
+            self.order = torch.from_numpy(rng.permutation(len(self.arrays[self.x_key])))
+            changed = True
+        return changed
+
+    def candidates(self, count, method, round_):
+        """``count`` interior points of refinement round ``round_``: a pure function of (SEED, set, round)."""
+        rng = np.random.default_rng([self.seed, self.index, round_, 2])
+        return _as_tensor(self.domain.interior(count, lambda m, columns: unit_points(method, m, columns, rng)))
+
+    def chunk(self, item):
+        """The arrays of this set in step-item ``item``: its share for one rank and step."""
+        chunks = self.batches * self.world_size
+        if chunks == 1:
+            return self.arrays
+        n, c = len(self.arrays[self.x_key]), item % chunks
+        begin, end = c * n // chunks, (c + 1) * n // chunks  # chunk sizes differ by one at most
+        if self.order is None:  # a full-batch set's share of one rank: a slice, no copy
+            return {k: v[begin:end] for k, v in self.arrays.items()}
+        rows = self.order[begin:end]
+        return {k: v.index_select(0, rows) for k, v in self.arrays.items()}
+
+
+def read_observations(path, dim, columns, where, names):
+    """``(points [n, dim], values [n, columns])`` from a .csv (a header line allowed) or an .npz (``x``, ``u``)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f'{where}: file not found: {path}')
+    if path.endswith('.npz'):
+        with np.load(path, allow_pickle=False) as data:
+            if 'x' not in data.files or 'u' not in data.files:
+                raise DataError(f'{where}: {path} needs arrays x (points) and u (values); it has {data.files}')
+            points, values = np.asarray(data['x'], np.float64), np.asarray(data['u'], np.float64)
+        table = np.concatenate([points.reshape(len(points), -1), values.reshape(len(values), -1)], axis=1)
+    else:
+        with open(path, newline='', encoding='utf-8') as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith('#')]
+        try:
+            float(rows[0][0])
+        except (ValueError, IndexError):
+            rows = rows[1:]  # a header line
+        try:
+            table = np.asarray([[float(v) for v in row] for row in rows], dtype=np.float64).reshape(len(rows), -1)
+        except ValueError as e:
+            raise DataError(
+                f'{where}: {path} holds a row that is not all numbers, or rows of different lengths ({e})'
+            ) from None
+    want = dim + columns
+    if table.shape[1] != want:
+        raise ConfigError(
+            f'{where}: {path} has {table.shape[1]} columns; a row is the coordinates ({", ".join(names)}) then'
+            f' {columns} value(s) (COMPONENTS): {want} columns'
+        )
+    return table[:, :dim], table[:, dim:]
+
+
+@DATASETS.register_class()
+class PointSets(torch.utils.data.Dataset):
+    """The named point sets of a problem; item k is step k's batch of every set (see the module doc)."""
+
+    ITEM_IS_BATCH = True  # the loader takes one item per step, in order (data/loader.py)
+    para_dict = {
+        'GEOMETRY': {'value': None, 'description': 'a GEOMETRIES config: the space domain', 'required': True},
+        'TIME': {'value': None, 'description': '[t0, t1] for a time-dependent problem (none: steady)'},
+        'SETS': {'value': None, 'description': 'name -> point set (KIND, COUNT, CONDITIONS, ...)', 'required': True},
+        'SEED': {'value': 0, 'description': 'seed of the draws (independent of ENV.SEED, which seeds the network)'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        self.domain = Domain(GEOMETRIES.build(cfg.GEOMETRY), time_interval(cfg.TIME, cfg.path_of('TIME')))
+        if not hasattr(cfg.SETS, 'items') or not cfg.SETS:
+            raise ConfigError(f'{cfg.path_of("SETS")}: expected a mapping of set name -> point set config')
+        world = get_world_size()
+        self.sets = [
+            PointSet(name, set_cfg, i, self.domain, cfg.SEED, world)
+            for i, (name, set_cfg) in enumerate(cfg.SETS.items())
+        ]
+        terms = [s.name for s in self.sets if s.kind == 'interior'] + [c.term for s in self.sets for c in s.conditions]
+        doubled = sorted({t for t in terms if terms.count(t) > 1})
+        if doubled:
+            raise ConfigError(f'{cfg.path_of("SETS")}: two loss terms are called {doubled}; rename a set or a TERM')
+        self.steps = max(s.batches for s in self.sets)  # per pass, on each rank
+        self.world_size = world
+        self.problem = Problem(self.domain.names, tuple(s.spec for s in self.sets))
+        self._batches = {}
+        self.set_epoch(0)
+
+    @property
+    def coordinate_names(self):
+        return self.domain.names
+
+    def __len__(self):
+        return self.steps * self.world_size
+
+    def set_epoch(self, pass_index):
+        """Use the points and orders of pass ``pass_index`` (the loop calls it before each pass)."""
+        self.pass_index = pass_index
+        if any([s.set_pass(pass_index) for s in self.sets]):
+            self._batches = {}
+
+    def set_named(self, name, where='SET'):
+        for s in self.sets:
+            if s.name == name:
+                return s
+        raise ConfigError(f'{where}: no point set is called {name!r}; the sets are {[s.name for s in self.sets]}')
+
+    def add_points(self, name, points, first_pass):
+        """Add ``points`` ``[k, dim]`` to the interior set ``name`` from pass ``first_pass`` on (refinement).
+
+        Points that belong to a pass already under way wait for the next one, so where they
+        enter depends only on the pass, and a run resumed mid-pass sees the same batches.
+        """
+        self.set_named(name).added.append((first_pass, points))
+
+    def take(self, idx):
+        """The batch of step-item ``idx[0]`` (one item: the loader's batch size is 1)."""
+        item = int(idx[0])
+        batch = self._batches.get(item)
+        if batch is None:
+            batch = {PROBLEM_KEY: self.problem}
+            for s in self.sets:
+                batch.update(s.chunk(item))
+            self._batches[item] = batch
+        return batch  # the same dict each step while the points stay: batches are read, never changed
+
+    __getitems__ = ArrayDataset.__getitems__
+
+    def __getitem__(self, index):
+        return self.take([index])
+
+
+@DATASETS.register_class()
+class GridPoints(ArrayDataset):
+    """The points of a regular grid over a domain (its bounding box and time, faces included; points outside a
+    non-box region left out): items ``{'x': coordinates}``, the evaluation set."""
+
+    para_dict = {
+        'GEOMETRY': {'value': None, 'description': 'a GEOMETRIES config: the space domain', 'required': True},
+        'TIME': {'value': None, 'description': '[t0, t1] for a time-dependent problem (none: steady)'},
+        'RESOLUTION': {'value': [101, 101], 'description': 'points along each coordinate (time last), at least 2'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        self.domain = Domain(GEOMETRIES.build(cfg.GEOMETRY), time_interval(cfg.TIME, cfg.path_of('TIME')))
+        super().__init__({COORD_KEY: _as_tensor(self.domain.grid(list(cfg.RESOLUTION), cfg.path_of('RESOLUTION')))})
+
+    @property
+    def coordinate_names(self):
+        return self.domain.names

@@ -1,0 +1,426 @@
+"""A PINN problem as config: sampling, geometry, space x time domains, point sets, conditions, cached derivatives.
+
+In-process and fast: every check builds the data and models directly.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from scepter_like.config import Config
+from scepter_like.data import DATASETS
+from scepter_like.data.domain import Domain
+from scepter_like.data.geometry import Ball, Box, Difference, Polygon, Union
+from scepter_like.data.point_sets import PointSets
+from scepter_like.data.sampling import METHODS, hammersley, unit_points
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.model.derivatives import Derivatives
+from scepter_like.model.pinn import PhysicsInformedModel
+from scepter_like.model.registry import MODELS
+
+
+def draw_with(method, seed=0):
+    rng = np.random.default_rng(seed)
+    return lambda m, columns: unit_points(method, m, columns, rng)
+
+
+# -- sampling ----------------------------------------------------------------------------------
+def test_unit_points_are_reproducible_in_the_cube_and_hammersley_is_the_published_set():
+    for method in METHODS:
+        a, b = (
+            unit_points(method, 64, 3, np.random.default_rng(7)),
+            unit_points(method, 64, 3, np.random.default_rng(7)),
+        )
+        assert a.shape == (64, 3) and np.array_equal(a, b) and (a >= 0).all() and (a < 1).all(), method
+    assert not np.array_equal(
+        unit_points('sobol', 64, 3, np.random.default_rng(1)), unit_points('sobol', 64, 3, np.random.default_rng(2))
+    )
+    h = hammersley(8, 3)
+    np.testing.assert_allclose(h[:, 0], (np.arange(1, 9) - 0.5) / 8)
+    np.testing.assert_allclose(h[:4, 1], [1 / 2, 1 / 4, 3 / 4, 1 / 8])  # radical inverse base 2 of 1..4
+    np.testing.assert_allclose(h[:4, 2], [1 / 3, 2 / 3, 1 / 9, 4 / 9])  # base 3
+    # Latin hypercube: one point in each of n strata per axis
+    lhs = unit_points('latin_hypercube', 50, 2, np.random.default_rng(0))
+    assert all(sorted((lhs[:, k] * 50).astype(int)) == list(range(50)) for k in range(2))
+
+
+# -- geometry ----------------------------------------------------------------------------------
+SHAPES = {
+    'interval': Box([-1.0], [2.0]),
+    'rectangle': Box([0.0, 0.0], [2.0, 1.0]),
+    'box': Box([0.0, 0.0, 0.0], [1.0, 2.0, 3.0]),
+    'disk': Ball([0.5, 0.5], 0.5),
+    'ball': Ball([0.0, 0.0, 0.0], 1.0),
+    'polygon': Polygon([[0, 0], [1, 0], [1, 1], [0.5, 1.5], [0, 1]]),
+    'union': Union([Box([0.0, 0.0], [1.0, 1.0]), Ball([1.0, 0.5], 0.4)]),
+    'difference': Difference([Box([0.0, 0.0], [1.0, 1.0]), Ball([0.5, 0.5], 0.25)]),
+}
+
+
+@pytest.mark.parametrize('name', sorted(SHAPES))
+def test_interior_points_inside_boundary_points_on_it_with_outward_unit_normals(name):
+    g = SHAPES[name]
+    inner = g.sample_interior(400, draw_with('hammersley'))
+    assert inner.shape == (400, g.dim) and (g.sdf(inner) < 0).all()
+    points, normals = g.sample_boundary(400, draw_with('uniform'))
+    assert np.abs(g.sdf(points)).max() < 1e-7
+    np.testing.assert_allclose(np.linalg.norm(normals, axis=1), 1.0)
+    if g.dim > 1:  # a step along the normal leaves the region, a step against it enters (off corners)
+        assert (g.sdf(points + 1e-3 * normals) > 0).mean() > 0.97
+        assert (g.sdf(points - 1e-3 * normals) < 0).mean() > 0.97
+
+
+def test_boundary_measure_and_set_operations():
+    rect = SHAPES['rectangle']  # faces y = 0, 1 have length 2, x = 0, 2 have length 1: 2/3 of the points
+    points, normals = rect.sample_boundary(3000, draw_with('uniform', 3))
+    on_y = np.isin(points[:, 1], [0.0, 1.0])
+    assert abs(on_y.mean() - 2 / 3) < 0.03
+    np.testing.assert_array_equal(
+        normals[on_y & (points[:, 1] == 0.0)], [[0.0, -1.0]] * (on_y & (points[:, 1] == 0)).sum()
+    )
+    hole = SHAPES['difference']  # the hole's circle is part of the boundary, its normal pointing to its centre
+    points, normals = hole.sample_boundary(2000, draw_with('uniform'))
+    on_circle = np.abs(np.linalg.norm(points - 0.5, axis=1) - 0.25) < 1e-9
+    assert 0.25 < on_circle.mean() < 0.55  # perimeter 1.57 of 5.57
+    np.testing.assert_allclose(normals[on_circle], -(points[on_circle] - 0.5) / 0.25, atol=1e-9)
+    inner = hole.sample_interior(500, draw_with('sobol'))
+    assert (np.linalg.norm(inner - 0.5, axis=1) > 0.25).all()
+    joined = SHAPES['union']  # no boundary point inside the other part
+    points, _ = joined.sample_boundary(1000, draw_with('uniform'))
+    assert not ((np.linalg.norm(points - [1.0, 0.5], axis=1) < 0.4 - 1e-9) & (points[:, 0] < 1 - 1e-9)).any()
+
+
+def test_space_time_domain_interior_boundary_initial_and_grid():
+    domain = Domain(Box([-1.0], [1.0]), (0.0, 2.0))
+    assert domain.names == ('x', 't')
+    inner = domain.interior(200, draw_with('hammersley'))
+    assert ((inner[:, 1] > 0) & (inner[:, 1] <= 2) & (np.abs(inner[:, 0]) < 1)).all()
+    points, normals = domain.boundary(100, draw_with('hammersley'))
+    assert set(np.abs(points[:, 0])) == {1.0} and (points[:, 1] > 0).all()
+    np.testing.assert_array_equal(normals[:, 1], 0.0)
+    np.testing.assert_array_equal(normals[:, 0], np.sign(points[:, 0]))
+    initial = domain.initial(50, draw_with('uniform'))
+    assert (initial[:, 1] == 0.0).all() and (np.abs(initial[:, 0]) < 1).all()
+    grid = domain.grid([5, 3])
+    assert grid.shape == (15, 2) and grid[:, 1].max() == 2.0
+    disk = Domain(Ball([0.0, 0.0], 1.0)).grid([21, 21])  # only the grid points in the disk
+    assert (np.linalg.norm(disk, axis=1) <= 1 + 1e-9).all() and 300 < len(disk) < 21 * 21
+
+
+# -- point sets ----------------------------------------------------------------------------------
+def point_sets(sets, geometry=None, time=None, **keys):
+    cfg = {'NAME': 'PointSets', 'GEOMETRY': geometry or {'NAME': 'Rectangle'}, 'SETS': sets, **keys}
+    if time is not None:
+        cfg['TIME'] = time
+    return DATASETS.build(Config(cfg, path='SOLVER.TRAIN_DATA'))
+
+
+DIRICHLET = [{'NAME': 'Dirichlet', 'VALUE': 0}]
+
+
+def test_point_sets_full_batch_by_default_whatever_the_counts():
+    data = point_sets(
+        {'pde': {'KIND': 'interior', 'COUNT': 4000}, 'bc': {'KIND': 'boundary', 'COUNT': 7, 'CONDITIONS': DIRICHLET}}
+    )
+    assert len(data) == 1  # one step per pass: every point of every set in it
+    batch = data.take([0])
+    assert batch['pde.x'].shape == (4000, 2) and batch['bc.x'].shape == (7, 2) and batch['bc.normal'].shape == (7, 2)
+    assert batch['problem'].coordinates == ('x', 'y') and [s.name for s in batch['problem'].sets] == ['pde', 'bc']
+    assert batch['problem'].sets[0].needs_grad and not batch['problem'].sets[1].needs_grad
+    assert data.take([0])['pde.x'] is batch['pde.x']  # the batch is built once, not per step
+
+
+def test_mini_batched_sets_shuffle_per_pass_and_cycle_within_a_pass():
+    data = point_sets(
+        {
+            'pde': {'KIND': 'interior', 'COUNT': 10, 'BATCH_SIZE': 4},  # 3 batches: 3, 3, 4 points... per pass
+            'bc': {'KIND': 'boundary', 'COUNT': 6, 'BATCH_SIZE': 3, 'CONDITIONS': DIRICHLET},  # 2 batches, cycled
+        }
+    )
+    assert len(data) == 3
+    first = [data.take([k]) for k in range(3)]
+    seen = torch.cat([b['pde.x'] for b in first])
+    assert len(seen) == 10 and len(torch.unique(seen, dim=0)) == 10  # each point once per pass
+    torch.testing.assert_close(first[2]['bc.x'], first[0]['bc.x'])  # the smaller set starts over
+    data.set_epoch(1)
+    assert not torch.equal(data.take([0])['pde.x'], first[0]['pde.x'])  # a new shuffle
+    again = point_sets(
+        {
+            'pde': {'KIND': 'interior', 'COUNT': 10, 'BATCH_SIZE': 4},
+            'bc': {'KIND': 'boundary', 'COUNT': 6, 'BATCH_SIZE': 3, 'CONDITIONS': DIRICHLET},
+        }
+    )
+    again.set_epoch(1)  # a resumed run jumps to pass 1: the same shuffle
+    torch.testing.assert_close(again.take([0])['pde.x'], data.take([0])['pde.x'])
+
+
+def test_draws_are_pure_functions_of_seed_set_and_round_and_resample():
+    sets = {'pde': {'KIND': 'interior', 'COUNT': 30, 'SAMPLING': 'uniform', 'RESAMPLE_EVERY': 2}}
+    a = point_sets(sets, SEED=5)
+    torch.rand(10), np.random.rand(10)  # random state used elsewhere changes nothing
+    b = point_sets(sets, SEED=5)
+    assert torch.equal(a.take([0])['pde.x'], b.take([0])['pde.x'])
+    assert not torch.equal(a.take([0])['pde.x'], point_sets(sets, SEED=6).take([0])['pde.x'])
+    round0 = a.take([0])['pde.x']
+    a.set_epoch(1)
+    assert torch.equal(a.take([0])['pde.x'], round0)
+    a.set_epoch(2)
+    assert not torch.equal(a.take([0])['pde.x'], round0)
+    b.set_epoch(3)  # straight to pass 3: round 1 as well
+    assert torch.equal(a.take([0])['pde.x'], b.take([0])['pde.x'])
+
+
+def test_each_rank_takes_its_own_share_of_every_set(monkeypatch):
+    from scepter_like.data import point_sets as module
+    from scepter_like.data.sampler import ShardedSampler
+
+    monkeypatch.setattr(module, 'get_world_size', lambda: 2)
+    data = point_sets(
+        {'pde': {'KIND': 'interior', 'COUNT': 9}, 'bc': {'KIND': 'boundary', 'COUNT': 4, 'CONDITIONS': DIRICHLET}}
+    )
+    assert len(data) == 2  # one step per pass on each of 2 ranks
+    shares = []
+    for rank in range(2):
+        (item,) = ShardedSampler(len(data), num_replicas=2, rank=rank, shuffle=False).rank_indices().tolist()
+        shares.append(data.take([item]))
+    whole = torch.cat([s['pde.x'] for s in shares])
+    assert len(whole) == 9 and len(torch.unique(whole, dim=0)) == 9
+    assert [len(s['bc.x']) for s in shares] == [2, 2]
+
+
+def test_observations_from_csv_npz_and_inline(tmp_path):
+    csv = tmp_path / 'obs.csv'
+    csv.write_text('x,t,u\n0.1,0.5,1.5\n0.2,0.6,2.5\n')
+    npz = tmp_path / 'obs.npz'
+    np.savez(npz, x=np.array([[0.3, 0.1]]), u=np.array([[7.0]]))
+    for obs in ({'FILE': str(csv)}, {'FILE': str(npz)}, {'POINTS': [[0.1, 0.5]], 'VALUES': [4.0]}):
+        data = point_sets({'data': {'KIND': 'observations', **obs}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+        batch = data.take([0])
+        assert batch['data.x'].shape[1] == 2 and batch['data.values'].shape == (len(batch['data.x']), 1)
+    torch.testing.assert_close(batch['data.values'], torch.tensor([[4.0]]))
+
+
+BAD = {
+    'a condition needing normals on an initial set': (
+        {'ic': {'KIND': 'initial', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'Neumann', 'VALUE': 0}]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.ic\.CONDITIONS\[0\]\.NAME: a Neumann condition belongs on a boundary set \(it'
+        r' needs outward normals',
+    ),
+    'no points': ({'pde': {'KIND': 'interior', 'COUNT': 0}}, r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.COUNT: a point set'),
+    'observations of the wrong shape': (
+        {'d': {'KIND': 'observations', 'POINTS': [[0.1]], 'VALUES': [1.0]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.d\.POINTS: POINTS are rows of 2 coordinates \(x, y\)',
+    ),
+    'a key of another kind': (
+        {'pde': {'KIND': 'interior', 'COUNT': 3, 'FACES': ['x']}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.FACES: a set of KIND interior takes no FACES',
+    ),
+    'a boundary set without conditions': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 3}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.bc\.CONDITIONS: a boundary set without conditions',
+    ),
+    'a value naming no coordinate': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 'sin(z)'}]}},
+        r"^SOLVER\.TRAIN_DATA\.SETS\.bc\.CONDITIONS\[0\]\.VALUE: 'sin\(z\)' names 'z'",
+    ),
+    'code in a value': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': '__import__("os")'}]}},
+        r'VALUE: .* only numbers',
+    ),
+    'periodic off its faces': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Periodic', 'AXIS': 'x'}]}},
+        r'AXIS: a periodic condition pairs the two faces of x; draw its set there only: .*FACES: \[x\]',
+    ),
+    'two terms of one name': (
+        {
+            'bc': {'KIND': 'interior', 'COUNT': 3},
+            'b': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'TERM': 'bc'}]},
+        },
+        r"two loss terms are called \['bc'\]",
+    ),
+}
+
+
+@pytest.mark.parametrize('case', sorted(BAD))
+def test_bad_point_sets_name_the_key(case):
+    sets, message = BAD[case]
+    with pytest.raises(ConfigError, match=message):
+        point_sets(sets)
+
+
+def test_bad_time_domain_and_observation_files(tmp_path):
+    with pytest.raises(ConfigError, match=r'^SOLVER\.TRAIN_DATA\.TIME: the time domain \[t0, t1\] = \[1, 1\] needs'):
+        point_sets({'pde': {'KIND': 'interior', 'COUNT': 3}}, time=[1, 1])
+    wide = tmp_path / 'wide.csv'
+    wide.write_text('0.1,0.2,0.3,0.4\n')
+    with pytest.raises(
+        ConfigError,
+        match=r'^SOLVER\.TRAIN_DATA\.SETS\.d\.FILE: .*has 4 columns; a row is the'
+        r' coordinates \(x, t\) then 1 value',
+    ):
+        point_sets({'d': {'KIND': 'observations', 'FILE': str(wide)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    empty = tmp_path / 'empty.csv'
+    empty.write_text('x,t,u\n')
+    with pytest.raises((ConfigError, DataError), match=r'SETS\.d\.FILE'):
+        point_sets({'d': {'KIND': 'observations', 'FILE': str(empty)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+
+
+# -- conditions: residuals of an exact field are zero ----------------------------------------------
+@MODELS.register_class()
+class ExactFieldPINN(PhysicsInformedModel):
+    """The network's output replaced by a known field (output_transform): every residual should vanish."""
+
+    para_dict = {'FIELD': {'value': 'square', 'description': 'which known field'}}
+
+    def output_transform(self, x, u):
+        if self.cfg.FIELD == 'square':  # u = x^2 + y^2: laplace 4, du/dn = 2 on the unit circle, u = 1 there
+            return (x**2).sum(1, keepdim=True) + 0 * u
+        if self.cfg.FIELD == 'periodic':  # u = sin(2 pi x) + y
+            return torch.sin(2 * math.pi * x[:, :1]) + x[:, 1:2] + 0 * u
+        return torch.sin(x[:, :1]) + 3 * x[:, 1:2] + 0 * u  # 'wave-ish': u(x, t) = sin x + 3 t
+
+    def pde_residual(self, x, u, d):
+        return d.laplacian() - 4 if self.cfg.FIELD == 'square' else d('x', 'x') + torch.sin(x[:, :1])
+
+
+def losses_of(field, sets, geometry, time=None):
+    model = MODELS.build(
+        {
+            'NAME': 'ExactFieldPINN',
+            'FIELD': field,
+            'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1},
+        }
+    )
+    data = point_sets(sets, geometry=geometry, time=time)
+    return model(**data.take([0]))
+
+
+def test_dirichlet_neumann_robin_on_a_disk():
+    out = losses_of(
+        'square',
+        {
+            'pde': {'KIND': 'interior', 'COUNT': 50},
+            'wall': {
+                'KIND': 'boundary',
+                'COUNT': 40,
+                'CONDITIONS': [
+                    {'NAME': 'Dirichlet', 'VALUE': 'x**2 + y**2'},
+                    {'NAME': 'Neumann', 'VALUE': 2},
+                    {'NAME': 'Robin', 'A': 3.0, 'B': 0.5, 'VALUE': 4},  # 3 * 1 + 0.5 * 2
+                ],
+            },
+        },
+        {'NAME': 'Disk', 'CENTER': [0.0, 0.0], 'RADIUS': 1.0},
+    )
+    assert set(out) == {'loss_pde', 'loss_wall_0', 'loss_wall_1', 'loss_wall_2'}
+    assert all(v.item() < 1e-9 for v in out.values()), out
+    wrong = losses_of(
+        'square',
+        {'wall': {'KIND': 'boundary', 'COUNT': 8, 'CONDITIONS': [{'NAME': 'Neumann', 'VALUE': 1}]}},
+        {'NAME': 'Disk', 'CENTER': [0.0, 0.0], 'RADIUS': 1.0},
+    )
+    assert wrong['loss_wall'].item() == pytest.approx(1.0, rel=1e-5)  # du/dn = 2, not 1
+
+
+def test_periodic_and_initial_conditions():
+    periodic = losses_of(
+        'periodic',
+        {
+            'sides': {
+                'KIND': 'boundary',
+                'COUNT': 20,
+                'FACES': ['x'],
+                'CONDITIONS': [
+                    {'NAME': 'Periodic', 'AXIS': 'x'},
+                    {'NAME': 'Periodic', 'AXIS': 'x', 'DERIVATIVE_ORDER': 1},
+                ],
+            },
+        },
+        {'NAME': 'Rectangle'},
+    )
+    assert all(v.item() < 1e-9 for v in periodic.values()), periodic
+    timed = losses_of(
+        'wave',
+        {
+            'pde': {'KIND': 'interior', 'COUNT': 30},
+            'start': {
+                'KIND': 'initial',
+                'COUNT': 20,
+                'CONDITIONS': [{'NAME': 'InitialValue', 'VALUE': 'sin(x)'}, {'NAME': 'InitialDerivative', 'VALUE': 3}],
+            },
+        },
+        {'NAME': 'Interval', 'LOW': 0, 'HIGH': 2},
+        time=[0, 1],
+    )
+    assert set(timed) == {'loss_pde', 'loss_start_0', 'loss_start_1'}
+    assert all(v.item() < 1e-9 for v in timed.values()), timed
+
+
+# -- cached derivatives ----------------------------------------------------------------------------
+def test_derivatives_take_each_gradient_once(monkeypatch):
+    calls = []
+    grad = torch.autograd.grad
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, 'grad', counting)
+    x = torch.rand(20, 2, dtype=torch.float64, requires_grad=True)
+    u = torch.sin(3 * x[:, :1]) * torch.exp(x[:, 1:])  # u(x, t) = sin(3x) e^t
+    d = Derivatives(u, x, ('x', 't'))
+    burgers = d('t') + u * d('x') - 0.1 * d('x', 'x')  # DeepXDE: 2 gradients (jacobian, hessian row)
+    assert len(calls) == 2 and burgers.shape == (20, 1)
+    torch.testing.assert_close(d('x', 't'), d('t', 'x'))
+    assert len(calls) == 2  # d/dt of du/dx comes from the second gradient already taken
+    s, c, e = torch.sin(3 * x[:, :1]), torch.cos(3 * x[:, :1]), torch.exp(x[:, 1:])
+    torch.testing.assert_close(d('x', 'x'), (-9 * s * e).detach())
+    torch.testing.assert_close(d('x', 't'), (3 * c * e).detach())
+    torch.testing.assert_close(d.laplacian(), (-9 * s * e).detach())  # over x only: t is time
+
+
+# -- model options ---------------------------------------------------------------------------------
+def test_trainable_parameters_fourier_features_and_output_transform():
+    cfg = {
+        'NAME': 'ExactFieldPINN',
+        'FIELD': 'square',
+        'PARAMETERS': {'D': 0.5, 'k': 2},
+        'FOURIER_FEATURES': {'NUM': 8, 'SCALE': 2.0},
+        'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1},
+    }
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    assert model.network[0].in_features == 16 and model.fourier_matrix.shape == (2, 8)
+    assert {'D', 'k', 'fourier_matrix'} <= set(model.state_dict())
+    assert model.D.item() == 0.5 and model.D in list(model.parameters())
+    data = point_sets({'pde': {'KIND': 'interior', 'COUNT': 5}})
+    out = model(**data.take([0]))
+    assert out['D'].item() == 0.5 and out['k'].item() == 2.0  # logged with every step
+    torch.manual_seed(0)
+    assert torch.equal(MODELS.build(cfg).fourier_matrix, model.fourier_matrix)
+    with pytest.raises(ConfigError, match=r'PARAMETERS: .loss_x. cannot name a parameter'):
+        MODELS.build({**cfg, 'PARAMETERS': {'loss_x': 1.0}})
+    model.eval()
+    x = torch.rand(6, 2)
+    torch.testing.assert_close(model(x=x)['u'], (x**2).sum(1, keepdim=True))  # the transform holds in eval too
+
+
+def test_a_point_sets_model_refuses_other_train_batches():
+    model = MODELS.build(
+        {'NAME': 'ExactFieldPINN', 'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1}}
+    )
+    with pytest.raises(DataError, match='trains on the batches of PointSets'):
+        model(x=torch.rand(3, 2))
+
+
+def test_loader_takes_one_step_item_at_a_time_and_refuses_a_batch_size():
+    from scepter_like.data.loader import resolve_loader_keys
+
+    cfg = Config({'NAME': 'PointSets', 'BATCH_SIZE': 2400}, path='SOLVER.TRAIN_DATA')
+    with pytest.raises(ConfigError, match=r'^SOLVER\.TRAIN_DATA\.BATCH_SIZE: PointSets makes the batch of each step'):
+        resolve_loader_keys(cfg, 'train')
+    keys = resolve_loader_keys(Config({'NAME': 'PointSets'}, path='SOLVER.TRAIN_DATA'), 'train')
+    assert keys.BATCH_SIZE == 1 and keys.SHUFFLE is False
+    assert isinstance(point_sets({'pde': {'KIND': 'interior', 'COUNT': 2}}), PointSets)
