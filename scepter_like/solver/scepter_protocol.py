@@ -206,8 +206,9 @@ class ScepterProtocol:
     @mode.setter
     def mode(self, mode):
         self._mode = mode
-        if self.model is not None:
-            self.model.train(mode == 'train')
+        training = mode == 'train'
+        if self.model is not None and self.model.training != training:  # (a walk over every module: only on a change)
+            self.model.train(training)
 
     is_train_mode = property(lambda self: self._mode == 'train')
     is_eval_mode = property(lambda self: self._mode == 'eval')
