@@ -1,0 +1,37 @@
+"""``ENV.USE_PL: true``: the configured solver, its hooks and its update run on PyTorch Lightning's Trainer.
+
+- ``settings.py``: the ``ENV.PL`` keys and the Trainer arguments they make (imports no Lightning)
+- ``cluster.py``: the process group the native loop's own join made under torchrun / srun, told to Lightning
+- ``module.py``: ``SolverModule``, the LightningModule whose steps and hooks are the solver's
+- ``backend.py``: ``LightningBackend``: builds the Trainer, joins (or starts) the processes, runs fit / test
+
+Nothing imports Lightning until a run with ``ENV.USE_PL: true`` asks for it (``lightning_backend``).
+docs/lightning.md says when to use which loop and what each key maps to.
+"""
+
+from scepter_like.errors import ConfigError
+
+EXTRA = 'lightning'  # setup.cfg's extra that installs it
+
+
+def import_lightning():
+    """``lightning.pytorch``, else the standalone ``pytorch_lightning``; a ConfigError naming the extra without."""
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        try:
+            import pytorch_lightning as pl
+        except ImportError:
+            raise ConfigError(
+                f"ENV.USE_PL: PyTorch Lightning is not installed; pip install 'scepter_like[{EXTRA}]'"
+                ' (or set ENV.USE_PL false)'
+            ) from None
+    return pl
+
+
+def lightning_backend(solver):
+    """The LightningBackend that runs ``solver``'s loop (a ConfigError when Lightning is missing)."""
+    import_lightning()
+    from scepter_like.solver.lightning.backend import LightningBackend
+
+    return LightningBackend(solver)
