@@ -140,7 +140,13 @@ class LightningBackend:
         arguments.setdefault('enable_model_summary', False)  # the run summary shows the model
         try:
             return pl.Trainer(**arguments)
-        except (ValueError, TypeError, RuntimeError, pl.utilities.exceptions.MisconfigurationException) as e:
+        except (
+            ValueError,
+            TypeError,
+            RuntimeError,
+            ImportError,
+            pl.utilities.exceptions.MisconfigurationException,
+        ) as e:
             first = ' '.join(str(e).split()) or type(e).__name__
             raise ConfigError(f"{pl_cfg.path}: Lightning's Trainer rejects these settings: {first}") from None
 
