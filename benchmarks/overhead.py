@@ -27,23 +27,25 @@ from common import REPO, StepClock, launch, prepare, solver_config, summarize
 TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
-def across_processes(workload, rounds, steps, folder):
+def across_processes(workload, rounds, steps, folder, sides=('hand', 'solver')):
+    """``sides`` (baseline, candidate) in fresh processes, alternating which goes first; the median ratio."""
     data = prepare(workload, folder, steps)
-    runs = {'hand': [], 'solver': []}
+    base, cand = sides
+    runs = {side: [] for side in sides}
     for r in range(rounds):
-        for side in ('hand', 'solver') if r % 2 == 0 else ('solver', 'hand'):
+        for side in sides if r % 2 == 0 else sides[::-1]:
             runs[side].append(launch(side, workload, data, folder, f'{workload}-{r}', steps))
-        hand, solver = runs['hand'][-1], runs['solver'][-1]
-        print(f'  round {r + 1}/{rounds}: hand {hand["us_per_step"]:8.1f} us, solver {solver["us_per_step"]:8.1f} us')
-    summary = {'workload': workload, 'steps': runs['hand'][0]['steps'], 'rounds': rounds, 'runs': runs}
+        b, c = runs[base][-1]['us_per_step'], runs[cand][-1]['us_per_step']
+        print(f'  round {r + 1}/{rounds}: {base} {b:8.1f} us, {cand} {c:8.1f} us')
+    summary = {'workload': workload, 'steps': runs[base][0]['steps'], 'rounds': rounds, 'runs': runs}
     for key, label in TIMINGS.items():
-        hand, solver = ([run[key] for run in runs[side]] for side in ('hand', 'solver'))
-        ratios = [s / h for s, h in zip(solver, hand)]
-        summary[key] = {'hand': statistics.median(hand), 'solver': statistics.median(solver)}
+        b, c = ([run[key] for run in runs[side]] for side in sides)
+        ratios = [y / x for x, y in zip(b, c)]
+        summary[key] = {base: statistics.median(b), cand: statistics.median(c)}
         summary[f'ratio_{key}'] = statistics.median(ratios)
         print(
-            f'{workload} {label}: hand {summary[key]["hand"]:.1f} us, solver {summary[key]["solver"]:.1f} us;'
-            f' solver / hand {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
+            f'{workload} {label}: {base} {summary[key][base]:.1f} us, {cand} {summary[key][cand]:.1f} us;'
+            f' {cand} / {base} {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
         )
     return summary
 

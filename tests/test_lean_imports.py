@@ -16,6 +16,8 @@ HEAVY = (
     'onnxscript',
     'optuna',
     'sqlalchemy',
+    'lightning',
+    'pytorch_lightning',
 )
 
 
