@@ -78,15 +78,12 @@ class PlainModule(pl.LightningModule):
         return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.epochs)]
 
 
-def main(*args):
-    manual = args[0] == '--manual'
-    workload, data, out, steps = (*args[manual:], '0')[:4]
-    torch.set_num_threads(1)
-    w, epochs, _ = plan(workload, int(steps) or None)
+def train_plain(workload, data, steps, manual, clock):
+    """One run of the plain module (``steps`` None: the workload's), ticking ``clock`` after every step."""
+    w, epochs, _ = plan(workload, steps)
     with np.load(data) as arrays:
         x, y = torch.as_tensor(arrays['x']), torch.as_tensor(arrays['y'])
     torch.manual_seed(SEED)
-    clock = StepClock()
     module = PlainModule(build_model(workload, w), epochs, clock, manual)
     trainer = pl.Trainer(
         accelerator='cpu',
@@ -99,6 +96,14 @@ def main(*args):
         num_sanity_val_steps=0,
     )
     trainer.fit(module, train_dataloaders=EpochBatches(x, y, w['steps_per_epoch']))
+
+
+def main(*args):
+    manual = args[0] == '--manual'
+    workload, data, out, steps = (*args[manual:], '0')[:4]
+    torch.set_num_threads(1)
+    clock = StepClock()
+    train_plain(workload, data, int(steps) or None, manual, clock)
     with open(out, 'w') as f:
         json.dump(clock.result(), f)
     return 0

@@ -72,6 +72,24 @@ def test_lightning_ends_bit_for_bit_where_the_native_loop_ends(blobs):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    'update',
+    [
+        ['SOLVER.TRAIN_HOOKS.0.ACCUMULATE_STEP=4', 'SOLVER.TRAIN_HOOKS.0.GRADIENT_CLIP=0.5'],  # a short last group
+        ['SOLVER.TRAIN_HOOKS.0.USE_AMP=true', 'SOLVER.TRAIN_HOOKS.0.AMP_DTYPE=bf16'],
+    ],
+    ids=['accumulate-clip', 'bf16-autocast'],
+)
+def test_accumulation_clipping_and_amp_come_from_backward_hooks_keys_and_match(blobs, tmp_path, update):
+    _, cfg, _ = blobs
+    for name, extra in (('native', []), ('lightning', [PL])):
+        res = train(cfg, tmp_path / name, *update, 'SOLVER.TRAIN_HOOKS+={NAME: GradNormHook}', *extra)
+        assert res.returncode == 0, res.stderr[-3000:]
+    assert_same(final_state(tmp_path / 'native'), final_state(tmp_path / 'lightning'))
+    assert metrics_lines(tmp_path / 'native') == metrics_lines(tmp_path / 'lightning')  # grad_norm from after_backward
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize('stop, resume', [('lightning', 'native'), ('native', 'lightning'), ('lightning', 'lightning')])
 def test_a_sigterm_stops_at_the_step_boundary_and_resumes_bit_exact_in_either_loop(
     blobs, tmp_path, monkeypatch, stop, resume
@@ -215,10 +233,11 @@ def launch(cmd, cwd, env):
 
 @pytest.fixture(scope='module')
 def two_processes(tmp_path_factory):
-    """The digits job (3 epochs) in 2 processes: the native loop and Lightning under torchrun, and Lightning's own
-    launcher (ENV.PL.DEVICES=2); rank > 0 may write nothing into WORK_DIR (dist_probe's guard)."""
+    """The digits job (3 epochs, 2 micro-batches a step: no_sync) in 2 processes: the native loop and Lightning
+    under torchrun, Lightning's own launcher (ENV.PL.DEVICES=2) and Lightning under SLURM's variables; rank > 0
+    may write nothing into WORK_DIR (dist_probe's guard)."""
     tmp = tmp_path_factory.mktemp('pl_ddp')
-    args = ['--cfg', DIGITS_CFG, '--import', PROBE, 'SOLVER.MAX_EPOCHS=3']
+    args = ['--cfg', DIGITS_CFG, '--import', PROBE, 'SOLVER.MAX_EPOCHS=3', 'SOLVER.TRAIN_HOOKS.0.ACCUMULATE_STEP=2']
     torchrun = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2']
     runs = {
         'native': [*torchrun, f'--master_port={free_port()}', RUN_TRAIN, *args],
@@ -230,15 +249,31 @@ def two_processes(tmp_path_factory):
         work = tmp / name
         env = tool_env(PROBE_GUARD_DIR=work, MASTER_PORT=free_port())
         results[name] = launch([*cmd, f'SOLVER.WORK_DIR={work}'], tmp, env)
+    results['slurm'] = srun_like([sys.executable, RUN_TRAIN, *args, PL], tmp, tmp / 'slurm')
     return tmp, results
 
 
-def test_two_processes_under_torchrun_and_lightnings_launcher_match_the_native_ddp_run(two_processes):
+def srun_like(cmd, cwd, work):
+    """Two tasks as ``srun --ntasks=2`` starts them (SLURM's variables only, no torchrun), writing into ``work``."""
+    port, procs = free_port(), []
+    for rank in (0, 1):
+        slurm = {'SLURM_PROCID': rank, 'SLURM_NTASKS': 2, 'SLURM_LOCALID': rank, 'SLURM_JOB_ID': 1}
+        env = tool_env(**slurm, SLURM_LAUNCH_NODE_IPADDR='127.0.0.1', MASTER_PORT=port, PROBE_GUARD_DIR=work)
+        task = [*cmd, f'SOLVER.WORK_DIR={work}']
+        procs.append(
+            subprocess.Popen(task, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    outs = [p.communicate(timeout=3 * TIMEOUT) for p in procs]
+    status = max(p.returncode for p in procs)
+    return subprocess.CompletedProcess(cmd, status, outs[0][0] + outs[1][0], outs[0][1] + outs[1][1])
+
+
+def test_two_processes_under_torchrun_srun_and_lightnings_launcher_match_the_native_ddp_run(two_processes):
     tmp, results = two_processes
     for name, res in results.items():
         assert res.returncode == 0, f'{name}: {res.stderr[-3000:]}'
     reference = torch.load(tmp / 'native' / 'checkpoints' / 'digits-best.pth', weights_only=True)
-    for name in ('torchrun', 'launcher'):
+    for name in ('torchrun', 'launcher', 'slurm'):
         got = torch.load(tmp / name / 'checkpoints' / 'digits-best.pth', weights_only=True)
         assert_same(reference['model'], got['model'], name)
         assert reference['solver'] == got['solver'], name  # counters, eval and test metrics

@@ -79,7 +79,9 @@ class SolverModule(pl.LightningModule):
 
     # -- what Lightning asks of a LightningModule ------------------------------------------------
     def configure_optimizers(self):
-        return self.solver.optimizer  # stepped by the updater; listed so that Lightning places its state
+        # stepped by the updater; listed so that Lightning places its state (after a switch of
+        # SOLVER.OPTIMIZER_PHASES the solver's ``optimizer`` is the one in use, not trainer.optimizers[0])
+        return self.solver.optimizer
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch  # the solver's steps move batches as they do in the native loop (transfer_data_to_device)
@@ -108,8 +110,6 @@ class SolverModule(pl.LightningModule):
             self._end_train_epoch()
             raise
         solver.train_step(batch, progress.iters['train'], time.perf_counter() - t0)
-        if self.trainer.optimizers and self.trainer.optimizers[0] is not solver.optimizer:
-            self.trainer.optimizers = [solver.optimizer]  # a new optimizer phase (SOLVER.OPTIMIZER_PHASES)
         if progress.stop_reason is not None or progress.iters['train'] >= progress.train_stop:
             self._end_train_epoch()
             next(dataloader_iter, None)  # the batches end with this step: so does Lightning's epoch
