@@ -35,6 +35,7 @@ from scepter_like.utils.logger import get_logger
 pl = import_lightning()
 
 LOOP_METHODS = ('solve', 'solve_train', 'run_train', 'solve_eval', 'run_eval', 'run_test')  # Lightning's, here
+LIGHTNING_LOGGERS = ('lightning.pytorch', 'lightning.fabric', 'pytorch_lightning', 'lightning_fabric')
 QUIETED = (  # Lightning's notices about what this backend chose on purpose, or about torch's version: no action
     '.*`dataloader_iter`',  # the training step pulls its batch (module.py says why)
     r'.*isinstance\(treespec, LeafSpec\)',
@@ -67,7 +68,8 @@ class LightningBackend:
                 ' model in DDP); set it to ddp, or ENV.USE_PL false'
             )
         self.strategy = check_strategy(self.env.PL, pl.strategies.StrategyRegistry.available_strategies())
-        logging.getLogger(pl.__name__).setLevel(logging.WARNING)  # the run's log tells its device and model
+        for name in LIGHTNING_LOGGERS:  # the run's log tells its device, world and model
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.trainer = None
         self.module = None
 
