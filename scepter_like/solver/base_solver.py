@@ -13,6 +13,12 @@ the current train step decided and produced).  scepter's names (``epoch``, ``ite
 ``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them,
 with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks change
 that state only through the methods under "requests from hooks".
+
+The loop is written as pieces -- ``begin_train_epoch``, ``start_train_iters``, ``train_step``,
+``finish_train_iters``; ``begin_pass``, ``start_pass_iters``, ``pass_step``,
+``finish_pass_iters``, ``end_pass`` -- that the native loop strings together and that
+Lightning's hooks call under ``ENV.USE_PL`` (solver/lightning/module.py), so both loops run
+the same stages in the same order.
 """
 
 from __future__ import annotations
