@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-TEST_EXTRAS := dev,tasks,onnx,plot,search,mlflow,wandb,cv2
+TEST_EXTRAS := dev,tasks,onnx,plot,search,mlflow,wandb,cv2,lightning
 
 .PHONY: setup setup-test train test test-fast lint format bench clean
 

@@ -49,10 +49,11 @@ def prepare(workload, folder, steps=None):
     return path
 
 
-def solver_config(workload, data, work_dir, steps=None, clock_output=''):
+def solver_config(workload, data, work_dir, steps=None, clock_output='', use_pl=False):
     """The run_train config of the workload: the default train hooks, one checkpoint at the end.
 
-    With ``clock_output`` the run also ticks a StepClock (``clock_hook.py``) and writes its result there.
+    With ``clock_output`` the run also ticks a StepClock (``clock_hook.py``) and writes its result there;
+    ``use_pl``: the run is on Lightning's Trainer (ENV.USE_PL).
     """
     w, epochs, _ = plan(workload, steps)
     if workload == 'mlp':
@@ -66,7 +67,7 @@ def solver_config(workload, data, work_dir, steps=None, clock_output=''):
         {'NAME': 'CheckpointHook', 'INTERVAL': epochs},
         {'NAME': 'DistSamplerHook'},
     ]
-    cfg = {'ENV': {'SEED': SEED, 'NUM_THREADS': 1}}
+    cfg = {'ENV': {'SEED': SEED, 'NUM_THREADS': 1, 'USE_PL': use_pl}}
     if clock_output:
         cfg['IMPORTS'] = [os.path.join(HERE, 'clock_hook.py')]
         hooks.append({'NAME': 'StepClockHook', 'OUTPUT': clock_output})
@@ -151,18 +152,29 @@ def summarize(hand_clock, solver_clock):
     }
 
 
+BASELINES = {  # side -> its script in benchmarks/, and the script's own options
+    'hand': ['hand_loop.py'],
+    'lightning': ['plain_lightning.py'],
+    'lightning_manual': ['plain_lightning.py', '--manual'],
+}
+
+
 def launch(side, workload, data, folder, tag, steps=None):
-    """One run in a fresh process (one torch thread): 'hand' (``hand_loop.py``) or 'solver' (``tools/run_train.py``).
+    """One run in a fresh process (one torch thread): 'hand' (``hand_loop.py``), 'lightning' / 'lightning_manual'
+    (``plain_lightning.py``: a plain LightningModule), 'solver' (``tools/run_train.py``) or 'solver_pl' (the same with
+    ENV.USE_PL).
 
     Returns its StepClock result, plus the seconds from launching the process to the end of its first step.
     """
     out = os.path.join(folder, f'{side}-{tag}.json')
-    if side == 'hand':
-        cmd = [sys.executable, os.path.join(HERE, 'hand_loop.py'), workload, data, out, str(steps or 0)]
+    if side in BASELINES:
+        script, *options = BASELINES[side]
+        cmd = [sys.executable, os.path.join(HERE, script), *options, workload, data, out, str(steps or 0)]
     else:
-        cfg_path = os.path.join(folder, f'solver-{tag}.yaml')
+        cfg_path = os.path.join(folder, f'{side}-{tag}.yaml')
+        cfg = solver_config(workload, data, os.path.join(folder, f'work-{side}-{tag}'), steps, out, side == 'solver_pl')
         with open(cfg_path, 'w') as f:
-            yaml.safe_dump(solver_config(workload, data, os.path.join(folder, f'work-{tag}'), steps, out), f)
+            yaml.safe_dump(cfg, f)
         cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path]
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}
     env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')

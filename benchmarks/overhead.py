@@ -1,13 +1,20 @@
 #!/usr/bin/env python
 """Per-step cost of the solver against the hand-written loop.
 
-``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved] [--json FILE]``
+``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved]
+[--lightning auto|manual] [--json FILE]``
 
 Across processes (the default, how the targets are stated): each round runs
 ``hand_loop.py`` and ``tools/run_train.py`` on the same model, data, optimizer and step
 count, each in a fresh process with one torch thread, alternating which goes first.  Only
 the training steps are timed (common.StepClock).  Prints the median over rounds of µs per
 step and of the per-round ratio solver / hand.
+
+``--lightning auto|manual``: the solver with ``ENV.USE_PL`` against ``plain_lightning.py``, the
+workload as a plain LightningModule (automatic optimization, what users write; or manual, the
+leanest Lightning loop, which is how USE_PL drives it), the same way: the wrapper's own cost.
+With ``--interleaved`` too, whole runs of both take turns in this process (a loaded machine
+then spoils pairs of runs, not the comparison).
 
 ``--interleaved``: both loops in this process, taking turns every 50 steps (10 for the
 ConvNet), so they see the same machine at the same moments: the solver runs one
@@ -24,28 +31,77 @@ import tempfile
 
 from common import REPO, StepClock, launch, prepare, solver_config, summarize
 
+LIGHTNING_BASELINES = {'auto': 'lightning', 'manual': 'lightning_manual'}  # --lightning: common.launch's sides
 TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
-def across_processes(workload, rounds, steps, folder):
+def across_processes(workload, rounds, steps, folder, sides=('hand', 'solver')):
+    """``sides`` (baseline, candidate) in fresh processes, alternating which goes first; the median ratio."""
     data = prepare(workload, folder, steps)
-    runs = {'hand': [], 'solver': []}
+    runs = {side: [] for side in sides}
     for r in range(rounds):
-        for side in ('hand', 'solver') if r % 2 == 0 else ('solver', 'hand'):
+        for side in sides if r % 2 == 0 else sides[::-1]:
             runs[side].append(launch(side, workload, data, folder, f'{workload}-{r}', steps))
-        hand, solver = runs['hand'][-1], runs['solver'][-1]
-        print(f'  round {r + 1}/{rounds}: hand {hand["us_per_step"]:8.1f} us, solver {solver["us_per_step"]:8.1f} us')
-    summary = {'workload': workload, 'steps': runs['hand'][0]['steps'], 'rounds': rounds, 'runs': runs}
+        report_round(runs, sides, r, rounds)
+    return compare(workload, rounds, runs, sides)
+
+
+def report_round(runs, sides, r, rounds):
+    base, cand = (runs[side][-1]['us_per_step'] for side in sides)
+    print(f'  round {r + 1}/{rounds}: {sides[0]} {base:8.1f} us, {sides[1]} {cand:8.1f} us')
+
+
+def compare(workload, rounds, runs, sides):
+    """Medians over rounds of each timing and of the per-round ratio candidate / baseline (printed)."""
+    base, cand = sides
+    summary = {'workload': workload, 'steps': runs[base][0]['steps'], 'rounds': rounds, 'runs': runs}
     for key, label in TIMINGS.items():
-        hand, solver = ([run[key] for run in runs[side]] for side in ('hand', 'solver'))
-        ratios = [s / h for s, h in zip(solver, hand)]
-        summary[key] = {'hand': statistics.median(hand), 'solver': statistics.median(solver)}
+        b, c = ([run[key] for run in runs[side]] for side in sides)
+        ratios = [y / x for x, y in zip(b, c)]
+        summary[key] = {base: statistics.median(b), cand: statistics.median(c)}
         summary[f'ratio_{key}'] = statistics.median(ratios)
         print(
-            f'{workload} {label}: hand {summary[key]["hand"]:.1f} us, solver {summary[key]["solver"]:.1f} us;'
-            f' solver / hand {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
+            f'{workload} {label}: {base} {summary[key][base]:.1f} us, {cand} {summary[key][cand]:.1f} us;'
+            f' {cand} / {base} {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
         )
     return summary
+
+
+def lightning_in_one_process(baseline, workload, rounds, steps, folder):
+    """``--lightning`` with ``--interleaved``: whole runs of the plain module and of the solver under ENV.USE_PL
+    in this process, alternating which goes first, so both see the machine of the same minutes; only steps are
+    timed (no process start-up, no import)."""
+    import torch
+    from plain_lightning import train_plain
+
+    sys.path.insert(0, REPO)
+    from scepter_like.config import Config
+    from scepter_like.solver import SOLVERS
+    from scepter_like.utils.logger import get_logger
+
+    torch.set_num_threads(1)
+    data = prepare(workload, folder, steps)
+    logger = get_logger('scepter_like.bench', stream=sys.stderr)
+    sides = (baseline, 'solver_pl')
+    runs = {side: [] for side in sides}
+    for r in range(rounds):
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            clock = StepClock()
+            if side == baseline:
+                train_plain(workload, data, steps, baseline == 'lightning_manual', clock)
+            else:
+                cfg = solver_config(workload, data, os.path.join(folder, f'work-{r}'), steps, use_pl=True)
+                solver = SOLVERS.build(Config(cfg).SOLVER, logger)
+                solver.set_up_pre()
+                solver.set_up()
+                solver.register_callback_on_iter_end(clock.tick)  # after every hook of the step
+                try:
+                    solver.solve()
+                finally:
+                    solver.close()
+            runs[side].append(clock.result())
+        report_round(runs, sides, r, rounds)
+    return compare(workload, rounds, runs, sides)
 
 
 def in_one_process(workload, steps, folder):
@@ -88,16 +144,27 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=9)
     parser.add_argument('--steps', type=int, default=None, help='train steps per run (default: the workload’s)')
     parser.add_argument('--interleaved', action='store_true', help='both loops in this process, taking turns')
+    parser.add_argument(
+        '--lightning',
+        choices=tuple(LIGHTNING_BASELINES),
+        default='',
+        help='ENV.USE_PL against a plain LightningModule (automatic or manual optimization), across processes',
+    )
     parser.add_argument('--json', default='', help='also write the results to this JSON file')
     args = parser.parse_args(argv)
     results = []
     for workload in ('mlp', 'conv') if args.workload == 'all' else (args.workload,):
         with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
-            if args.interleaved:
+            lightning = LIGHTNING_BASELINES.get(args.lightning)
+            if args.interleaved and lightning:
+                print(f'{workload}: {args.rounds} rounds in this process, runs alternated, 1 torch thread')
+                results.append(lightning_in_one_process(lightning, workload, args.rounds, args.steps, folder))
+            elif args.interleaved:
                 results.append(in_one_process(workload, args.steps, folder))
             else:
                 print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
-                results.append(across_processes(workload, args.rounds, args.steps, folder))
+                sides = (lightning, 'solver_pl') if lightning else ('hand', 'solver')
+                results.append(across_processes(workload, args.rounds, args.steps, folder, sides))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'python': sys.version.split()[0], 'cpus': os.cpu_count(), 'results': results}, f, indent=1)

@@ -5,9 +5,9 @@
   the final weights, the local metric sums and the counters (DDP's gradient all-reduces too), into ``OUT/rank{r}.pt`` at
   after_solve (also after a failure); it can make one rank's loss NaN at given steps and
   SIGKILL torchrun and all its workers at a given step.
-- On import in a rank other than 0, with ``PROBE_GUARD_DIR`` set, an audit hook makes any
-  write under that folder (open for writing, mkdir, rename, remove) raise, so a run in
-  which rank > 0 writes a file fails.
+- On import in a rank other than 0 (of torchrun or of Lightning's launcher), with ``PROBE_GUARD_DIR``
+  set, an audit hook makes any write under that folder (open for writing, mkdir, rename, remove)
+  raise, so a run in which rank > 0 writes a file fails.
 """
 
 import os
@@ -48,7 +48,8 @@ def _install_write_guard(folder):
     sys.addaudithook(guard)
 
 
-if os.environ.get('PROBE_GUARD_DIR') and os.environ.get('RANK', '0') != '0':
+# (a process Lightning's own launcher started has LOCAL_RANK and no RANK)
+if os.environ.get('PROBE_GUARD_DIR') and os.environ.get('RANK', os.environ.get('LOCAL_RANK', '0')) != '0':
     _install_write_guard(os.environ['PROBE_GUARD_DIR'])
 
 

@@ -21,6 +21,8 @@ HEAVY = (
     'PIL',
     'cv2',
     'torchvision',
+    'lightning',
+    'pytorch_lightning',
 )
 
 

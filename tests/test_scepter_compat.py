@@ -1030,9 +1030,11 @@ def test_a_file_with_relative_imports_loads_inside_the_package_where_they_resolv
     )
 
 
-def test_env_use_pl_is_accepted_when_false_only():
+def test_env_use_pl_is_scepters_switch():
     from scepter_like.solver.environment import resolve_env
 
     assert resolve_env(Config({'ENV': {'USE_PL': False}, 'SOLVER': {}}).SOLVER).USE_PL is False
-    with pytest.raises(ConfigError, match=r'^ENV.USE_PL: PyTorch Lightning is not supported; set it to false$'):
-        resolve_env(Config({'ENV': {'USE_PL': True}, 'SOLVER': {}}).SOLVER)
+    env = resolve_env(Config({'ENV': {'USE_PL': True}, 'SOLVER': {}}).SOLVER)
+    assert env.USE_PL is True and env.PL.STRATEGY == 'auto'  # ENV.PL's defaults (tests/test_lightning.py runs it)
+    with pytest.raises(ConfigError, match=r'^ENV.PL.STRATGY: unknown key for ENV.PL; did you mean STRATEGY\?'):
+        resolve_env(Config({'ENV': {'PL': {'STRATGY': 'ddp'}}, 'SOLVER': {}}).SOLVER)

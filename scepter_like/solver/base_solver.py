@@ -13,6 +13,12 @@ the current train step decided and produced).  scepter's names (``epoch``, ``ite
 ``total_iter``, ``epoch_max_iter``, ``loss``, ``iter_outputs``, ...) are views of them,
 with scepter's offsets (``ScepterProtocol``, solver/scepter_protocol.py).  Hooks change
 that state only through the methods under "requests from hooks".
+
+The loop is written as pieces -- ``begin_train_epoch``, ``start_train_iters``, ``train_step``,
+``finish_train_iters``; ``begin_pass``, ``start_pass_iters``, ``pass_step``,
+``finish_pass_iters``, ``end_pass`` -- that the native loop strings together and that
+Lightning's hooks call under ``ENV.USE_PL`` (solver/lightning/module.py), so both loops run
+the same stages in the same order.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -152,12 +158,21 @@ class BaseSolver(HookStages, ScepterProtocol):
         self._file_handler: logging.Handler | None = None
         self.metrics_log: Any = None  # rank 0: WORK_DIR/metrics.jsonl
         self.resumed_from: str | None = None
+        self.lightning: Any = None  # ENV.USE_PL: the LightningBackend that runs the loop (solver/lightning/)
 
     # -- set-up -------------------------------------------------------------------------------
     def set_up_pre(self) -> None:
-        """Environment (seed, process group, device), work dir, log file, hooks."""
+        """Environment (seed, process group, device), work dir, log file, hooks.
+
+        With ``ENV.USE_PL`` true, Lightning's Trainer is built here and joins (or starts) the
+        processes (solver/lightning/, docs/lightning.md).
+        """
         self.env_cfg = resolve_env(self.cfg)
-        self.dist_info = set_up_environment(self.env_cfg)
+        if self.env_cfg.USE_PL:
+            from scepter_like.solver.lightning import lightning_backend
+
+            self.lightning = lightning_backend(self)
+        self.dist_info = set_up_environment(self.env_cfg, join=self.lightning.join if self.lightning else None)
         self.seed = self.env_cfg.SEED
         if self.is_main:
             self._file_handler = open_work_dir(self)
@@ -213,7 +228,10 @@ class BaseSolver(HookStages, ScepterProtocol):
     def model_to_device(self, tg_model_ins: Any = None) -> Any:
         """Move to this rank's device, wrap (DDP / FSDP), compile (SOLVER.COMPILE); returns it when given one."""
         model = self.model if tg_model_ins is None else tg_model_ins
-        wrapped = wrap_model(model, self.dist_info, self.cfg.PARALLEL, self.cfg.FIND_UNUSED_PARAMETERS)
+        if self.lightning is not None:  # Lightning's strategy wraps it (DDP) when it fits
+            wrapped = model.to(self.device)
+        else:
+            wrapped = wrap_model(model, self.dist_info, self.cfg.PARALLEL, self.cfg.FIND_UNUSED_PARAMETERS)
         compile_model(wrapped, self.compile_settings, self.logger)
         if tg_model_ins is not None:
             return wrapped
@@ -283,7 +301,8 @@ class BaseSolver(HookStages, ScepterProtocol):
         """Train for MAX_EPOCHS (``epoch`` overrides it), evaluating every EVAL_INTERVAL; test at the end
         with the weights TEST_WITH names (``test=False``: no test).
 
-        ``every_epoch=True`` also runs the test data after every epoch.
+        ``every_epoch=True`` also runs the test data after every epoch.  Under ``ENV.USE_PL``
+        Lightning's Trainer runs the epochs and the test (``LightningBackend.run``).
         """
         if epoch is not None:
             self.max_epochs = epoch
@@ -298,23 +317,8 @@ class BaseSolver(HookStages, ScepterProtocol):
             if 'train' in self.datas and not progress.train_finished():
                 sanity_eval(self, self.cfg.SANITY_EVAL_BATCHES)
             with self.stop_signals.training_loop():
-                if progress.epoch_finished:  # resumed between an epoch and its evaluation
-                    if self._eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
-                        self.solve_eval()
-                    progress.next_epoch()
-                while 'train' in self.datas and not progress.train_finished():
-                    self.solve_train()
-                    if progress.stop_signal:
-                        raise checkpoint_state.save_preempted(self)
-                    if self._eval_due():
-                        self.solve_eval()
-                    if every_epoch and 'test' in self.datas:
-                        self.solve_test()
-                    if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
-                        progress.next_epoch()
-                if 'test' in self.datas and not every_epoch and test:
-                    with weights_for_test(self, self.cfg.TEST_WITH):
-                        self.solve_test()
+                run = self.lightning.run if self.lightning is not None else self._run_epochs
+                run(every_epoch, test)
         except BaseException as e:
             self.failed = e
             record_failure(self)
@@ -322,10 +326,42 @@ class BaseSolver(HookStages, ScepterProtocol):
         finally:
             self.after_solve()
 
-    def _eval_due(self) -> bool:
+    def _run_epochs(self, every_epoch: bool, test: bool) -> None:
+        """The native loop over epochs: train, evaluate when due, test at the end (``test``)."""
+        progress = self.progress
+        if progress.epoch_finished:  # resumed between an epoch and its evaluation
+            if self.eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
+                self.solve_eval()
+            progress.next_epoch()
+        while 'train' in self.datas and not progress.train_finished():
+            self.solve_train()
+            if progress.stop_signal:
+                raise checkpoint_state.save_preempted(self)
+            if self.eval_due():
+                self.solve_eval()
+            if every_epoch and 'test' in self.datas:
+                self.solve_test()
+            if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
+                progress.next_epoch()
+        if 'test' in self.datas and not every_epoch and test:
+            self.solve_final_test()
+
+    def solve_final_test(self) -> None:
+        """The test after training, with the weights TEST_WITH names (the best checkpoint's by default)."""
+        with weights_for_test(self, self.cfg.TEST_WITH):
+            self.solve_test()
+
+    def eval_due(self) -> bool:
+        """Whether the evaluation after the current train epoch is to run (there is eval data, and it is due)."""
         return 'eval' in self.datas and self.progress.eval_due()
 
     def solve_train(self) -> None:
+        self.begin_train_epoch()
+        self.run_train()
+        self.after_epoch()
+
+    def begin_train_epoch(self) -> None:
+        """A train epoch begins: train mode, the optimizer phase due, before_epoch hooks, the pass's shuffle."""
         self.mode = 'train'
         self.updater.enter_due_phase(self.progress)
         self.before_epoch()
@@ -333,12 +369,9 @@ class BaseSolver(HookStages, ScepterProtocol):
         # (scepter's DistSamplerHook sets the sampler's epoch its own way)
         with default_dtype(self.dtype):
             self.datas['train'].set_epoch(self.progress.pass_index)
-        self.run_train()
-        self.after_epoch()
 
     def solve_eval(self) -> None:
         self._solve_no_grad('eval')
-        self.progress.last_eval_epoch = self.progress.epoch
 
     def solve_test(self) -> None:
         self._solve_no_grad('test')
@@ -346,19 +379,33 @@ class BaseSolver(HookStages, ScepterProtocol):
     def _solve_no_grad(self, mode: str) -> None:
         if mode not in self.datas:
             return
+        if self.lightning is not None:  # a pass outside Lightning's fit: its validate / test loop
+            return self.lightning.run_pass(mode)
         previous = self._mode
+        try:
+            with torch.no_grad(), eval_context(self.model):
+                self.begin_pass(mode)
+                self.run_eval() if mode == 'eval' else self.run_test()
+                self.end_pass()
+        finally:
+            self.mode = previous
+
+    def begin_pass(self, mode: str) -> None:
+        """An eval / test pass begins (under ``torch.no_grad``): its mode, its counter at 0, before_epoch hooks."""
         self.mode = mode
         self.progress.iters[mode] = 0
         self._outputs_recorded = False
-        try:
-            with torch.no_grad(), eval_context(self.model):
-                self.before_epoch()
-                self.run_eval() if mode == 'eval' else self.run_test()
-                if not self._outputs_recorded:  # a scepter-style run_eval filled _epoch_outputs itself
-                    self.record_epoch_outputs(broadcast_object(self.epoch_outputs[mode]))
-                self.after_epoch()
-        finally:
-            self.mode = previous
+        self.before_epoch()
+
+    def end_pass(self) -> None:
+        """An eval / test pass ends: its outputs recorded (a scepter-style ``run_eval`` fills ``_epoch_outputs``
+        itself), after_epoch hooks; an evaluation marks the epoch evaluated."""
+        mode = self._mode
+        if not self._outputs_recorded:
+            self.record_epoch_outputs(broadcast_object(self.epoch_outputs[mode]))
+        self.after_epoch()
+        if mode == 'eval':
+            self.progress.last_eval_epoch = self.progress.epoch
 
     def record_epoch_outputs(self, outputs: dict[str, Any]) -> None:
         """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""
@@ -368,32 +415,45 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.metrics_log.write_epoch_outputs(self, self._mode)
 
     def run_train(self) -> None:
-        """The train steps of one epoch: plan the step -> before_iter -> run_step_train (forward, loss) ->
-        the updater's update (backward, after_backward, clip, step) -> count -> after_iter."""
-        progress, step, updater = self.progress, self.step, self.updater
-        bundle = self.datas['train']
-        first, stop = progress.start_train_epoch(bundle.num_batches())
-        self.before_all_iter()
-        batches = bundle.iterate(first, stop) if first < stop else iter(())
-        run_step, update, before_iter, after_iter = self.run_step_train, self._update, self.before_iter, self.after_iter
-        rank, to_device, accumulate = self.rank, self.moves_batches, updater.settings.accumulate_steps
+        """The train steps of one epoch: before_all_iter, ``train_step`` for each batch, after_all_iter."""
+        progress = self.progress
+        batches = self.start_train_iters()
         t0 = time.perf_counter()
         for batch_idx, batch in enumerate(batches, progress.iters['train']):
-            data_time = time.perf_counter() - t0
-            if to_device:
-                batch = self.transfer_data_to_device(batch)
-            if progress.total_iter >= updater.next_phase_step:
-                updater.enter_due_phase(progress)
-            step.begin(progress.total_iter, batch, *progress.accumulation_group(accumulate), data_time=data_time)
-            before_iter()
-            run_step(batch, batch_idx, progress.total_iter, rank)
-            self._finish_step('train', update(), after_iter)
-            if step.steps_optimizer:
-                self._agree_on_stop()
+            self.train_step(batch, batch_idx, time.perf_counter() - t0)
             if progress.stop_reason is not None:
                 break
             t0 = time.perf_counter()
-        progress.finish_train_epoch()
+        self.finish_train_iters()
+
+    def start_train_iters(self) -> Iterator[dict[str, Any]]:
+        """Plan this epoch's steps (its window, MAX_STEPS), run before_all_iter; the batches still to train on."""
+        progress = self.progress
+        bundle = self.datas['train']
+        first, stop = progress.start_train_epoch(bundle.num_batches())
+        self.before_all_iter()
+        return bundle.iterate(first, stop) if first < stop else iter(())
+
+    def train_step(self, batch: dict[str, Any], batch_idx: int, data_time: float = 0.0) -> None:
+        """One train step: plan it -> before_iter -> run_step_train (forward, loss) -> the updater's update
+        (backward, after_backward, clip, step) -> count -> after_iter; at an optimizer-step boundary, agree on a
+        stop signal."""
+        progress, step, updater = self.progress, self.step, self.updater
+        if self.moves_batches:
+            batch = self.transfer_data_to_device(batch)
+        if progress.total_iter >= updater.next_phase_step:
+            updater.enter_due_phase(progress)
+        group = progress.accumulation_group(updater.settings.accumulate_steps)
+        step.begin(progress.total_iter, batch, *group, data_time=data_time)
+        self.before_iter()
+        self.run_step_train(batch, batch_idx, progress.total_iter, self.rank)
+        self._finish_step('train', self._update(), self.after_iter)
+        if step.steps_optimizer:
+            self._agree_on_stop()
+
+    def finish_train_iters(self) -> None:
+        """This epoch's steps are done (all, or up to MAX_STEPS or a stop): after_all_iter."""
+        self.progress.finish_train_epoch()
         self.after_all_iter()
 
     def _update(self) -> bool:
@@ -423,18 +483,27 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.request_stop(f'signal {signal}')
 
     def _run_no_grad_loop(self, step_fn: Callable) -> None:
-        mode, progress, step = self._mode, self.progress, self.step
-        bundle = self.datas[mode]
-        progress.epoch_iters[mode] = bundle.num_batches()
+        self.start_pass_iters()
+        for batch_idx, batch in enumerate(self.datas[self._mode].iterate()):
+            self.pass_step(step_fn, batch, batch_idx)
+        self.finish_pass_iters()
+
+    def start_pass_iters(self) -> None:
+        """The steps of an eval / test pass begin: its batch count, before_all_iter."""
+        self.progress.epoch_iters[self._mode] = self.datas[self._mode].num_batches()
         self.before_all_iter()
-        to_device = self.moves_batches
-        for batch_idx, batch in enumerate(bundle.iterate()):
-            if to_device:
-                batch = self.transfer_data_to_device(batch)
-            step.begin()
-            self.before_iter()
-            step_fn(batch, batch_idx, progress.total_iter, self.rank)
-            self._finish_step(mode, False, self.after_iter)
+
+    def pass_step(self, step_fn: Callable, batch: dict[str, Any], batch_idx: int) -> None:
+        """One eval / test step: before_iter -> ``step_fn`` (run_step_eval / run_step_test) -> count -> after_iter."""
+        if self.moves_batches:
+            batch = self.transfer_data_to_device(batch)
+        self.step.begin()
+        self.before_iter()
+        step_fn(batch, batch_idx, self.progress.total_iter, self.rank)
+        self._finish_step(self._mode, False, self.after_iter)
+
+    def finish_pass_iters(self) -> None:
+        """The steps of an eval / test pass are done: the metrics' epoch outputs, after_all_iter."""
         self.record_epoch_outputs(self.compute_epoch_outputs())
         self.after_all_iter()
 

@@ -1,4 +1,4 @@
-"""The ENV config section (seeding, threads, device, the distributed process group); the run's dtype.
+"""The ENV config section (seeding, threads, device, the distributed process group, Lightning's Trainer).
 
 ``NUM_THREADS`` defaults to 1 intra-op thread per process.  torch's own default (one
 thread per core) makes the small ops of a small model wait on each other at every op:
@@ -14,6 +14,7 @@ import torch
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
+from scepter_like.solver.lightning.settings import PL_PARA_DICT
 from scepter_like.utils.distributed import init_distributed
 from scepter_like.utils.seed import seed_everything
 
@@ -28,7 +29,8 @@ ENV_PARA_DICT = {
         'description': "torch intra-op threads per process (0: torch's default, one per core)",
         'min': 0,
     },
-    'USE_PL': {'value': False, 'description': "scepter's PyTorch Lightning switch: accepted when false"},
+    'USE_PL': {'value': False, 'description': "run on PyTorch Lightning's Trainer (the [lightning] extra)"},
+    'PL': {'value': {}, 'description': "Lightning's Trainer settings when USE_PL (docs/lightning.md)"},
 }
 
 
@@ -40,8 +42,7 @@ def resolve_env(solver_cfg):
     if root.get('ENV') is None:
         root['ENV'] = {}
     env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
-    if env.USE_PL:
-        raise ConfigError(f'{env.path_of("USE_PL")}: PyTorch Lightning is not supported; set it to false')
+    resolve_params(env.PL, PL_PARA_DICT, 'ENV.PL')
     _check_device(env)
     return env
 
@@ -58,10 +59,17 @@ def _check_device(env):
             ) from None
 
 
-def set_up_environment(env):
-    """Seed, set threads and join the process group; returns the DistInfo of this process."""
+def set_up_environment(env, join=None):
+    """Join the process group, set threads and seed; returns the DistInfo of this process.
+
+    ``join()`` joins it another way (Lightning's, which may start the processes itself); by
+    default from torchrun's or SLURM's variables.
+    """
+    if join is None:
+        info = init_distributed(backend=env.BACKEND, timeout_s=env.DIST_TIMEOUT, device=env.DEVICE)
+    else:
+        info = join()
     if env.NUM_THREADS > 0:
         torch.set_num_threads(env.NUM_THREADS)
-    info = init_distributed(backend=env.BACKEND, timeout_s=env.DIST_TIMEOUT, device=env.DEVICE)
     seed_everything(env.SEED, deterministic=env.DETERMINISTIC)
     return info

@@ -4,7 +4,8 @@ The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
 ``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
 OPTIMIZER, LR_SCHEDULER, OPTIMIZER_PHASES, LOSS_AGGREGATOR, TRAIN_HOOKS, RESUME_FROM, the
 log file (and MAX_EPOCHS is 1), and
-MODEL.PRETRAINED_MODEL (the given weights replace it).  The weights come from a training
+MODEL.PRETRAINED_MODEL (the given weights replace it); ``ENV.USE_PL`` is turned off (the native loop
+evaluates a Lightning run's weights to the same numbers).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
 (and, where the file describes its model, be of the config's architecture).  EVAL_HOOKS
 and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
@@ -45,6 +46,8 @@ def inference_config(cfg, data_modes=EVAL_MODES):
     Data configs of modes not in ``data_modes`` are dropped too.
     """
     cfg = copy.deepcopy(cfg)
+    if cfg.get('ENV') is not None and cfg.ENV.get('USE_PL'):
+        cfg.ENV['USE_PL'] = False  # evaluation, inference and export run the native loop (the same numbers)
     solver_cfg = cfg.SOLVER
     for key, value in _TRAINING_ONLY.items():
         solver_cfg[key] = value

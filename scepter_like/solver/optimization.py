@@ -248,6 +248,9 @@ class WeightUpdater:
         self.lr_scheduler: Any = None
         self.scaler: torch.amp.GradScaler | None = None
         self.takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
+        # how a (scaled) loss becomes gradients: Tensor.backward; under ENV.USE_PL Lightning's manual_backward,
+        # through which its strategy all-reduces them (solver/lightning/module.py)
+        self.backward_fn: Callable[[torch.Tensor], Any] = torch.Tensor.backward
         self.next_phase_step: float = math.inf  # the train step at which the next step-started phase is due
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
@@ -404,7 +407,7 @@ class WeightUpdater:
         if step.terms and aggregator.performs_backward:  # PCGrad: each term's gradient, projected
             aggregator.backward({k: prepared(v) for k, v in step.terms.items()}, step.index, self._params)
         else:
-            prepared(loss).backward()
+            self.backward_fn(prepared(loss))
 
     def _clip(self, step: StepState) -> None:
         if self.settings.gradient_clip > 0:

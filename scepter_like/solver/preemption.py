@@ -65,6 +65,13 @@ class StopSignals:
             self._previous = {}
         return False
 
+    def reinstall(self):
+        """While entered, put the handlers back over any installed since (Lightning's Trainer installs its own
+        at each fit / validate / test and restores these when it ends): one behaviour, this module's."""
+        if self._depth and threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self._handle)
+
     @contextlib.contextmanager
     def training_loop(self):
         """Entered around the training loop: from here on a signal is acted on at a step boundary."""

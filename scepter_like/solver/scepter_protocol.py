@@ -83,7 +83,7 @@ def _outputs_entry(value):
 class ScepterProtocol:
     """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
 
-    use_pl = False  # PyTorch Lightning is not supported (ENV.USE_PL must be false)
+    use_pl = property(lambda self: self.lightning is not None, doc="Lightning's Trainer runs the loop (ENV.USE_PL).")
 
     # -- counters with scepter's offsets ----------------------------------------------------------
     @property

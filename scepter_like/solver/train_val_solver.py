@@ -53,17 +53,11 @@ class TrainValSolver(BaseSolver):
             return WholePassMetric(metric, entry.get('KEYS') or [])
         return checked_metric(metric, entry)  # raises: the Metric contract, named
 
-    def run_eval(self):
-        self._reset_metrics()
-        super().run_eval()
-
-    def run_test(self):
-        self._reset_metrics()
-        super().run_test()
-
-    def _reset_metrics(self):
+    def start_pass_iters(self):
+        """Each eval / test pass starts its METRICS (and SAVE_EVAL_DATA's collector) from nothing."""
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.reset()
+        super().start_pass_iters()
 
     def _update_metrics(self, batch_data, results):
         """Feed the metrics the step's outputs and EXTRA_KEYS of its batch (the eval hooks see those keys too)."""
