@@ -1,4 +1,4 @@
-"""The ENV config section (seeding, threads, device, the distributed process group); the run's dtype.
+"""The ENV config section (seeding, threads, the CPU allocator, device, the process group); the run's dtype.
 
 ``NUM_THREADS`` defaults to 1 intra-op thread per process.  torch's own default (one
 thread per core) makes the small ops of a small model wait on each other at every op:
@@ -17,6 +17,7 @@ from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
 from scepter_like.utils.distributed import init_distributed
+from scepter_like.utils.heap import keep_heap
 from scepter_like.utils.seed import seed_everything
 
 ENV_PARA_DICT = {
@@ -29,6 +30,11 @@ ENV_PARA_DICT = {
         'value': 1,
         'description': "torch intra-op threads per process (0: torch's default, one per core)",
         'min': 0,
+    },
+    'KEEP_CPU_HEAP': {
+        'value': True,
+        'description': 'glibc: keep memory freed by a step for the next one instead of returning it to the kernel'
+        ' and page-faulting it back (RSS stays at its peak; scepter_like.utils.heap)',
     },
     'USE_PL': {'value': False, 'description': "scepter's PyTorch Lightning switch: accepted when false"},
 }
@@ -75,9 +81,11 @@ def _check_device(env):
 
 
 def set_up_environment(env):
-    """Seed, set threads and join the process group; returns the DistInfo of this process."""
+    """Seed, set threads, the allocator and join the process group; returns the DistInfo of this process."""
     if env.NUM_THREADS > 0:
         torch.set_num_threads(env.NUM_THREADS)
+    if env.KEEP_CPU_HEAP:
+        keep_heap()
     info = init_distributed(backend=env.BACKEND, timeout_s=env.DIST_TIMEOUT, device=env.DEVICE)
     seed_everything(env.SEED, deterministic=env.DETERMINISTIC)
     return info
