@@ -10,8 +10,10 @@ Sizes (``SIZES``): ``small`` is ``configs/mesh_regression/mgn.yaml`` as shipped 
 MeshGraphNet defaults (HIDDEN 128, 15 blocks, 2-layer MLPs) on the same batches.  Every
 MLP but the decoder ends in LayerNorm; sum aggregation; 8 features per vertex; Adam.
 
-Each round runs the two sides back to back in fresh processes with one torch thread,
-alternating which goes first:
+Each round runs the two sides in processes of their own, one torch thread each, taking
+turns: every ``turn_steps`` steps a side hands the CPU to the other through a pipe (the
+first turn alternates between rounds), so both see the machine in the same state and a
+process-wide setting reaches one side only.
 
 - solver: ``tools/run_train.py``'s way (``SOLVERS.build``, ``set_up_pre``, ``set_up``,
   ``solve``) on mgn.yaml with the size's model and batch, train data only, its train
@@ -23,15 +25,17 @@ alternating which goes first:
   ``clip_grad_norm_``, a per-epoch cosine schedule and a ``loss.item()`` line every 10 steps.
 
 Both tick a clock at the end of every step (the solver after all its hooks) that reads
-the time and the process's minor page faults (``resource.getrusage``).  The first
-WARMUP steps are left out.  Per size: the median over rounds of the ratio solver / hand
-of the mean step time, its range, page faults per step, the resident memory (the largest at the
-end of a step, and the process's peak, set-up included), and the validation
-RMSE (mm) both reach after the same steps (one function scores both).
+the wall and CPU time, the process's minor page faults (``resource.getrusage``) and its
+resident memory; the wait for a turn is left out, and so is the first turn (the heap and
+the caches fill).  Per round: the median over pairs of turns of the ratio solver / hand
+of the mean step time (wall and CPU).  Per size: the median of those over rounds and
+their range, page faults per step, the resident memory (the largest at the end of a step,
+and the process's peak, set-up included), and the validation RMSE (mm) both reach after
+the same steps (one function scores both).
 
 ``--solver-set KEY=VALUE`` overrides the solver's config (e.g. ``ENV.KEEP_CPU_HEAP=false``),
 ``--solver-preload LIB`` runs the solver's process with ``LD_PRELOAD=LIB`` (jemalloc,
-tcmalloc): the allocator choices of docs/mesh_regression.md were measured so.
+tcmalloc): the allocator choices of docs/cpu_memory.md were measured so.
 """
 
 import argparse

@@ -5,8 +5,8 @@ next step allocates the same sizes again.  With glibc's defaults that memory goe
 kernel in between: the top of the heap is trimmed once more than M_TRIM_THRESHOLD of it is free
 (the threshold follows the largest freed block, so a few tens of MiB), and blocks above
 M_MMAP_THRESHOLD are separate mmaps, unmapped when freed.  The next step then page-faults the
-memory back one zeroed 4 KiB page at a time (~2.4 us each): 5,000-18,000 faults per MeshGraphNet
-step at HIDDEN 64 x 6 blocks, 10-20 % of its time (docs/mesh_regression.md).
+memory back one zeroed 4 KiB page at a time (~3 us each): 6,000-10,000 faults per MeshGraphNet
+step at HIDDEN 64 x 6 blocks, a tenth of its time (docs/cpu_memory.md).
 
 ``keep_heap`` disables the trimming and fixes the mmap threshold at glibc's ceiling (32 MiB on
 64-bit), so freed blocks up to that size stay in the heap for the next step.  The cost: the

@@ -136,7 +136,8 @@ class MeshModel(BaseModel):
             'choices': ['shared', 'per_channel'],
         },
     }
-    ARCH_KEYS = ('TARGET_SCALE',)  # the config keys that fix the architecture (with the statistics' widths)
+    # the config keys that fix the architecture (with the statistics' widths); a subclass adds its own
+    ARCH_KEYS = ('TARGET_SCALE',)
     INPUT_BATCHING = 'whole'  # a sample is one graph: features [V, F] and edge_index [2, E] in one forward
     DYNAMIC_DIMS = {'features': 0, 'target': 0, 'edge_index': 1}  # vertices and edges differ between batches
 
@@ -230,7 +231,7 @@ class MeshGraphNet(MeshModel):
     activations are not kept for backward but recomputed there (activation checkpointing,
     PhysicsNeMo's ``num_processor_checkpoint_segments``): the memory of the processor's
     activations falls to the segments' inputs plus one segment's, for one more forward of
-    the processor per step.  The gradients are the same.
+    the processor per step.  The gradients are the plain model's, to float32 rounding.
     """
 
     para_dict = {
@@ -262,8 +263,8 @@ class MeshGraphNet(MeshModel):
         'MLP_LAYERS',
         'AGGREGATION',
         'ACTIVATION',
-        'TARGET_SCALE',
         'EDGE_FEATURES',
+        *MeshModel.ARCH_KEYS,
     )
 
     def __init__(self, cfg, logger=None):
@@ -327,7 +328,7 @@ class MeshMLP(MeshModel):
             'min': 0,
         },
     }
-    ARCH_KEYS = ('HIDDEN_DIMS', 'ACTIVATION', 'TARGET_SCALE')
+    ARCH_KEYS = ('HIDDEN_DIMS', 'ACTIVATION', *MeshModel.ARCH_KEYS)
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
