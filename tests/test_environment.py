@@ -45,7 +45,8 @@ def step():  # a step's activations: 24 blocks of 1 MiB, written, then all freed
     return sum(float(b[0, 0]) for b in blocks)
 
 
-step()
+for _ in range(3):  # the heap grows to its size
+    step()
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
     step()
@@ -67,4 +68,4 @@ def test_keep_cpu_heap_stops_refaulting_the_memory_a_step_freed():
         faults[keep] = int(res.stdout.split()[-1])
     pages_per_step = 24 * 2**20 // resource.getpagesize()
     assert faults['false'] > 10 * pages_per_step / 2, faults  # half the pages of every step, at least, faulted again
-    assert faults['true'] < pages_per_step / 4, faults  # over all ten steps: a few stray pages
+    assert faults['true'] < pages_per_step, faults  # over all ten steps, less than one step's memory
