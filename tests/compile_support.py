@@ -2,6 +2,8 @@
 
 - the torch.compile backend ``scepter_test_failing``, which raises on every graph it is given:
   a compile failure that shows at the first forward, as real ones do;
+- the backend ``scepter_test_counting``, which runs every graph as dynamo traced it and
+  appends it to ``COMPILED_GRAPHS``: how many graphs a run compiled;
 - ``EagerOnlyClassifier``: a Classifier whose class declares COMPILE_INCOMPATIBLE.
 """
 
@@ -18,8 +20,16 @@ def _failing_backend(graph_module, example_inputs):
     raise RuntimeError('the test backend refuses every graph')
 
 
-if FAILING_BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
-    torch._dynamo.register_backend(_failing_backend, name=FAILING_BACKEND)
+def _counting_backend(graph_module, example_inputs):
+    COMPILED_GRAPHS.append(graph_module)
+    return graph_module.forward
+
+
+COUNTING_BACKEND = 'scepter_test_counting'
+COMPILED_GRAPHS = []
+for name, backend in ((FAILING_BACKEND, _failing_backend), (COUNTING_BACKEND, _counting_backend)):
+    if name not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(backend, name=name)
 
 
 @MODELS.register_class()

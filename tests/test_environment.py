@@ -1,9 +1,16 @@
-"""ENV: the intra-op thread count a run gets."""
+"""ENV: the intra-op thread count a run gets; the CPU heap kept between steps."""
 
+import resource
+import subprocess
+import sys
+
+import pytest
 import torch
+from conftest import tool_env
 
 from scepter_like.config import Config
 from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.utils.heap import glibc_version
 
 
 def _env(**keys):
@@ -21,3 +28,44 @@ def test_one_intra_op_thread_by_default_and_zero_keeps_torchs_choice():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+REFAULT_PROBE = """
+import resource, sys
+import torch
+from scepter_like.config import Config
+from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.utils.heap import glibc_version
+
+set_up_environment(resolve_env(Config({'ENV': {'KEEP_CPU_HEAP': sys.argv[1] == 'true'}, 'SOLVER': {}}).SOLVER))
+
+
+def step():  # a step's activations: 24 blocks of 1 MiB, written, then all freed together
+    blocks = [torch.ones(256, 1024) for _ in range(24)]
+    return sum(float(b[0, 0]) for b in blocks)
+
+
+for _ in range(3):  # the heap grows to its size
+    step()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not glibc_version(), reason='KEEP_CPU_HEAP sets glibc parameters')
+def test_keep_cpu_heap_stops_refaulting_the_memory_a_step_freed():
+    """Ten steps that each allocate and free 24 MiB: glibc's defaults give the memory back and fault it in again
+    (some 6,000 page faults a step); with KEEP_CPU_HEAP the heap keeps it and the steps fault almost nothing."""
+    faults = {}
+    for keep in ('false', 'true'):
+        res = subprocess.run(
+            [sys.executable, '-c', REFAULT_PROBE, keep], env=tool_env(), capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        faults[keep] = int(res.stdout.split()[-1])
+    pages_per_step = 24 * 2**20 // resource.getpagesize()
+    assert faults['false'] > 10 * pages_per_step / 2, faults  # half the pages of every step, at least, faulted again
+    assert faults['true'] < pages_per_step, faults  # over all ten steps, less than one step's memory

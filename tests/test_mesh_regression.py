@@ -2,6 +2,7 @@
 
 import glob
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -11,16 +12,21 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from compile_support import COMPILED_GRAPHS, COUNTING_BACKEND
 from conftest import REPO, run_tool, tool_env
 from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
 from scepter_like.config import Config
 from scepter_like.data.registry import DATASETS
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.model.description import architecture_differences
 from scepter_like.model.registry import MODELS
+from scepter_like.solver.compile import compile_model, compile_settings
 from tasks.mesh_regression.collate import collate_graphs
 from tasks.mesh_regression.generate import GenerationSpec, write_dataset
 from tasks.mesh_regression.metric import MeshRMSEMetric
+from tasks.mesh_regression.models import MeshGraphNet
 from tasks.mesh_regression.stats import compute_stats
 
 TINY = {'SEED': 3, 'SUBJECTS': 4, 'PHASES': 2, 'PCA_MODES': 2, 'LEVELS': [1, 2], 'VAL_SUBJECTS': 1, 'TEST_SUBJECTS': 1}
@@ -150,7 +156,12 @@ def test_statistics_are_identical_on_two_ranks(tiny_manifest, tmp_path):
 def test_description_rebuilds_the_same_model(tiny_manifest):
     ds = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest, 'SPLIT': 'val'})
     batch = ds.__getitems__(list(range(len(ds))))
-    for model_cfg in ({'NAME': 'MeshGraphNet', 'HIDDEN': 8}, {'NAME': 'MeshMLP', 'HIDDEN_DIMS': [8, 8]}):
+    for model_cfg in (
+        {'NAME': 'MeshGraphNet', 'HIDDEN': 8},
+        {'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'TARGET_SCALE': 'per_channel', 'EDGE_FEATURES': 'standardised'},
+        {'NAME': 'MeshMLP', 'HIDDEN_DIMS': [8, 8]},
+        {'NAME': 'MeshMLP', 'HIDDEN_DIMS': [8, 8], 'TARGET_SCALE': 'per_channel'},
+    ):
         model = MODELS.build(model_cfg | {'STATS': ds.normalisation_stats().to_dict()}).eval()
         desc = json.loads(json.dumps(model.describe()))
         rebuilt = type(model).from_description(desc).eval()
@@ -158,6 +169,122 @@ def test_description_rebuilds_the_same_model(tiny_manifest):
         with torch.no_grad():
             torch.testing.assert_close(rebuilt(**batch)['pred'], model(**batch)['pred'], rtol=0, atol=0)
         assert type(rebuilt) is type(model) and type(model).COMPILE_INCOMPATIBLE is None
+
+
+def test_per_channel_targets_and_standardised_edges_reach_the_network_standardised(tiny_manifest):
+    """TARGET_SCALE per_channel: every normalised target channel has std 1; EDGE_FEATURES standardised: every column
+    of the edge encoder's input has mean 0 and std 1 over the training graphs (raw: the coordinate differences)."""
+    ds = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest, 'SPLIT': 'train'})
+    batch = ds.__getitems__(list(range(len(ds))))
+    stats = ds.normalisation_stats()
+    std = np.concatenate([s['target'] for s in ds.samples]).astype(np.float64).std(0)
+    varies = std > 1e-12  # at the tiny set's two phases the z displacement is 0 everywhere: its scale is 1
+    assert varies.tolist() == [True, True, False]
+    np.testing.assert_allclose(stats.target_std, np.where(varies, std, 1.0), rtol=1e-12)
+    seen = {}
+    for edges in ('raw', 'standardised'):
+        model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'TARGET_SCALE': 'per_channel',
+                              'EDGE_FEATURES': edges, 'STATS': stats.to_dict()})  # fmt: skip
+        handle = model.edge_encoder.register_forward_pre_hook(lambda _, args, key=edges: seen.__setitem__(key, args[0]))
+        with torch.no_grad():
+            model(**batch)
+        handle.remove()
+        normalised = model.normaliser.target(batch['target']).double()
+        varying = normalised[:, :2].std(0, correction=0)
+        torch.testing.assert_close(varying, torch.ones(2, dtype=torch.float64), rtol=1e-4, atol=0)
+        torch.testing.assert_close(model.normaliser.physical(normalised.float()), batch['target'], rtol=1e-5, atol=1e-4)
+    columns = seen['standardised'].double()
+    torch.testing.assert_close(columns.mean(0), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e-5)
+    torch.testing.assert_close(columns.std(0, correction=0), torch.ones(4, dtype=torch.float64), rtol=1e-4, atol=0)
+    raw_std = seen['raw'].double().std(0, correction=0)
+    assert (raw_std < 0.5).all()  # differences of neighbouring normalised coordinates: far from unit scale
+    torch.testing.assert_close((seen['raw'] - torch.tensor(stats.edge_mean)) / torch.tensor(stats.edge_scale),
+                               seen['standardised'], rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_statistics_written_before_per_channel_scales_existed_are_one_error_line(tiny_manifest, tmp_path):
+    """An older stats.json (no target_std, no edge statistics) still serves the defaults; the options name the fix."""
+    ds = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest, 'SPLIT': 'train'})
+    old = {
+        k: v
+        for k, v in ds.normalisation_stats().to_dict().items()
+        if k not in ('target_std', 'edge_mean', 'edge_scale')
+    }
+    path = tmp_path / 'stats.json'
+    path.write_text(json.dumps(old))
+    MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS_FILE': str(path)})
+    for key, value, field in (
+        ('TARGET_SCALE', 'per_channel', 'target_std'),
+        ('EDGE_FEATURES', 'standardised', 'edge_mean'),
+    ):
+        with pytest.raises(DataError, match=f"MODEL.{key}: '{value}' needs {field} .* lack; train again"):
+            MODELS.build(
+                Config({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS_FILE': str(path), key: value}, path='MODEL')
+            )
+
+
+def test_a_description_written_before_the_normalisation_options_counts_as_their_defaults(tiny_manifest):
+    """An older checkpoint's description lacks TARGET_SCALE and EDGE_FEATURES: it fits a default model and is
+    refused, naming the key, by a model that scales per channel."""
+    stats = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest}).normalisation_stats().to_dict()
+    model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS': stats})
+    old = model.describe()
+    for key in ('TARGET_SCALE', 'EDGE_FEATURES', 'PROCESSOR_CHECKPOINT_SEGMENTS'):
+        del old['config'][key]
+    assert architecture_differences(old, model) == []
+    per_channel = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS': stats, 'TARGET_SCALE': 'per_channel'})
+    assert architecture_differences(old, per_channel) == ["TARGET_SCALE 'shared' (the config: 'per_channel')"]
+
+
+def test_checkpointed_processor_gives_the_plain_gradients_and_keeps_fewer_activations(tiny_manifest):
+    """PROCESSOR_CHECKPOINT_SEGMENTS 1 and 3 (of 3 blocks): the loss equals the plain model's and every gradient
+    too, to float32 rounding; the autograd graph holds fewer bytes of saved tensors; a segment count that does not
+    divide the blocks is refused."""
+    ds = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest, 'SPLIT': 'train'})
+    batch, stats = ds.__getitems__([0, 1, 2]), ds.normalisation_stats().to_dict()
+    runs = {}
+    for segments in (0, 1, 3):
+        torch.manual_seed(0)
+        model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 16, 'PROCESSOR_BLOCKS': 3, 'MLP_LAYERS': 2,
+                              'PROCESSOR_CHECKPOINT_SEGMENTS': segments, 'STATS': stats})  # fmt: skip
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t.nbytes) or t, lambda t: t):
+            loss = model(**batch)['loss']
+        loss.backward()
+        runs[segments] = (loss.detach(), {n: p.grad for n, p in model.named_parameters()}, sum(saved))
+    plain_loss, plain_grads, plain_bytes = runs[0]
+    for segments in (1, 3):
+        loss, grads, saved_bytes = runs[segments]
+        assert torch.equal(loss, plain_loss)
+        assert grads.keys() == plain_grads.keys()
+        for name, grad in grads.items():  # the same sums, a segment's input gradient added up in another order
+            torch.testing.assert_close(grad, plain_grads[name], rtol=1e-5, atol=1e-7, msg=f'{segments}: {name}')
+        assert saved_bytes < plain_bytes / 2, (segments, saved_bytes, plain_bytes)
+    with pytest.raises(ConfigError, match='PROCESSOR_CHECKPOINT_SEGMENTS: 2 segments do not divide PROCESSOR_BLOCKS 3'):
+        MODELS.build(
+            {'NAME': 'MeshGraphNet', 'PROCESSOR_BLOCKS': 3, 'PROCESSOR_CHECKPOINT_SEGMENTS': 2, 'STATS': stats}
+        )
+
+
+@pytest.mark.slow
+def test_graph_batches_of_every_size_train_through_one_compiled_graph(tiny_manifest):
+    """SOLVER.COMPILE marks the vertex and edge counts dynamic (MeshModel.DYNAMIC_DIMS): batches of three sizes
+    compile one graph; without the marks the second size compiles a second graph (dynamic from then on)."""
+    ds = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest, 'SPLIT': 'train'})
+    last = len(ds) - 1
+    settings = compile_settings(Config({'COMPILE': {'ENABLED': True, 'BACKEND': COUNTING_BACKEND}}, path='SOLVER'))
+    for dynamic_dims, graphs in ((MeshGraphNet.DYNAMIC_DIMS, 1), ({}, 2)):
+        torch._dynamo.reset()
+        COMPILED_GRAPHS.clear()
+        model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS': ds.normalisation_stats().to_dict()})
+        model.DYNAMIC_DIMS = dynamic_dims
+        compile_model(model, settings, logging.getLogger('test'))
+        batches = [ds.__getitems__(indices) for indices in ([0], [last], [0, last])]  # fresh tensors: no marks
+        assert len({len(b['features']) for b in batches}) == 3
+        for batch in batches:
+            model(**batch)['loss'].backward()
+        assert len(COMPILED_GRAPHS) == graphs, dynamic_dims
+    torch._dynamo.reset()
 
 
 def test_rmse_metric_pools_batches_by_sums():

@@ -44,6 +44,9 @@ class BaseModel(torch.nn.Module):
     INPUT_BATCHING = 'rows'
     # {'input' | 'output': config key} of the sizes that must fit the data, named when a forward fails on them
     SIZE_KEYS = {}
+    # {batch key: dimension} of the sizes that vary from batch to batch (a graph's vertex count): SOLVER.COMPILE
+    # marks them dynamic before each compiled forward, so the first graph compiled serves every size
+    DYNAMIC_DIMS = {}
 
     def __init__(self, cfg, logger=None):
         super().__init__()

@@ -22,6 +22,7 @@ import torch
 
 from scepter_like.errors import CheckpointError
 from scepter_like.model.registry import LOSSES, MODELS
+from scepter_like.registry import declared_params
 from scepter_like.utils.checkpoint import MODEL_DESCRIPTION_KEY
 from scepter_like.utils.imports import import_user_modules, importable_name
 
@@ -124,11 +125,16 @@ def architecture_differences(saved, model):
     if saved['architecture'] != own['architecture']:
         return [f'architecture {saved["architecture"]} (the config: {own["architecture"]})']
     keys = getattr(type(model), 'ARCH_KEYS', None) or ()
+    para, _ = declared_params(type(model))
     missing = '(not set)'
+
+    def value(config, key):  # a key the file lacks was written before it existed: it held the default
+        return config.get(key, para[key]['value'] if key in para else missing)
+
     return [
-        f'{key} {saved["config"].get(key, missing)!r} (the config: {own["config"].get(key, missing)!r})'
+        f'{key} {value(saved["config"], key)!r} (the config: {value(own["config"], key)!r})'
         for key in keys
-        if saved['config'].get(key, missing) != own['config'].get(key, missing)
+        if value(saved['config'], key) != value(own['config'], key)
     ]
 
 

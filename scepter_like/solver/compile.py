@@ -15,6 +15,8 @@ With COMPILE off nothing here runs: the model's call path is untouched.
 
 import time
 
+import torch
+
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError, UserError, suggest
 from scepter_like.registry import resolve_params
@@ -60,7 +62,6 @@ def compile_model(model, settings, logger):
             )
         logger.warning(f'SOLVER.COMPILE: {name} runs eager: {reason} (its COMPILE_INCOMPATIBLE)')
         return
-    import torch
     import torch._dynamo
 
     options = {'backend': settings.BACKEND, 'mode': settings.MODE, 'dynamic': settings.DYNAMIC}
@@ -74,7 +75,8 @@ def compile_model(model, settings, logger):
         ) from None
     except RuntimeError as e:  # a combination torch refuses (it checks them here)
         raise ConfigError(f'{settings.path}: {_reason(e)}') from None
-    model._compiled_call_impl = GuardedCall(model, compiled, name, settings, logger)
+    dynamic_dims = (getattr(unwrap_model(model), 'DYNAMIC_DIMS', None) or {}) if settings.DYNAMIC is not False else {}
+    model._compiled_call_impl = GuardedCall(model, compiled, name, settings, logger, dynamic_dims)
     logger.info(
         f'torch.compile: {name} with backend {settings.BACKEND}, mode {settings.MODE}, dynamic {settings.DYNAMIC},'
         f' fullgraph {settings.FULLGRAPH}; each new graph compiles at its first forward'
@@ -88,15 +90,23 @@ def _reason(error):
 
 
 class GuardedCall:
-    """The compiled ``__call__`` of ``model``: a compile failure makes the model eager for good (STRICT: an error)."""
+    """The compiled ``__call__`` of ``model``: a compile failure makes the model eager for good (STRICT: an error).
 
-    def __init__(self, model, compiled, name, settings, logger):
+    The batch tensors the model's ``DYNAMIC_DIMS`` name are marked dynamic in those
+    dimensions before each call, so the first graph compiled serves every size.
+    """
+
+    def __init__(self, model, compiled, name, settings, logger, dynamic_dims):
         self.model, self.compiled, self.name = model, compiled, name
         self.strict, self.settings, self.logger = settings.STRICT, settings, logger
+        self.dynamic_dims = dynamic_dims
         self.first = True
 
     def __call__(self, *args, **kwargs):
         start = time.perf_counter()
+        for key, dim in self.dynamic_dims.items():
+            if isinstance(kwargs.get(key), torch.Tensor):
+                torch._dynamo.maybe_mark_dynamic(kwargs[key], dim)
         try:
             out = self.compiled(*args, **kwargs)
         except UserError:

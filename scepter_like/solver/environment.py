@@ -1,4 +1,4 @@
-"""The ENV config section (seeding, threads, device, the distributed process group, Lightning's Trainer).
+"""The ENV config section (seeding, threads, the CPU allocator, device, the process group, Lightning's Trainer).
 
 ``NUM_THREADS`` defaults to 1 intra-op thread per process.  torch's own default (one
 thread per core) makes the small ops of a small model wait on each other at every op:
@@ -16,6 +16,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
 from scepter_like.solver.lightning.settings import PL_PARA_DICT
 from scepter_like.utils.distributed import init_distributed
+from scepter_like.utils.heap import keep_heap
 from scepter_like.utils.seed import seed_everything
 
 ENV_PARA_DICT = {
@@ -28,6 +29,11 @@ ENV_PARA_DICT = {
         'value': 1,
         'description': "torch intra-op threads per process (0: torch's default, one per core)",
         'min': 0,
+    },
+    'KEEP_CPU_HEAP': {
+        'value': True,
+        'description': 'glibc: keep memory freed by a step for the next one instead of returning it to the kernel'
+        ' and page-faulting it back (RSS stays at its peak; scepter_like.utils.heap)',
     },
     'USE_PL': {'value': False, 'description': "run on PyTorch Lightning's Trainer (the [lightning] extra)"},
     'PL': {'value': {}, 'description': "Lightning's Trainer settings when USE_PL (docs/lightning.md)"},
@@ -60,16 +66,18 @@ def _check_device(env):
 
 
 def set_up_environment(env, join=None):
-    """Join the process group, set threads and seed; returns the DistInfo of this process.
+    """Seed, set threads, the allocator and join the process group; returns the DistInfo of this process.
 
     ``join()`` joins it another way (Lightning's, which may start the processes itself); by
     default from torchrun's or SLURM's variables.
     """
+    if env.NUM_THREADS > 0:
+        torch.set_num_threads(env.NUM_THREADS)
+    if env.KEEP_CPU_HEAP:
+        keep_heap()
     if join is None:
         info = init_distributed(backend=env.BACKEND, timeout_s=env.DIST_TIMEOUT, device=env.DEVICE)
     else:
         info = join()
-    if env.NUM_THREADS > 0:
-        torch.set_num_threads(env.NUM_THREADS)
     seed_everything(env.SEED, deterministic=env.DETERMINISTIC)
     return info

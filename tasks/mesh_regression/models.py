@@ -15,6 +15,7 @@ dataset as users write them (``inputs_from_arrays``).
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
@@ -38,6 +39,16 @@ def model_stats(cfg):
     )
 
 
+def require_stats(stats, cfg, field, key, fallback, needed):
+    """A DataError when ``needed`` and the statistics lack ``field`` (a stats.json written before it existed)."""
+    if needed and getattr(stats, field) is None:
+        raise DataError(
+            f'{cfg.path_of(key)}: {cfg[key]!r} needs {field} in the normalisation statistics, which these'
+            f' (written before it existed) lack; train again with MeshRegressionSolver to recompute them,'
+            f' or set {key}: {fallback}'
+        )
+
+
 def mlp(in_dim, hidden, out_dim, hidden_layers, act, layer_norm):
     """Linear-act blocks (``hidden_layers`` of width ``hidden``), a last Linear, LayerNorm if asked."""
     layers, dim = [], in_dim
@@ -51,25 +62,39 @@ def mlp(in_dim, hidden, out_dim, hidden_layers, act, layer_norm):
 
 
 class Normaliser(nn.Module):
-    """Feature and target normalisation from a NormStats, kept as buffers."""
+    """Feature, target and (for MeshGraphNet) edge normalisation from a NormStats, kept as buffers.
 
-    def __init__(self, stats):
+    ``target_scale`` is one scale for every channel, or with ``per_channel`` each channel's
+    standard deviation [D]; ``edge_mean`` and ``edge_scale`` exist with ``edges``.
+    """
+
+    def __init__(self, stats, per_channel=False, edges=False):
         super().__init__()
         self.feature_names = list(stats.feature_names)
+        self.per_channel, self.has_edges = per_channel, edges
         self.register_buffer('feature_mean', torch.tensor(stats.feature_mean, dtype=torch.float32))
         self.register_buffer('feature_scale', torch.tensor(stats.feature_scale, dtype=torch.float32))
         self.register_buffer('target_mean', torch.tensor(stats.target_mean, dtype=torch.float32))
-        self.register_buffer('target_scale', torch.tensor(float(stats.target_scale), dtype=torch.float32))
+        target_scale = stats.target_std if per_channel else float(stats.target_scale)
+        self.register_buffer('target_scale', torch.tensor(target_scale, dtype=torch.float32))
+        if edges:
+            self.register_buffer('edge_mean', torch.tensor(stats.edge_mean, dtype=torch.float32))
+            self.register_buffer('edge_scale', torch.tensor(stats.edge_scale, dtype=torch.float32))
 
     def stats(self):
         """The statistics these buffers hold (as loaded, e.g. from a checkpoint)."""
-        return NormStats(
+        stats = NormStats(
             feature_names=list(self.feature_names),
             feature_mean=self.feature_mean.tolist(),
             feature_scale=self.feature_scale.tolist(),
             target_mean=self.target_mean.tolist(),
-            target_scale=float(self.target_scale),
+            target_scale=float(self.target_scale.double().pow(2).mean().sqrt()),  # per channel: their RMS
         )
+        if self.per_channel:
+            stats.target_std = self.target_scale.tolist()
+        if self.has_edges:
+            stats.edge_mean, stats.edge_scale = self.edge_mean.tolist(), self.edge_scale.tolist()
+        return stats
 
     def inputs(self, features):
         if features.dim() != 2 or features.shape[1] != len(self.feature_mean):
@@ -79,6 +104,9 @@ class Normaliser(nn.Module):
                 ' the PCA modes of the training run, or retrain on this data'
             )
         return (features - self.feature_mean) / self.feature_scale
+
+    def edges(self, edge_inputs):
+        return (edge_inputs - self.edge_mean) / self.edge_scale
 
     def target(self, target):
         if target.dim() != 2 or target.shape[1] != len(self.target_mean):
@@ -101,14 +129,25 @@ class MeshModel(BaseModel):
             'description': 'normalisation statistics (a stats.json mapping); MeshRegressionSolver fills them in',
         },
         'STATS_FILE': {'value': '', 'description': 'a stats.json to read when STATS is empty'},
+        'TARGET_SCALE': {
+            'value': 'shared',
+            'description': "the targets' divisor: 'shared' (one for all channels: the loss weighs them as the"
+            " physical RMSE does) | 'per_channel' (each channel's standard deviation, as PhysicsNeMo's examples)",
+            'choices': ['shared', 'per_channel'],
+        },
     }
-    ARCH_KEYS = ()  # the config keys that fix the architecture (with the statistics' widths)
+    # the config keys that fix the architecture (with the statistics' widths); a subclass adds its own
+    ARCH_KEYS = ('TARGET_SCALE',)
     INPUT_BATCHING = 'whole'  # a sample is one graph: features [V, F] and edge_index [2, E] in one forward
+    DYNAMIC_DIMS = {'features': 0, 'target': 0, 'edge_index': 1}  # vertices and edges differ between batches
 
-    def __init__(self, cfg, logger=None):
+    def __init__(self, cfg, logger=None, standardise_edges=False):
         super().__init__(cfg, logger)
         stats = model_stats(cfg)
-        self.normaliser = Normaliser(stats)
+        per_channel = cfg.TARGET_SCALE == 'per_channel'
+        require_stats(stats, cfg, 'target_std', 'TARGET_SCALE', 'shared', per_channel)
+        require_stats(stats, cfg, 'edge_mean', 'EDGE_FEATURES', 'raw', standardise_edges)
+        self.normaliser = Normaliser(stats, per_channel, standardise_edges)
         self.in_dim, self.out_dim = stats.n_features, stats.n_target
 
     def outputs(self, prediction, target):
@@ -173,12 +212,26 @@ class MessagePassingBlock(nn.Module):
         return h, e
 
 
+def run_blocks(blocks, h, e, src, dst, inv_degree):
+    """Message-passing ``blocks`` one after the other: the latest node and edge latents."""
+    for block in blocks:
+        h, e = block(h, e, src, dst, inv_degree)
+    return h, e
+
+
 @MODELS.register_class()
 class MeshGraphNet(MeshModel):
     """Encoder, PROCESSOR_BLOCKS message-passing blocks with residuals, decoder (Pfaff et al. 2021).
 
     Edge inputs are the normalised coordinate difference of the two vertices and its
-    length; node inputs the normalised per-vertex features.
+    length (with EDGE_FEATURES 'standardised', each column then standardised by the training
+    edges' statistics); node inputs the normalised per-vertex features.
+
+    With PROCESSOR_CHECKPOINT_SEGMENTS = S > 0 the blocks run in S segments whose
+    activations are not kept for backward but recomputed there (activation checkpointing,
+    PhysicsNeMo's ``num_processor_checkpoint_segments``): the memory of the processor's
+    activations falls to the segments' inputs plus one segment's, for one more forward of
+    the processor per step.  The gradients are the plain model's, to float32 rounding.
     """
 
     para_dict = {
@@ -191,11 +244,38 @@ class MeshGraphNet(MeshModel):
             'choices': ['sum', 'mean'],
         },
         'ACTIVATION': {'value': 'relu', 'description': 'relu | silu | gelu | tanh', 'choices': list(ACTIVATIONS)},
+        'EDGE_FEATURES': {
+            'value': 'raw',
+            'description': "'raw' (normalised coordinate differences and length) | 'standardised' (then each"
+            " column by the training edges' mean and standard deviation, as PhysicsNeMo's examples)",
+            'choices': ['raw', 'standardised'],
+        },
+        'PROCESSOR_CHECKPOINT_SEGMENTS': {
+            'value': 0,
+            'description': 'recompute the processor activations in backward, in this many segments of blocks'
+            ' (less memory, one more processor forward); 0: off; PROCESSOR_BLOCKS must be a multiple',
+            'min': 0,
+        },
     }
-    ARCH_KEYS = ('HIDDEN', 'PROCESSOR_BLOCKS', 'MLP_LAYERS', 'AGGREGATION', 'ACTIVATION')
+    ARCH_KEYS = (
+        'HIDDEN',
+        'PROCESSOR_BLOCKS',
+        'MLP_LAYERS',
+        'AGGREGATION',
+        'ACTIVATION',
+        'EDGE_FEATURES',
+        *MeshModel.ARCH_KEYS,
+    )
 
     def __init__(self, cfg, logger=None):
-        super().__init__(cfg, logger)
+        super().__init__(cfg, logger, standardise_edges=cfg.EDGE_FEATURES == 'standardised')
+        segments = cfg.PROCESSOR_CHECKPOINT_SEGMENTS
+        if segments and cfg.PROCESSOR_BLOCKS % segments:
+            raise ConfigError(
+                f'{cfg.path_of("PROCESSOR_CHECKPOINT_SEGMENTS")}: {segments} segments do not divide'
+                f' PROCESSOR_BLOCKS {cfg.PROCESSOR_BLOCKS}; give a divisor of it, or 0 (off)'
+            )
+        self.segment_blocks = cfg.PROCESSOR_BLOCKS // segments if segments else 0
         act, hidden, layers = ACTIVATIONS[cfg.ACTIVATION], cfg.HIDDEN, cfg.MLP_LAYERS
         self.mean_aggregation = cfg.AGGREGATION == 'mean'
         self.node_encoder = mlp(self.in_dim, hidden, hidden, layers, act, True)
@@ -210,7 +290,10 @@ class MeshGraphNet(MeshModel):
         src, dst = edge_index[0], edge_index[1]
         pos = x[:, :COORDINATES]
         rel = pos[dst] - pos[src]
-        e = self.edge_encoder(torch.cat([rel, rel.norm(dim=1, keepdim=True)], dim=1))
+        edge_inputs = torch.cat([rel, rel.norm(dim=1, keepdim=True)], dim=1)
+        if self.normaliser.has_edges:
+            edge_inputs = self.normaliser.edges(edge_inputs)
+        e = self.edge_encoder(edge_inputs)
         h = self.node_encoder(x)
         inv_degree = None
         if self.mean_aggregation:
@@ -218,8 +301,12 @@ class MeshGraphNet(MeshModel):
                 0, dst, torch.ones(len(dst), 1, dtype=x.dtype, device=x.device)
             )
             inv_degree = 1.0 / degree.clamp(min=1.0)
-        for block in self.processor:
-            h, e = block(h, e, src, dst, inv_degree)
+        if self.segment_blocks and torch.is_grad_enabled():
+            for start in range(0, len(self.processor), self.segment_blocks):
+                segment = self.processor[start : start + self.segment_blocks]
+                h, e = checkpoint(run_blocks, segment, h, e, src, dst, inv_degree, use_reentrant=False)
+        else:
+            h, e = run_blocks(self.processor, h, e, src, dst, inv_degree)
         return self.outputs(self.decoder(h), target)
 
 
@@ -241,7 +328,7 @@ class MeshMLP(MeshModel):
             'min': 0,
         },
     }
-    ARCH_KEYS = ('HIDDEN_DIMS', 'ACTIVATION')
+    ARCH_KEYS = ('HIDDEN_DIMS', 'ACTIVATION', *MeshModel.ARCH_KEYS)
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)

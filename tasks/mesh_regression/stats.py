@@ -1,9 +1,16 @@
 """Normalisation statistics: computed once from the training split, saved as ``stats.json``.
 
-Inputs are normalised per feature column (mean and standard deviation over every
-training vertex); targets by their per-channel mean and one scale (the RMS of the
-centred target over every channel), so the normalised loss weighs channels as the
-physical RMSE does.  A constant column gets scale 1.
+Inputs: per feature column, the mean and standard deviation over every training vertex.
+Targets: the per-channel mean, and two scales a model chooses between (its TARGET_SCALE):
+one for all channels (``target_scale``, the RMS of the centred target over every channel,
+so the normalised loss weighs channels as the physical RMSE does) or each channel's own
+standard deviation (``target_std``).  Edges (for MeshGraphNet's EDGE_FEATURES
+'standardised'): per column of its edge inputs (the difference of the two vertices'
+normalised coordinates, in both directions, and its length), the mean and standard
+deviation over every training edge.  A constant column gets scale 1.
+
+``target_std`` and the edge statistics are absent from a ``stats.json`` written before
+they existed; the options that need them then ask for new statistics.
 """
 
 import dataclasses
@@ -26,6 +33,9 @@ class NormStats:
     feature_scale: list
     target_mean: list
     target_scale: float
+    target_std: list = None
+    edge_mean: list = None
+    edge_scale: list = None
     samples: int = 0
     vertices: int = 0
 
@@ -63,23 +73,41 @@ def feature_names(n_coefficients):
 
 
 def compute_stats(samples):
-    """Statistics of ``samples`` (dicts with ``features`` [V, F] and ``target`` [V, D]) in float64."""
+    """Statistics of ``samples`` (dicts with ``features`` [V, F], ``target`` [V, D], ``edges`` [2, E]) in float64."""
     if not samples:
         raise DataError('normalisation statistics need at least one training sample')
     features = np.concatenate([np.asarray(s['features'], dtype=np.float64) for s in samples])
     target = np.concatenate([np.asarray(s['target'], dtype=np.float64) for s in samples])
-    f_mean, f_std = features.mean(0), features.std(0)
+    f_mean, f_scale = features.mean(0), _scale(features.std(0))
     t_mean = target.mean(0)
-    t_scale = float(np.sqrt(((target - t_mean) ** 2).mean()))
+    edges = np.concatenate(
+        [edge_inputs((s['features'][:, :3] - f_mean[:3]) / f_scale[:3], s['edges']) for s in samples]
+    )
     return NormStats(
         feature_names=feature_names(features.shape[1] - 4),
         feature_mean=f_mean.tolist(),
-        feature_scale=np.where(f_std > 1e-12, f_std, 1.0).tolist(),
+        feature_scale=f_scale.tolist(),
         target_mean=t_mean.tolist(),
-        target_scale=t_scale if t_scale > 1e-12 else 1.0,
+        target_scale=float(_scale(np.sqrt(((target - t_mean) ** 2).mean()))),
+        target_std=_scale(target.std(0)).tolist(),
+        edge_mean=edges.mean(0).tolist(),
+        edge_scale=_scale(edges.std(0)).tolist(),
         samples=len(samples),
         vertices=len(features),
     )
+
+
+def edge_inputs(coordinates, edges):
+    """MeshGraphNet's raw edge inputs [2E, 4] of undirected ``edges`` [2, E]: both directions' differences, length."""
+    coordinates = np.asarray(coordinates, dtype=np.float64)
+    rel = coordinates[edges[1]] - coordinates[edges[0]]
+    rel = np.concatenate([rel, -rel])
+    return np.concatenate([rel, np.linalg.norm(rel, axis=1, keepdims=True)], 1)
+
+
+def _scale(std):
+    """A standard deviation as a divisor: 1 where it is (nearly) zero, a constant column."""
+    return np.where(std > 1e-12, std, 1.0)
 
 
 def mean_baseline_rmse(samples, stats):
@@ -106,6 +134,7 @@ def load_stats(path):
     except (OSError, ValueError) as e:
         raise DataError(f'cannot read statistics file {path}: {e}') from None
     stats = NormStats.from_dict(data, source=path)
-    if not all(math.isfinite(v) for v in [*stats.feature_scale, stats.target_scale]):
+    scales = [*stats.feature_scale, stats.target_scale, *(stats.target_std or ()), *(stats.edge_scale or ())]
+    if not all(math.isfinite(v) for v in scales):
         raise DataError(f'{path}: non-finite scales')
     return stats
