@@ -41,7 +41,8 @@ class NamedIOWrapper(torch.nn.Module):
 
 
 def required_inputs(model, sample):
-    """The keys of ``sample`` without which ``model`` fails (a missing-key DataError)."""
+    """The keys of ``sample`` without which ``model`` fails: a missing ``forward`` argument (DataError), or a
+    KeyError naming the key (a model that reads its inputs from ``**batch``)."""
     needed = []
     with torch.no_grad():
         for key in sample:
@@ -49,6 +50,11 @@ def required_inputs(model, sample):
                 forward_checked(model, {k: v for k, v in sample.items() if k != key})
             except DataError:
                 needed.append(key)
+            except KeyError as e:
+                if e.args and e.args[0] == key:
+                    needed.append(key)
+                else:
+                    raise
     return needed or list(sample)
 
 
