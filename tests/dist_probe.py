@@ -75,6 +75,7 @@ class DistProbeHook(Hook):
             'value': 'rank1',
             'description': "'launcher': torchrun (from rank 0); 'rank1': rank 1 itself",
         },
+        'STEP_SECONDS': {'value': 0.0, 'description': 'each train step lasts at least this long (after_iter sleeps)'},
         'WORKER_KILL_AT_STEP': {'value': 0, 'description': 'rank 1 SIGKILLs itself at this step, first attempt only'},
     }
 
@@ -86,6 +87,7 @@ class DistProbeHook(Hook):
         self.kill_at = cfg.KILL_AT_STEP
         self.signal_at, self.signal, self.signal_target = cfg.SIGNAL_AT_STEP, cfg.SIGNAL, cfg.SIGNAL_TARGET
         self.worker_kill_at = cfg.WORKER_KILL_AT_STEP
+        self.step_seconds = cfg.STEP_SECONDS
         self.first_grads = None
         self.worker_pids = []
         self.allreduces = 0
@@ -131,6 +133,7 @@ class DistProbeHook(Hook):
 
     def after_iter(self, solver):
         step = solver.progress.total_iter
+        time.sleep(self.step_seconds)
         if step == self.kill_at and solver.rank == 0:
             self._kill_everything()
         if step == self.signal_at:

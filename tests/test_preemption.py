@@ -179,21 +179,33 @@ def blobs_job(tmp_path_factory):
     return tmp, config, load(tmp / 'ref' / 'checkpoints' / 'checkpoint-last.pth')
 
 
-@pytest.mark.parametrize('target, name', [('rank1', 'SIGUSR1'), ('launcher', 'SIGTERM')])
-def test_a_stop_signal_under_torchrun_stops_every_rank_one_step_later_and_resumes_bit_exact(blobs_job, target, name):
-    """The signal reaches rank 1 during step 7 (or torchrun, which forwards it to both workers):
-    every rank stops after step 8, the step the agreement's all-reduce overlaps."""
+@pytest.mark.parametrize(
+    'target, name, check_seconds, stop_steps',
+    [('rank1', 'SIGUSR1', 0, {8}), ('launcher', 'SIGTERM', 0.05, {8, 9, 10})],
+    ids=['rank1-SIGUSR1-every-step', 'launcher-SIGTERM-every-50ms'],
+)
+def test_a_stop_signal_under_torchrun_stops_every_rank_at_one_step_and_resumes_bit_exact(
+    blobs_job, target, name, check_seconds, stop_steps
+):
+    """The signal reaches rank 1 during step 7 (or torchrun, which forwards it to both workers).
+    Agreeing at every step (STOP_CHECK_SECONDS 0), every rank stops after step 8, the step the
+    agreement's all-reduce overlaps.  Agreeing every 50 ms on steps of >= 20 ms, the ranks agree
+    at most every 2 steps: the all-reduce that carries the signal starts at step 7 or 8 and is
+    read one interval later, so every rank stops after step 8, 9 or 10."""
     tmp, config, reference = blobs_job
-    cfg = config(f'sig-{target}', SIGNAL_AT_STEP=7, SIGNAL_TARGET=target, SIGNAL=name)
-    proc, logs = torchrun(cfg, [], tmp, f'sig-{target}', new_session=True)
+    cfg = config(f'sig-{target}', SIGNAL_AT_STEP=7, SIGNAL_TARGET=target, SIGNAL=name, STEP_SECONDS=0.02)
+    proc, logs = torchrun(cfg, [f'ENV.STOP_CHECK_SECONDS={check_seconds}'], tmp, f'sig-{target}', new_session=True)
     assert proc.returncode == 1  # torchrun's own status: its workers failed (138), or it got SIGTERM itself
     if target == 'launcher':
         assert 'death signal, shutting down workers' in proc.stderr  # torchrun forwarded it
     else:
         assert f'exitcode  : {128 + getattr(signal, name)}' in proc.stderr  # torchrun's report of rank 1
     work = tmp / f'sig-{target}'
-    assert latest_name(work) == 'preempted-step-8.pth' and saved_step(work, 'preempted-step-8.pth') == 8
-    assert f'stopped by {name} after step 8' in logs[0][0], logs[0][0][-2000:]
+    preempted = [f for f in checkpoint_files(work) if f.startswith('preempted-step-')]
+    assert len(preempted) == 1 and latest_name(work) == preempted[0], checkpoint_files(work)
+    step = saved_step(work, preempted[0])
+    assert step in stop_steps and preempted[0] == f'preempted-step-{step}.pth'
+    assert f'stopped by {name} after step {step}' in logs[0][0], logs[0][0][-2000:]
     for rank in (0, 1):
         assert 'Traceback' not in logs[rank][1], logs[rank][1][-2000:]
     proc, logs = torchrun(cfg, ['SOLVER.RESUME_FROM=auto', 'SOLVER.TRAIN_HOOKS.2.SIGNAL_AT_STEP=0'], tmp, f'r-{target}')

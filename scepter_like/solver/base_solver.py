@@ -316,7 +316,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         try:
             if 'train' in self.datas and not progress.train_finished():
                 sanity_eval(self, self.cfg.SANITY_EVAL_BATCHES)
-            with self.stop_signals.training_loop():
+            with self.stop_signals.training_loop(self.env_cfg.STOP_CHECK_SECONDS):
                 run = self.lightning.run if self.lightning is not None else self._run_epochs
                 run(every_epoch, test)
         except BaseException as e:

@@ -35,6 +35,12 @@ ENV_PARA_DICT = {
         'description': 'glibc: keep memory freed by a step for the next one instead of returning it to the kernel'
         ' and page-faulting it back (RSS stays at its peak; scepter_like.utils.heap)',
     },
+    'STOP_CHECK_SECONDS': {
+        'value': 0.05,
+        'description': 'under DDP: seconds between the boundaries at which the ranks agree on a stop signal'
+        ' (0: every optimizer step; solver/preemption.py, docs/clusters.md)',
+        'min': 0,
+    },
     'USE_PL': {'value': False, 'description': "run on PyTorch Lightning's Trainer (the [lightning] extra)"},
     'PL': {'value': {}, 'description': "Lightning's Trainer settings when USE_PL (docs/lightning.md)"},
 }
