@@ -31,13 +31,10 @@ def test_one_intra_op_thread_by_default_and_zero_keeps_torchs_choice():
 
 
 REFAULT_PROBE = """
-import resource, sys
+import resource
 import torch
 from scepter_like.config import Config
 from scepter_like.solver.environment import resolve_env, set_up_environment
-from scepter_like.utils.heap import glibc_version
-
-set_up_environment(resolve_env(Config({'ENV': {'KEEP_CPU_HEAP': sys.argv[1] == 'true'}, 'SOLVER': {}}).SOLVER))
 
 
 def step():  # a step's activations: 24 blocks of 1 MiB, written, then all freed together
@@ -45,12 +42,18 @@ def step():  # a step's activations: 24 blocks of 1 MiB, written, then all freed
     return sum(float(b[0, 0]) for b in blocks)
 
 
-for _ in range(3):  # the heap grows to its size
-    step()
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    step()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+def faults_of_ten_steps():
+    for _ in range(3):  # the heap grows to its size
+        step()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        step()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+default = faults_of_ten_steps()  # glibc's own thresholds
+set_up_environment(resolve_env(Config({'ENV': {'KEEP_CPU_HEAP': True}, 'SOLVER': {}}).SOLVER))
+print(default, faults_of_ten_steps())
 """
 
 
@@ -58,14 +61,19 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 @pytest.mark.skipif(not glibc_version(), reason='KEEP_CPU_HEAP sets glibc parameters')
 def test_keep_cpu_heap_stops_refaulting_the_memory_a_step_freed():
     """Ten steps that each allocate and free 24 MiB: glibc's defaults give the memory back and fault it in again
-    (some 6,000 page faults a step); with KEEP_CPU_HEAP the heap keeps it and the steps fault almost nothing."""
-    faults = {}
-    for keep in ('false', 'true'):
-        res = subprocess.run(
-            [sys.executable, '-c', REFAULT_PROBE, keep], env=tool_env(), capture_output=True, text=True
-        )
-        assert res.returncode == 0, res.stderr[-3000:]
-        faults[keep] = int(res.stdout.split()[-1])
+    (some 6,000 page faults a step); with KEEP_CPU_HEAP the heap keeps it and the steps fault almost nothing.
+
+    Both measured in one process, defaults first.  Whether glibc's defaults trim depends on where
+    the address-space layout put the heap (in about one process of four nothing is given back), so
+    the probe runs again until its first ten steps fault; KEEP_CPU_HEAP is judged in that process.
+    """
     pages_per_step = 24 * 2**20 // resource.getpagesize()
-    assert faults['false'] > 10 * pages_per_step / 2, faults  # half the pages of every step, at least, faulted again
-    assert faults['true'] < pages_per_step, faults  # over all ten steps, less than one step's memory
+    for _ in range(5):
+        res = subprocess.run([sys.executable, '-c', REFAULT_PROBE], env=tool_env(), capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+        default, kept = map(int, res.stdout.split()[-2:])
+        if default > 10 * pages_per_step / 2:  # half the pages of every step, at least, faulted again
+            break
+    else:
+        pytest.fail(f'glibc kept the memory in 5 processes without KEEP_CPU_HEAP (faults {default}): no contrast')
+    assert kept < pages_per_step, (default, kept)  # over all ten steps, less than one step's memory
