@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from compile_support import COMPILED_GRAPHS, COUNTING_BACKEND
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, run_cli, run_tool, tool_env
 from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
@@ -319,7 +319,7 @@ def test_manifest_naming_a_missing_file_is_one_error_line(tiny_manifest, tmp_pat
     name = next(row[-1] for row in rows if row[3] == 'train')
     (folder / name).unlink()
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
-    assert_one_error_line(run_tool('run_train.py', '--cfg', cfg), name, 'missing file')
+    assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), name, 'missing file')
 
 
 def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_path):
@@ -333,7 +333,7 @@ def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_p
             arrays['coefficients'] = np.append(arrays['coefficients'], np.float32(0.5))
             np.savez(folder / name, **arrays)
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
-    assert_one_error_line(run_tool('run_train.py', '--cfg', cfg), 'normalisation statistics', '6 per vertex')
+    assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), 'normalisation statistics', '6 per vertex')
 
 
 def test_evaluation_from_a_checkpoint_reproduces_the_training_rmse(tiny_manifest, tmp_path):
@@ -425,18 +425,18 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
 def test_checkpoint_of_another_architecture_is_one_error_line(trained_mesh, tmp_path):
     """AGGREGATION changes no weight shape: without the description check the weights would load silently."""
     cfg, work = trained_mesh
-    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', work, 'SOLVER.MODEL.AGGREGATION=mean',
+    res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', work, 'SOLVER.MODEL.AGGREGATION=mean',
                    f'SOLVER.WORK_DIR={work}', 'SOLVER.MODEL.MLP_LAYERS=2')  # fmt: skip
     assert_one_error_line(res, 'another architecture', "AGGREGATION 'sum' (the config: 'mean')", 'MLP_LAYERS 1')
     # other config keys may differ: a data key is no architecture
-    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', work, f'SOLVER.WORK_DIR={work}',
+    res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', work, f'SOLVER.WORK_DIR={work}',
                    'SOLVER.EVAL_DATA.BATCH_SIZE=2')  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
 
 
 def test_unknown_compile_key_is_one_error_line(tiny_manifest, tmp_path):
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run'))
-    res = run_tool('run_train.py', '--cfg', cfg, 'SOLVER.COMPILE.ENABLED=true', 'SOLVER.COMPILE.FULL_GRAPH=true')
+    res = run_cli('run_train.py', '--cfg', cfg, 'SOLVER.COMPILE.ENABLED=true', 'SOLVER.COMPILE.FULL_GRAPH=true')
     assert_one_error_line(res, 'SOLVER.COMPILE.FULL_GRAPH: unknown key', 'did you mean FULLGRAPH')
     assert not (tmp_path / 'run' / 'checkpoints').exists()
 

@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import DIGITS_CFG, run_tool
+from conftest import DIGITS_CFG, run_cli, run_tool
 
 from scepter_like.errors import ConfigError
 from scepter_like.multirun import expand_grid, parse_sweeps, run_name, split_values
@@ -58,7 +58,7 @@ def test_a_failing_run_is_reported_and_the_rest_go_on(tmp_path):
 
 
 def test_empty_value_list_is_one_error_line(tmp_path):
-    res = run_tool('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', '-m', 'SOLVER.MAX_STEPS=')
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', '-m', 'SOLVER.MAX_STEPS=')
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         'error: -m SOLVER.MAX_STEPS=: empty value in the list; write SOLVER.MAX_STEPS=V1,V2,... with no empty item'

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, run_cli, run_tool, tool_env
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from optimization_support import GradCaptureHook
 from test_checkpoint_resume import assert_same
@@ -260,7 +260,7 @@ ERRORS = {
 @pytest.mark.parametrize('case', sorted(ERRORS))
 def test_bad_optimization_settings_are_one_error_line(case, tmp_path):
     overrides, pattern = ERRORS[case]
-    res = run_tool('run_train.py', '--cfg', POISSON_CFG, f'SOLVER.WORK_DIR={tmp_path}', *overrides)
+    res = run_cli('run_train.py', '--cfg', POISSON_CFG, f'SOLVER.WORK_DIR={tmp_path}', *overrides)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and re.search(pattern, lines[0]), res.stderr[-2000:]

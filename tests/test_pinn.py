@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, run_cli, run_tool, tool_env
 from test_distributed import free_port
 
 from scepter_like.config import Config
@@ -232,7 +232,7 @@ def test_render_field_one_dimensional():
 
 # -- bad input: one error line, exit 2 -------------------------------------------------------
 def test_bad_geometry_and_unknown_aggregator_are_one_line_errors(tmp_path):
-    res = run_tool(
+    res = run_cli(
         'run_train.py',
         '--cfg',
         POISSON_CFG,
@@ -242,7 +242,7 @@ def test_bad_geometry_and_unknown_aggregator_are_one_line_errors(tmp_path):
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: SOLVER.TRAIN_DATA.GEOMETRY') and 'HIGH' in lines[0]
-    res = run_tool('config_template.py', 'Relobrallo', '--registry', 'LOSS_AGGREGATORS')
+    res = run_cli('config_template.py', 'Relobrallo', '--registry', 'LOSS_AGGREGATORS')
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error:') and 'did you mean Relobralo' in lines[0]
