@@ -127,7 +127,7 @@ def test_the_digits_job_reaches_its_accuracy_and_checkpoints_as_the_native_loop(
     res = run_cli('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', PL)
     assert res.returncode == 0, res.stderr[-3000:]
     accuracy = float(re.search(r'test final \(360 samples\): accuracy: ([0-9.]+)', res.stdout).group(1))
-    assert accuracy >= 0.94
+    assert accuracy >= 0.97
     assert sorted(os.listdir(tmp_path / 'checkpoints')) == [
         'digits-best.pth',
         'digits-epoch-20.pth',

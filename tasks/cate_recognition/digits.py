@@ -2,65 +2,40 @@
 
 ``test`` is TEST_FRACTION of the data; ``val`` is VAL_FRACTION of the rest, carved out so
 that model selection (evaluation, the best checkpoint) never looks at the test split;
-``train`` is what remains and ``trainval`` is train and val together.  Each class gives
-each split its share of rows, drawn by SPLIT_SEED.
+``train`` is what remains and ``trainval`` is train and val together.
 
 Items are ``{'img': float32 [8, 8] in [0, 1], 'label': int64}``.  The data ships inside
-scikit-learn (``digits.csv.gz``), so nothing is downloaded; it is read with numpy, as
-importing scikit-learn would add a second to every run's start-up.
+scikit-learn, so nothing is downloaded.
 """
-
-import importlib.util
-import math
-import os
 
 import numpy as np
 
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import DataError
 
 SPLITS = ('train', 'val', 'trainval', 'test')
 
 
-def load_digits_arrays():
-    """(images float32 [1797, 8, 8] in [0, 1], labels int64): the CSV file scikit-learn ships, read
-    without importing scikit-learn (a second of every run's start-up)."""
-    spec = importlib.util.find_spec('sklearn')
-    path = os.path.join(spec.submodule_search_locations[0], 'datasets', 'data', 'digits.csv.gz') if spec else ''
-    if not os.path.isfile(path):
-        raise DataError("the digits ship inside scikit-learn: pip install 'scepter_like[tasks]'")
-    rows = np.loadtxt(path, delimiter=',')  # 64 pixel values 0..16, then the label
-    return (rows[:, :-1] / 16.0).astype(np.float32).reshape(-1, 8, 8), rows[:, -1].astype(np.int64)
-
-
-def stratified_split(labels, fraction, rng):
-    """(rest, taken) row indices: ``ceil(fraction * n)`` rows taken, each class giving its share of them
-    (the largest remainders get the rounding), each class's rows in an order drawn from ``rng``."""
-    classes, counts = np.unique(labels, return_counts=True)
-    n_taken = math.ceil(fraction * len(labels))
-    quota = counts * n_taken / len(labels)
-    shares = np.floor(quota).astype(np.int64)
-    shares[np.argsort(shares - quota, kind='stable')[: n_taken - shares.sum()]] += 1
-    rest, taken = [], []
-    for label, share in zip(classes, shares):
-        rows = rng.permutation(np.flatnonzero(labels == label))
-        taken.append(rows[:share])
-        rest.append(rows[share:])
-    return np.sort(np.concatenate(rest)), np.sort(np.concatenate(taken))
-
-
 def split_indices(labels, test_fraction=0.2, seed=0, val_fraction=0.1):
-    """``{split: row indices}`` for every split of SPLITS, stratified: test first, then val carved from the rest."""
-    rng = np.random.default_rng(seed)
-    trainval, test = stratified_split(labels, test_fraction, rng)
-    train, val = stratified_split(labels[trainval], val_fraction, rng)
-    return {'train': trainval[train], 'val': trainval[val], 'trainval': trainval, 'test': test}
+    """``{split: row indices}`` for every split of SPLITS: test first, then val carved from the rest."""
+    from sklearn.model_selection import train_test_split
+
+    idx_trainval, idx_test = train_test_split(
+        np.arange(len(labels)), test_size=test_fraction, stratify=labels, random_state=seed
+    )
+    idx_train, idx_val = train_test_split(
+        idx_trainval, test_size=val_fraction, stratify=labels[idx_trainval], random_state=seed
+    )
+    return {'train': idx_train, 'val': idx_val, 'trainval': idx_trainval, 'test': idx_test}
 
 
 def digits_split(split, test_fraction=0.2, seed=0, val_fraction=0.1):
     """(images, labels) of ``split`` (one of SPLITS): stratified splits, the same for a seed."""
-    images, labels = load_digits_arrays()
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = (data.images / 16.0).astype(np.float32)
+    labels = data.target.astype(np.int64)
     idx = split_indices(labels, test_fraction, seed, val_fraction)[split]
     return images[idx], labels[idx]
 

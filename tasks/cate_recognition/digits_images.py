@@ -18,7 +18,7 @@ import numpy as np
 from scepter_like.data.image_files import ImageFileDataset, list_image_folder
 from scepter_like.data.registry import DATASETS
 from scepter_like.utils.checkpoint import fsync_file
-from tasks.cate_recognition.digits import load_digits_arrays, split_indices
+from tasks.cate_recognition.digits import split_indices
 
 IMAGE_SIZE = 32
 SPLITS = ('train', 'val', 'test')
@@ -28,13 +28,14 @@ DEFAULT_ROOT = './cache/digits_images'
 def render_digits(folder):
     """Write every split's images into ``folder`` (which exists and is empty)."""
     from PIL import Image
+    from sklearn.datasets import load_digits
 
-    images, labels = load_digits_arrays()
-    pixels = np.round(images * 255).astype(np.uint8)
-    indices = split_indices(labels)
+    data = load_digits()
+    pixels = np.round(data.images / 16.0 * 255).astype(np.uint8)
+    indices = split_indices(data.target)
     for split in SPLITS:
         for row in indices[split]:
-            path = os.path.join(folder, split, str(labels[row]), f'{row:04d}.png')
+            path = os.path.join(folder, split, str(data.target[row]), f'{row:04d}.png')
             os.makedirs(os.path.dirname(path), exist_ok=True)
             image = Image.fromarray(pixels[row], mode='L').resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR)
             image.save(path)
