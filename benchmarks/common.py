@@ -159,11 +159,12 @@ BASELINES = {  # side -> its script in benchmarks/, and the script's own options
 }
 
 
-def launch(side, workload, data, folder, tag, steps=None):
+def launch(side, workload, data, folder, tag, steps=None, overrides=()):
     """One run in a fresh process (one torch thread): 'hand' (``hand_loop.py``), 'lightning' / 'lightning_manual'
     (``plain_lightning.py``: a plain LightningModule), 'solver' (``tools/run_train.py``) or 'solver_pl' (the same with
     ENV.USE_PL).
 
+    ``overrides``: command-line overrides of the solver's run (``ENV.KEEP_CPU_HEAP=false``).
     Returns its StepClock result, plus the seconds from launching the process to the end of its first step.
     """
     out = os.path.join(folder, f'{side}-{tag}.json')
@@ -175,7 +176,7 @@ def launch(side, workload, data, folder, tag, steps=None):
         cfg = solver_config(workload, data, os.path.join(folder, f'work-{side}-{tag}'), steps, out, side == 'solver_pl')
         with open(cfg_path, 'w') as f:
             yaml.safe_dump(cfg, f)
-        cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path]
+        cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path, *overrides]
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}
     env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
     start = time.time()

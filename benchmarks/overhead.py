@@ -2,13 +2,17 @@
 """Per-step cost of the solver against the hand-written loop.
 
 ``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved]
-[--lightning auto|manual] [--json FILE]``
+[--lightning auto|manual] [--solver-override KEY=VALUE] [--json FILE]``
 
 Across processes (the default, how the targets are stated): each round runs
 ``hand_loop.py`` and ``tools/run_train.py`` on the same model, data, optimizer and step
 count, each in a fresh process with one torch thread, alternating which goes first.  Only
 the training steps are timed (common.StepClock).  Prints the median over rounds of µs per
 step and of the per-round ratio solver / hand.
+The solver runs with its defaults, ENV.KEEP_CPU_HEAP included: on the ConvNet that alone
+makes it faster than the hand loop, whose freed activations glibc gives back to the kernel and
+page-faults in again every step; ``--solver-override ENV.KEEP_CPU_HEAP=false`` measures the
+loop's own cost.
 
 ``--lightning auto|manual``: the solver with ``ENV.USE_PL`` against ``plain_lightning.py``, the
 workload as a plain LightningModule (automatic optimization, what users write; or manual, the
@@ -35,13 +39,14 @@ LIGHTNING_BASELINES = {'auto': 'lightning', 'manual': 'lightning_manual'}  # --l
 TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
-def across_processes(workload, rounds, steps, folder, sides=('hand', 'solver')):
-    """``sides`` (baseline, candidate) in fresh processes, alternating which goes first; the median ratio."""
+def across_processes(workload, rounds, steps, folder, sides=('hand', 'solver'), overrides=()):
+    """``sides`` (baseline, candidate) in fresh processes, alternating which goes first; the median ratio.
+    ``overrides`` go to the solver's runs."""
     data = prepare(workload, folder, steps)
     runs = {side: [] for side in sides}
     for r in range(rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
-            runs[side].append(launch(side, workload, data, folder, f'{workload}-{r}', steps))
+            runs[side].append(launch(side, workload, data, folder, f'{workload}-{r}', steps, overrides))
         report_round(runs, sides, r, rounds)
     return compare(workload, rounds, runs, sides)
 
@@ -150,6 +155,13 @@ def main(argv=None):
         default='',
         help='ENV.USE_PL against a plain LightningModule (automatic or manual optimization), across processes',
     )
+    parser.add_argument(
+        '--solver-override',
+        action='append',
+        default=[],
+        metavar='KEY=VALUE',
+        help='a command-line override of the solver runs across processes (ENV.KEEP_CPU_HEAP=false: the loop alone)',
+    )
     parser.add_argument('--json', default='', help='also write the results to this JSON file')
     args = parser.parse_args(argv)
     results = []
@@ -164,7 +176,7 @@ def main(argv=None):
             else:
                 print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
                 sides = (lightning, 'solver_pl') if lightning else ('hand', 'solver')
-                results.append(across_processes(workload, args.rounds, args.steps, folder, sides))
+                results.append(across_processes(workload, args.rounds, args.steps, folder, sides, args.solver_override))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'python': sys.version.split()[0], 'cpus': os.cpu_count(), 'results': results}, f, indent=1)
