@@ -133,7 +133,8 @@ class DistProbeHook(Hook):
 
     def after_iter(self, solver):
         step = solver.progress.total_iter
-        time.sleep(self.step_seconds)
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
         if step == self.kill_at and solver.rank == 0:
             self._kill_everything()
         if step == self.signal_at:
