@@ -24,7 +24,6 @@ the same stages in the same order.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 import sys
@@ -603,32 +602,6 @@ class BaseSolver(HookStages, ScepterProtocol):
             source = 'the checkpoint'
         checkpoint_state.restore_training_state(self, checkpoint, source)
         return checkpoint
-
-    def training_state(self) -> dict[str, Any]:
-        """What a checkpoint file holds (a collective: every rank calls it): the dict of a scepter-style
-        ``save_checkpoint()`` override (made plain), else the full training state."""
-        if self._overrides_scepter_way('save_checkpoint'):
-            return checkpoint_state.plain_state(self.save_checkpoint())
-        return checkpoint_state.collect_training_state(self)
-
-    def restore_state(self, ckpt: dict[str, Any], source: str) -> None:
-        """Put a loaded checkpoint back: through a scepter-style ``load_checkpoint(dict)`` override, else whole."""
-        if self._overrides_scepter_way('load_checkpoint'):
-            self.load_checkpoint(ckpt)
-        else:
-            checkpoint_state.restore_training_state(self, ckpt, source)
-
-    def _overrides_scepter_way(self, name: str) -> bool:
-        """Whether the class replaces BaseSolver's ``name`` with scepter's signature (``save_checkpoint(self)`` /
-        ``load_checkpoint(self, checkpoint)``)."""
-        method = getattr(type(self), name)
-        if method is getattr(BaseSolver, name):
-            return False
-        try:
-            inspect.signature(method).bind(self, *(() if name == 'save_checkpoint' else ({},)))
-        except TypeError:
-            return False
-        return True
 
     def resume(self) -> str | None:
         """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""

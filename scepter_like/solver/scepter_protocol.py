@@ -4,7 +4,8 @@
 for scepter finds what it reads and calls: the counters with scepter's offsets, the mode
 switches, ``scaler``, ``train_parameters()``, ``_reduce_scalar``, the per-mode dicts
 (``_iter_outputs``, ``_epoch_outputs``, ``_total_iter``, ...), ``probe_data``,
-``save_safetensors()``, ``_build_metrics``, and stage methods called with a hook list.
+``save_safetensors()``, ``_build_metrics``, ``save_checkpoint()`` / ``load_checkpoint(dict)``
+overrides, and stage methods called with a hook list.
 
 Every name is a view of the loop's state (``solver.progress``, ``solver.step``); none
 holds a copy.  This project's own hooks read ``solver.progress`` instead of the counter
@@ -13,6 +14,7 @@ step after (see docs/porting_from_scepter.md, "Counters").
 """
 
 import functools
+import inspect
 from collections import OrderedDict, defaultdict
 from collections.abc import MutableMapping
 
@@ -20,6 +22,7 @@ import torch
 
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import description_metadata
+from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.loop_state import MODES
 from scepter_like.solver.parallel import is_fsdp
@@ -286,6 +289,34 @@ class ScepterProtocol:
         if not isinstance(getattr(self, '_collect_keys', None), set):
             self._collect_keys = set()
         self._collect_keys.update(keys)
+
+    # -- checkpoints: a subclass's save_checkpoint() / load_checkpoint(dict) decide, scepter's way ------------
+    def training_state(self):
+        """What a checkpoint file holds (a collective: every rank calls it): the dict of a scepter-style
+        ``save_checkpoint()`` override (made plain), else the full training state."""
+        if self._overrides_scepter_way('save_checkpoint'):
+            return checkpoint_state.plain_state(self.save_checkpoint())
+        return checkpoint_state.collect_training_state(self)
+
+    def restore_state(self, ckpt, source):
+        """Put a loaded checkpoint back: through a scepter-style ``load_checkpoint(dict)`` override, else whole."""
+        if self._overrides_scepter_way('load_checkpoint'):
+            self.load_checkpoint(ckpt)
+        else:
+            checkpoint_state.restore_training_state(self, ckpt, source)
+
+    def _overrides_scepter_way(self, name):
+        """Whether a subclass replaces the solver's own ``name`` with scepter's signature
+        (``save_checkpoint(self)`` / ``load_checkpoint(self, checkpoint)``)."""
+        method = getattr(type(self), name)
+        introduced_by = next(c for c in reversed(type(self).__mro__) if name in vars(c))  # BaseSolver
+        if method is vars(introduced_by)[name]:
+            return False
+        try:
+            inspect.signature(method).bind(self, *(() if name == 'save_checkpoint' else ({},)))
+        except TypeError:
+            return False
+        return True
 
     # -- stage methods called with a hook list ---------------------------------------------------------
     def _call_hook_list(self, stage, hooks):
