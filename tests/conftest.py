@@ -10,8 +10,10 @@ a test may also carry ``@pytest.mark.slow`` itself (a long run in this process).
 import contextlib
 import importlib.util
 import io
+import itertools
 import logging
 import os
+import socket
 import subprocess
 import sys
 import traceback
@@ -36,6 +38,30 @@ def tool_env(**extra):
         env.pop(key, None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+PORTS_PER_WORKER = 500
+_next_port = itertools.count()
+
+
+def free_port():
+    """A port of 127.0.0.1 that nothing listens on, for a test's torchrun, rendezvous or server.
+
+    Drawn from a block of its own for each pytest-xdist worker (``make test`` runs two), below
+    the kernel's ephemeral range (32768 on): no port the kernel hands a socket of the other
+    worker's processes (gloo's) can be the one a test is about to give torchrun.
+    """
+    worker = int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:])
+    first = 20000 + worker * PORTS_PER_WORKER
+    for _ in range(PORTS_PER_WORKER):
+        port = first + next(_next_port) % PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+            except OSError:  # in use (or in TIME_WAIT): the next one
+                continue
+            return port
+    raise RuntimeError(f'no free port in {first}..{first + PORTS_PER_WORKER - 1}')
 
 
 def run_tool(tool, *args, cwd=None, timeout=300, env=None):

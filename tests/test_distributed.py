@@ -10,7 +10,6 @@ into the work dir.
 import glob
 import logging
 import os
-import socket
 import subprocess
 import sys
 from argparse import Namespace
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, REPO, tool_env
+from conftest import DIGITS_CFG, REPO, free_port, tool_env
 
 from scepter_like.cli import load_config
 from scepter_like.solver import SOLVERS
@@ -28,12 +27,6 @@ from scepter_like.solver import SOLVERS
 RUN_TRAIN = os.path.join(REPO, 'tools', 'run_train.py')
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist_probe.py')
 TIMEOUT = 120  # seconds; a hang fails the test instead of blocking CI
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def torchrun(cfg, overrides, cwd, name, nproc=2, launcher=(), env=None, new_session=False, timeout=TIMEOUT):

@@ -17,10 +17,10 @@ import sys
 import pytest
 import torch
 from ckpt_support import SIGNAL_ENV
-from conftest import DIGITS_CFG, REPO, run_cli, tool_env
+from conftest import DIGITS_CFG, REPO, free_port, run_cli, tool_env
 from helpers import assert_same
 from test_checkpoint_resume import SUPPORT, TOTAL, final_state, job_config, served
-from test_distributed import RUN_TRAIN, TIMEOUT, free_port
+from test_distributed import RUN_TRAIN, TIMEOUT
 
 from scepter_like.utils.checkpoint import latest_checkpoint
 

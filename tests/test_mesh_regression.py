@@ -4,7 +4,6 @@ import glob
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 import yaml
 from compile_support import COMPILED_GRAPHS, COUNTING_BACKEND
-from conftest import REPO, run_cli, run_tool, tool_env
+from conftest import REPO, free_port, run_cli, run_tool, tool_env
 from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
@@ -138,10 +137,7 @@ def test_statistics_come_from_the_training_split_only(tiny_manifest):
 
 def test_statistics_are_identical_on_two_ranks(tiny_manifest, tmp_path):
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run'))
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={port}']
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
     cmd += [os.path.join(REPO, 'tests', 'mesh_stats_probe.py'), cfg, str(tmp_path)]
     res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -512,10 +508,7 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
     cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 1
     cfg['SOLVER']['COMPILE'] = {'ENABLED': True, 'BACKEND': 'aot_eager', 'DYNAMIC': True}  # one graph for all sizes
     path = write_config(tmp_path / 'cfg.yaml', cfg)
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={port}']
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
     cmd += ['--log-dir', str(tmp_path / 'logs'), '--redirects', '3']
     cmd += [os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', path, '--import', probe]
     res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=240)

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_cli, run_tool, tool_env
-from test_distributed import free_port
+from conftest import REPO, free_port, run_cli, run_tool, tool_env
 
 from scepter_like.config import Config
 from scepter_like.data import DATASETS

@@ -420,8 +420,7 @@ def test_burgers_under_two_process_torchrun_with_refinement(tmp_path):
     import subprocess
     import sys
 
-    from conftest import tool_env
-    from test_distributed import free_port
+    from conftest import free_port, tool_env
 
     work = tmp_path / 'run'
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']

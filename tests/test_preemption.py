@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 from ckpt_support import SIGNAL_ENV, SIGNAL_IN_SAVE_ENV, SIGNAL_IN_SET_UP_ENV
-from conftest import REPO, tool_env
+from conftest import REPO, free_port, tool_env
 from helpers import write_blobs
 from test_checkpoint_resume import SUPPORT, TOTAL, assert_same, final_state, job_config, served, train
 from test_distributed import (
@@ -24,7 +24,6 @@ from test_distributed import (
     TIMEOUT,
     assert_state_equal,
     blob_cfg,
-    free_port,
     load,
     probe_hook,
     rank_logs,

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, run_cli, run_tool, tool_env
+from conftest import DIGITS_CFG, free_port, run_cli, run_tool, tool_env
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError, DataError, RegistryError
@@ -592,13 +592,8 @@ dist.destroy_process_group()
 
 
 def test_we_reads_the_live_process_group_and_gather_data_collects_on_rank0(tmp_path):
-    import socket
-
     script = write(tmp_path / 'dist_we.py', DIST_SCRIPT)
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={port}', script]
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}', script]
     res = subprocess.run(
         cmd + [str(tmp_path)], cwd=tmp_path, env=tool_env(), capture_output=True, text=True, timeout=120
     )

@@ -6,7 +6,8 @@ Each is one ``error:`` line with exit status 2, before any train step.
 import sys
 
 import pytest
-from tracking_support import blob_job, free_port, run_train, tracker_word
+from conftest import free_port
+from tracking_support import blob_job, run_train, tracker_word
 
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
 

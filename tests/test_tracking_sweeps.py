@@ -11,12 +11,11 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, free_port, run_tool, tool_env
 from tracking_support import (
     blob_job,
     copy_store,
     empty_mlflow_store,
-    free_port,
     jsonl_history,
     run_in_process,
     tracker_word,

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -106,13 +105,6 @@ def copy_store(template, folder):
     """A copy of the store ``template`` in ``folder``; returns its URI."""
     shutil.copy(template, folder / 'mlflow.db')
     return f'sqlite:///{folder / "mlflow.db"}'
-
-
-def free_port():
-    """A port of 127.0.0.1 that nothing listens on (once the probing socket is closed)."""
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def jsonl_history(work_dir):
