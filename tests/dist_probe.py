@@ -1,10 +1,10 @@
 """Test support for torchrun runs, loaded with ``--import tests/dist_probe.py``.
 
 - ``DistProbeHook`` records, per rank, the first optimizer step's gradients (full tensors), the
-  global gradient norm it sees in ``after_backward``,
-  the final weights, the local metric sums and the counters (DDP's gradient all-reduces too), into ``OUT/rank{r}.pt`` at
-  after_solve (also after a failure); it can make one rank's loss NaN at given steps and
-  SIGKILL torchrun and all its workers at a given step.
+  global gradient norm it sees in ``after_backward``, the final weights, the local metric
+  sums, each step's loss, LogHook's last means and the counters (DDP's gradient all-reduces
+  too), into ``OUT/rank{r}.pt`` at after_solve (also after a failure); it can make one rank's
+  loss NaN at given steps and SIGKILL torchrun and all its workers at a given step.
 - On import in a rank other than 0 (of torchrun or of Lightning's launcher), with ``PROBE_GUARD_DIR``
   set, an audit hook makes any write under that folder (open for writing, mkdir, rename, remove)
   raise, so a run in which rank > 0 writes a file fails.
@@ -92,6 +92,7 @@ class DistProbeHook(Hook):
         self.worker_pids = []
         self.allreduces = 0
         self.backward_norms = []  # (step index, global gradient norm) at each after_backward
+        self.losses = []  # this rank's loss of each train step
 
     def before_solve(self, solver):
         names = {id(p): n for n, p in solver.unwrapped_model.named_parameters()}
@@ -133,6 +134,8 @@ class DistProbeHook(Hook):
 
     def after_iter(self, solver):
         step = solver.progress.total_iter
+        if 'loss' in solver.step.outputs:
+            self.losses.append(float(solver.step.outputs['loss']))
         if self.step_seconds:
             time.sleep(self.step_seconds)
         if step == self.kill_at and solver.rank == 0:
@@ -182,6 +185,10 @@ class DistProbeHook(Hook):
             'ema_updates': next((h.updates for h in solver.hooks_dict['train'] if type(h).__name__ == 'EMAHook'), None),
             'allreduces': self.allreduces,
             'backward_norms': self.backward_norms,
+            'losses': self.losses,
+            'last_logged': next(
+                (h.last_logged for h in solver.hooks_dict['train'] if type(h).__name__ == 'LogHook'), None
+            ),
             'epoch_outputs': solver.epoch_outputs,
             'failed': repr(solver.failed) if solver.failed is not None else None,
         }

@@ -10,6 +10,7 @@ into the work dir.
 import glob
 import logging
 import os
+import statistics
 import subprocess
 import sys
 from argparse import Namespace
@@ -216,6 +217,20 @@ def test_accuracy_matches_single_process_at_same_global_batch(digits, digits_sin
     assert ddp_acc > 0.8 and abs(ddp_acc - single_acc) <= 0.01, (ddp_acc, single_acc)
     # DDP keeps the replicas identical
     assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
+
+
+def test_log_line_means_the_loss_over_every_rank(digits):
+    """LogHook's line under DDP: the mean of the interval's losses of both ranks, the same on each rank.
+
+    Two epochs of 45 steps, a line every 20 steps of an epoch: the last one (at the epoch's end) covers
+    steps 86-90.
+    """
+    ranks = [load(digits['tmp'] / 'probe-ref' / f'rank{r}.pt') for r in (0, 1)]
+    assert all(len(rank['losses']) == 90 for rank in ranks)
+    interval = [loss for rank in ranks for loss in rank['losses'][85:]]
+    assert ranks[0]['last_logged']['loss'] == pytest.approx(statistics.fmean(interval), rel=1e-12, abs=0)
+    assert ranks[1]['last_logged'] == ranks[0]['last_logged']
+    assert ranks[0]['losses'][85:] != ranks[1]['losses'][85:]  # the ranks' own means would differ
 
 
 def test_ddp_first_step_gradients_equal_single_process(digits, digits_single):

@@ -61,6 +61,7 @@ from scepter_like.utils.distributed import broadcast_object
 from scepter_like.utils.dtypes import DTYPES, default_dtype
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
+_CPU = torch.device('cpu')  # the device of a run without torch.distributed (one object, not one per step)
 
 
 def _is_scalar(value):
@@ -262,7 +263,7 @@ class BaseSolver(HookStages, ScepterProtocol):
     rank = property(lambda self: self.dist_info.rank if self.dist_info else 0)
     world_size = property(lambda self: self.dist_info.world_size if self.dist_info else 1)
     is_main = property(lambda self: self.rank == 0)
-    device = property(lambda self: self.dist_info.device if self.dist_info else torch.device('cpu'))
+    device = property(lambda self: self.dist_info.device if self.dist_info else _CPU)
     unwrapped_model = property(lambda self: unwrap_model(self.model))
 
     @functools.cached_property

@@ -36,9 +36,10 @@ class ScalarSums:
         if not lists:
             return {}
         counts = [len(values) * world_size for values in lists.values()]
-        device = next(iter(lists.values()))[0].device
-        if world_size == 1 and device.type == 'cpu':  # a load per scalar, no tensor op
+        if next(iter(lists.values()))[0].device.type == 'cpu':  # a load per scalar; one tensor only under DDP
             sums = [math.fsum(map(torch.Tensor.item, values)) for values in lists.values()]
+            if world_size > 1:
+                sums = all_reduce_sum(torch.tensor(sums, dtype=torch.float64)).tolist()
         else:  # per-key sums on the device, one all-reduce, one copy to the host
             sums = all_reduce_sum(torch.stack([torch.stack(values).double().sum() for values in lists.values()]))
             sums = sums.tolist()
