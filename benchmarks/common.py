@@ -154,6 +154,7 @@ def summarize(hand_clock, solver_clock):
 
 BASELINES = {  # side -> its script in benchmarks/, and the script's own options
     'hand': ['hand_loop.py'],
+    'hand_again': ['hand_loop.py'],  # the same loop as a candidate: the method's own spread (overhead.py --aa)
     'lightning': ['plain_lightning.py'],
     'lightning_manual': ['plain_lightning.py', '--manual'],
 }

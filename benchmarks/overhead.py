@@ -2,7 +2,7 @@
 """Per-step cost of the solver against the hand-written loop.
 
 ``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved]
-[--lightning auto|manual] [--solver-override KEY=VALUE] [--json FILE]``
+[--lightning auto|manual] [--aa] [--solver-override KEY=VALUE] [--json FILE]``
 
 Across processes (the default, how the targets are stated): each round runs
 ``hand_loop.py`` and ``tools/run_train.py`` on the same model, data, optimizer and step
@@ -19,6 +19,10 @@ workload as a plain LightningModule (automatic optimization, what users write; o
 leanest Lightning loop, which is how USE_PL drives it), the same way: the wrapper's own cost.
 With ``--interleaved`` too, whole runs of both take turns in this process (a loaded machine
 then spoils pairs of runs, not the comparison).
+
+``--aa``: the hand loop against itself across processes, the same way: how far apart two identical
+processes land on this machine, to read the solver's figure against (on the 2-vCPU machine of
+2026-12-03 their per-round ratios spread over ±15 %).
 
 ``--interleaved``: both loops in this process, taking turns every 50 steps (10 for the
 ConvNet), so they see the same machine at the same moments: the solver runs one
@@ -162,6 +166,7 @@ def main(argv=None):
         metavar='KEY=VALUE',
         help='a command-line override of the solver runs across processes (ENV.KEEP_CPU_HEAP=false: the loop alone)',
     )
+    parser.add_argument('--aa', action='store_true', help='the hand loop against itself, across processes')
     parser.add_argument('--json', default='', help='also write the results to this JSON file')
     args = parser.parse_args(argv)
     results = []
@@ -175,7 +180,7 @@ def main(argv=None):
                 results.append(in_one_process(workload, args.steps, folder))
             else:
                 print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
-                sides = (lightning, 'solver_pl') if lightning else ('hand', 'solver')
+                sides = (lightning, 'solver_pl') if lightning else ('hand', 'hand_again' if args.aa else 'solver')
                 results.append(across_processes(workload, args.rounds, args.steps, folder, sides, args.solver_override))
     if args.json:
         with open(args.json, 'w') as f:
