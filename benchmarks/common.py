@@ -181,9 +181,12 @@ def launch(side, workload, data, folder, tag, steps=None, overrides=()):
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}
     env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
     start = time.time()
-    res = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f'{" ".join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}')
+    # the run's console goes to a file, not a pipe: a pipe would wake this process at every log line
+    with open(os.path.join(folder, f'{side}-{tag}.stderr'), 'w+') as err:
+        res = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        if res.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f'{" ".join(cmd)} failed ({res.returncode}):\n{err.read()[-3000:]}')
     with open(out) as f:
         result = json.load(f)
     result['to_first_step_s'] = result['first_step_wall'] - start
