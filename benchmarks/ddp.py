@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """2-process DDP (gloo) training throughput: the solver against the hand-written loop under DDP.
 
-    python benchmarks/ddp.py [--rounds 5] [--steps 3000] [--nproc 2]
+    python benchmarks/ddp.py [--rounds 5] [--steps 3000] [--nproc 2] [--aa]
 
 Relaunches itself under torchrun.  Both sides train the MLP workload (common.py: batch
 64 per rank, AdamW, per-epoch cosine) on the same data, inside the same process group:
@@ -10,6 +10,10 @@ the solver as ``tools/run_train.py`` runs it (``SOLVERS.build``, ``set_up_pre``,
 (DistributedDataParallel, each rank every nproc-th sample).  Rounds alternate which side
 goes first after a warm-up round; a round's ratio is solver samples/s over hand
 samples/s, and the median over rounds is reported (target >= 0.97).
+
+``--aa``: the hand loop against itself the same way (the candidate side runs ``HandLoop``
+too): how far apart two identical runs land on this machine, to read the solver's figure
+against.
 """
 
 import argparse
@@ -63,12 +67,12 @@ def worker(args):
 
     torch.set_num_threads(1)
     dist.init_process_group('gloo')
-    ratios = []
+    ratios, label = [], 'hand again' if args.aa else 'solver'
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds + 1):  # round 0 warms up both sides
             rate = {}
             for side in ('solver', 'hand') if r % 2 else ('hand', 'solver'):
-                if side == 'solver':
+                if side == 'solver' and not args.aa:
                     rate[side] = solver_rate(args.data, args.steps, os.path.join(tmp, f'run{r}'))
                 else:
                     rate[side] = hand_rate(args.data, args.steps)
@@ -77,12 +81,12 @@ def worker(args):
             ratios.append(rate['solver'] / rate['hand'])
             if dist.get_rank() == 0:
                 print(
-                    f'round {r}: solver {rate["solver"]:.0f} samples/s, hand {rate["hand"]:.0f} samples/s,'
+                    f'round {r}: {label} {rate["solver"]:.0f} samples/s, hand {rate["hand"]:.0f} samples/s,'
                     f' ratio {ratios[-1]:.3f}',
                     flush=True,
                 )
     if dist.get_rank() == 0:
-        print(f'median ratio (solver / hand DDP loop) over {len(ratios)} rounds: {statistics.median(ratios):.3f}')
+        print(f'median ratio ({label} / hand DDP loop) over {len(ratios)} rounds: {statistics.median(ratios):.3f}')
     dist.destroy_process_group()
 
 
@@ -91,6 +95,7 @@ def main():
     parser.add_argument('--rounds', type=int, default=5)
     parser.add_argument('--steps', type=int, default=3000, help='steps of one process (each rank runs 1/nproc)')
     parser.add_argument('--nproc', type=int, default=2)
+    parser.add_argument('--aa', action='store_true', help="the hand loop against itself: the method's own spread")
     parser.add_argument('--data', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.data:
@@ -98,6 +103,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
         cmd = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={args.nproc}', '--standalone']
         cmd += [os.path.abspath(__file__), f'--rounds={args.rounds}', f'--steps={args.steps}']
+        cmd += ['--aa'] if args.aa else []
         cmd += [f'--data={prepare("mlp", folder, args.steps)}']
         env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
         return subprocess.call(cmd, env=env)

@@ -2,6 +2,7 @@
 process with a fake clock: agreement boundaries ``ENV.STOP_CHECK_SECONDS`` apart, the signal read
 one interval after the boundary that carries it; 0 agrees at every optimizer step."""
 
+import os
 import signal
 
 import pytest
@@ -68,3 +69,15 @@ def test_slower_steps_shorten_the_interval(one_rank_group, monkeypatch):
 def test_one_process_answers_at_once_without_a_collective(monkeypatch):
     answers, started = run_boundaries(monkeypatch, check_seconds=4 * STEP, signal_before=3)
     assert started == [] and answers == [0, 0, signal.SIGTERM]
+
+
+def test_close_releases_the_agreement_group_and_its_threads(one_rank_group):
+    """A sweep that runs solver after solver in one process must not gather a gloo group (threads,
+    sockets) per run: BaseSolver.close() closes its StopSignals."""
+    threads = lambda: len(os.listdir('/proc/self/task'))  # noqa: E731  (OS threads: gloo's are not Python's)
+    before = threads()
+    stop_signals = StopSignals()
+    with stop_signals.training_loop(0):
+        assert stop_signals._group is not None and threads() > before
+    stop_signals.close()
+    assert stop_signals._group is None and threads() == before

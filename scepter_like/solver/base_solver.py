@@ -609,7 +609,9 @@ class BaseSolver(HookStages, ScepterProtocol):
         return checkpoint_state.resume(self)
 
     def close(self) -> None:
-        """Write out pending metrics.jsonl lines and detach the log file (the process group is the caller's)."""
+        """Write out pending metrics.jsonl lines, detach the log file and release the stop agreement's process
+        group (the default process group is the caller's)."""
+        self.stop_signals.close()
         if self.metrics_log is not None:
             self.metrics_log.flush()
         if self._file_handler is not None:

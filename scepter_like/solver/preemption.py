@@ -97,6 +97,16 @@ class StopSignals:
                 self._group = dist.new_group(backend='gloo')
             yield self
 
+    def close(self):
+        """Release the agreement's process group (its gloo threads and sockets), so a process that runs one
+        solver after another (a sweep, a notebook) does not gather a group per run.  Every rank calls it."""
+        group, self._group = self._group, None
+        if group is not None:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group(group)
+
     def _handle(self, signum, frame):
         if signum == signal.SIGINT and self.received:
             raise KeyboardInterrupt  # the second Ctrl-C: stop now
