@@ -7,7 +7,8 @@ Relaunches itself under torchrun.  Both sides train the MLP workload (common.py:
 64 per rank, AdamW, per-epoch cosine) on the same data, inside the same process group:
 the solver as ``tools/run_train.py`` runs it (``SOLVERS.build``, ``set_up_pre``,
 ``set_up``, ``solve``; the default train hooks), the hand side ``hand_loop.HandLoop``
-(DistributedDataParallel, each rank every nproc-th sample).  Rounds alternate which side
+(DistributedDataParallel, each rank every nproc-th sample, a log line's loss all-reduced over
+the ranks as timm's train.py does).  Rounds alternate which side
 goes first after a warm-up round; a round's ratio is solver samples/s over hand
 samples/s, and the median over rounds is reported (target >= 0.97).
 

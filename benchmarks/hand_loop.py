@@ -7,8 +7,10 @@ its own (``common.launch`` does) and writes its StepClock result; the other benc
 
 The honest fast loop: the data sits in tensors, each epoch picks batches by a seeded
 permutation (``index_select``), AdamW with a per-epoch cosine schedule, a ``loss.item()``
-line every LOG_INTERVAL steps.  Under torch.distributed the model is wrapped in DDP and
-each rank takes every world-size-th sample of the permutation.
+line every LOG_INTERVAL steps.  Under torch.distributed the model is wrapped in DDP, each
+rank takes every world-size-th sample of the permutation, and a log line shows the loss
+all-reduced over the ranks, as timm's train.py logs it (one all-reduce per line; the
+solver's LogHook also reports the mean over ranks).
 """
 
 import json
@@ -71,10 +73,19 @@ class HandLoop:
             self.opt.step()
             self.done += 1
             if self.done % LOG_INTERVAL == 0:
-                print(f'step {self.done} loss {loss.item():.4f} lr {self.opt.param_groups[0]["lr"]:.4g}', file=self.log)
+                lr = self.opt.param_groups[0]['lr']
+                print(f'step {self.done} loss {self.logged_loss(loss):.4f} lr {lr:.4g}', file=self.log)
             if self.done % spe == 0:
                 self.sched.step()
             tick()
+
+    def logged_loss(self, loss):
+        """The loss a log line shows: this rank's, or under DDP the mean over the ranks."""
+        if self.world == 1:
+            return loss.item()
+        value = loss.detach().clone()
+        dist.all_reduce(value)
+        return value.item() / self.world
 
 
 def main(workload, data, out, steps='0'):
