@@ -36,7 +36,7 @@ ENV_PARA_DICT = {
         ' and page-faulting it back (RSS stays at its peak; scepter_like.utils.heap)',
     },
     'STOP_CHECK_SECONDS': {
-        'value': 0.05,
+        'value': 1.0,
         'description': 'under DDP: seconds between the boundaries at which the ranks agree on a stop signal'
         ' (0: every optimizer step; solver/preemption.py, docs/clusters.md)',
         'min': 0,
