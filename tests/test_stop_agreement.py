@@ -71,15 +71,19 @@ def test_one_process_answers_at_once_without_a_collective(monkeypatch):
     assert started == [] and answers == [0, 0, signal.SIGTERM]
 
 
+def os_threads():
+    """This process's OS threads (gloo's are not Python threads)."""
+    return set(os.listdir('/proc/self/task'))
+
+
 def test_close_releases_the_agreement_group_and_its_threads(one_rank_group):
     """A sweep that runs solver after solver in one process must not gather a gloo group (threads,
     sockets) per run: BaseSolver.close() closes its StopSignals."""
-    threads = lambda: set(os.listdir('/proc/self/task'))  # noqa: E731  (OS threads: gloo's are not Python's)
-    before = threads()
+    before = os_threads()
     stop_signals = StopSignals()
     with stop_signals.training_loop(0):
         assert stop_signals._group is not None
-        group_threads = threads() - before  # other tests' threads may come and go meanwhile
+        group_threads = os_threads() - before  # other tests' threads may come and go meanwhile
         assert group_threads
     stop_signals.close()
-    assert stop_signals._group is None and not group_threads & threads()
+    assert stop_signals._group is None and not group_threads & os_threads()

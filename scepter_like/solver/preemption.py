@@ -32,6 +32,7 @@ import threading
 import time
 
 import torch
+import torch.distributed as dist
 
 from scepter_like.errors import Preempted
 from scepter_like.utils.distributed import is_dist
@@ -92,8 +93,6 @@ class StopSignals:
             self._check_seconds = check_seconds
             self._checked_at = time.monotonic()
             if is_dist() and self._group is None:  # every rank enters the loop: the group is made together
-                import torch.distributed as dist
-
                 self._group = dist.new_group(backend='gloo')
             yield self
 
@@ -101,11 +100,8 @@ class StopSignals:
         """Release the agreement's process group (its gloo threads and sockets), so a process that runs one
         solver after another (a sweep, a notebook) does not gather a group per run.  Every rank calls it."""
         group, self._group = self._group, None
-        if group is not None:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group(group)
+        if group is not None and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def _handle(self, signum, frame):
         if signum == signal.SIGINT and self.received:
@@ -123,8 +119,6 @@ class StopSignals:
         self._steps_to_check -= 1
         if self._steps_to_check > 0:
             return 0
-        import torch.distributed as dist
-
         interval = 1
         if self._pending is not None:
             work, flags = self._pending
