@@ -1,6 +1,7 @@
 """StepClockHook: common.StepClock inside a ``tools/run_train.py`` process (loaded through IMPORTS).
 
-Ticks after every other after_iter hook; writes the clock's result to OUTPUT at the end.
+Ticks after every other after_iter hook (taking turns with the other side's process when the benchmark
+says so: ``common.side_clock``); writes the clock's result to OUTPUT at the end.
 """
 
 import json
@@ -9,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import StepClock  # noqa: E402
+from common import side_clock  # noqa: E402
 
 from scepter_like.solver.hooks.hook import Hook  # noqa: E402
 from scepter_like.solver.hooks.registry import HOOKS  # noqa: E402
@@ -24,7 +25,7 @@ class StepClockHook(Hook):
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        self.output, self.clock = cfg.OUTPUT, StepClock()
+        self.output, self.clock = cfg.OUTPUT, side_clock()
 
     def after_iter(self, solver):
         self.clock.tick()

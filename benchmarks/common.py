@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import IO, NamedTuple
 
 import numpy as np
 import yaml
@@ -26,6 +27,7 @@ WORKLOADS = {
     'conv': {'shape': (3, 32, 32), 'channels': [32, 64], 'steps': 200, 'steps_per_epoch': 20},
 }
 CLASSES, BATCH, LOG_INTERVAL = 10, 64, 10
+TURNS_ENV = 'BENCH_TURNS'  # set by launch_taking_turns for a side: 'STEPS READ_FD WRITE_FD' (side_clock)
 
 
 def plan(name, steps=None):
@@ -122,22 +124,43 @@ class StepClock:
         """µs per step from the end of the first step to the end of the last (wall, CPU); the median step."""
         gaps = max(self.steps - 1, 1)
         durations = [d for turn in self.turns for d in turn]
-        return {
+        result = {
             'steps': self.steps,
             'us_per_step': (self.last[0] - self.first[0]) / gaps * 1e6,
             'cpu_us_per_step': (self.last[1] - self.first[1]) / gaps * 1e6,
             'median_step_us': statistics.median(durations) * 1e6,
             'first_step_wall': self.first[2],
         }
+        if self.turn_steps:
+            result['turns'] = self.turns  # each turn's step durations (s)
+        return result
 
 
-def summarize(hand_clock, solver_clock):
-    """Two StepClocks that took turns: step times and the solver / hand ratios.
+def side_clock():
+    """The StepClock of a side in its own process: with TURNS_ENV set (``launch_taking_turns``), one that hands
+    the CPU to the other side every STEPS steps."""
+    spec = os.environ.get(TURNS_ENV)
+    if not spec:
+        return StepClock()
+    steps, read_fd, write_fd = map(int, spec.split())
+    reader, writer = os.fdopen(read_fd), os.fdopen(write_fd, 'w')
+    return StepClock(steps, on_turn_end=lambda: end_turn(reader, writer))
+
+
+def end_turn(reader, writer):
+    """This side's turn is over: say so to the benchmark (``take_turns``) and wait until it says go."""
+    writer.write('turn\n')
+    writer.flush()
+    reader.readline()
+
+
+def summarize(hand_turns, solver_turns):
+    """The turns of two StepClocks that took turns (lists of step durations): step times, solver / hand ratios.
 
     The main figure is the median, over pairs of turns, of the ratio of their mean step
     times (every step counts; a burst of outside load spoils one pair, not the median).
     """
-    turns = {'hand': [t for t in hand_clock.turns if t], 'solver': [t for t in solver_clock.turns if t]}
+    turns = {'hand': [t for t in hand_turns if t], 'solver': [t for t in solver_turns if t]}
     steps = {name: [d for turn in t for d in turn] for name, t in turns.items()}
     medians = {name: statistics.median(d) * 1e6 for name, d in steps.items()}
     means = {name: statistics.mean(d) * 1e6 for name, d in steps.items()}
@@ -160,30 +183,38 @@ BASELINES = {  # side -> its script in benchmarks/, and the script's own options
 }
 
 
-def launch(side, workload, data, folder, tag, steps=None, overrides=()):
-    """One run in a fresh process (one torch thread): 'hand' (``hand_loop.py``), 'lightning' / 'lightning_manual'
-    (``plain_lightning.py``: a plain LightningModule), 'solver' (``tools/run_train.py``) or 'solver_pl' (the same with
-    ENV.USE_PL).
-
-    ``overrides``: command-line overrides of the solver's run (``ENV.KEEP_CPU_HEAP=false``).
-    Returns its StepClock result, plus the seconds from launching the process to the end of its first step.
-    """
+def side_command(side, workload, data, folder, tag, steps=None, overrides=()):
+    """``(command, its result file)`` of one side's run: 'hand' / 'hand_again' (``hand_loop.py``), 'lightning' /
+    'lightning_manual' (``plain_lightning.py``: a plain LightningModule), 'solver' (``tools/run_train.py``) or
+    'solver_pl' (the same with ENV.USE_PL).  ``overrides``: command-line overrides of a solver run."""
     out = os.path.join(folder, f'{side}-{tag}.json')
     if side in BASELINES:
         script, *options = BASELINES[side]
-        cmd = [sys.executable, os.path.join(HERE, script), *options, workload, data, out, str(steps or 0)]
-    else:
-        cfg_path = os.path.join(folder, f'{side}-{tag}.yaml')
-        cfg = solver_config(workload, data, os.path.join(folder, f'work-{side}-{tag}'), steps, out, side == 'solver_pl')
-        with open(cfg_path, 'w') as f:
-            yaml.safe_dump(cfg, f)
-        cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path, *overrides]
+        return [sys.executable, os.path.join(HERE, script), *options, workload, data, out, str(steps or 0)], out
+    cfg_path = os.path.join(folder, f'{side}-{tag}.yaml')
+    cfg = solver_config(workload, data, os.path.join(folder, f'work-{side}-{tag}'), steps, out, side == 'solver_pl')
+    with open(cfg_path, 'w') as f:
+        yaml.safe_dump(cfg, f)
+    return [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', cfg_path, *overrides], out
+
+
+def side_env():
+    """A side's environment: one thread, not a torch.distributed rank even when the benchmark is one."""
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR')}
     env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    return env
+
+
+def launch(side, workload, data, folder, tag, steps=None, overrides=()):
+    """One side's run (``side_command``) in a fresh process, one torch thread.
+
+    Returns its StepClock result, plus the seconds from launching the process to the end of its first step.
+    """
+    cmd, out = side_command(side, workload, data, folder, tag, steps, overrides)
     start = time.time()
     # the run's console goes to a file, not a pipe: a pipe would wake this process at every log line
     with open(os.path.join(folder, f'{side}-{tag}.stderr'), 'w+') as err:
-        res = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        res = subprocess.run(cmd, cwd=REPO, env=side_env(), stdout=subprocess.DEVNULL, stderr=err)
         if res.returncode != 0:
             err.seek(0)
             raise RuntimeError(f'{" ".join(cmd)} failed ({res.returncode}):\n{err.read()[-3000:]}')
@@ -191,3 +222,71 @@ def launch(side, workload, data, folder, tag, steps=None, overrides=()):
         result = json.load(f)
     result['to_first_step_s'] = result['first_step_wall'] - start
     return result
+
+
+def launch_taking_turns(sides, workload, data, folder, tag, steps, turn_steps, first, overrides=()):
+    """Both ``sides`` (``side_command``), each in a process of its own, handing the CPU to each other every
+    ``turn_steps`` steps through pipes (``side_clock``), ``first`` starting; their StepClock results, with the
+    step times of each turn."""
+    runs, outs = {}, {}
+    try:
+        for side in sorted(sides, key=lambda side: side != first):  # the first to run starts first
+            cmd, outs[side] = side_command(side, workload, data, folder, tag, steps, overrides)
+            (side_reads, we_write), (we_read, side_writes) = os.pipe(), os.pipe()
+            env = dict(side_env(), **{TURNS_ENV: f'{turn_steps} {side_reads} {side_writes}'})
+            log = open(os.path.join(folder, f'{side}-{tag}.stderr'), 'w+')
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log, pass_fds=(side_reads, side_writes)
+            )
+            os.close(side_reads)
+            os.close(side_writes)
+            runs[side] = TurnTaker(proc, os.fdopen(we_read), os.fdopen(we_write, 'w'), log)
+        take_turns(runs, first)
+    finally:
+        for run in runs.values():
+            for f in (run.reader, run.writer, run.log):
+                f.close()
+    results = {}
+    for side, out in outs.items():
+        with open(out) as f:
+            results[side] = json.load(f)
+    return results
+
+
+class TurnTaker(NamedTuple):
+    """A side's process as ``take_turns`` drives it: it says 'turn' on ``reader``, waits for a line on ``writer``."""
+
+    process: subprocess.Popen
+    reader: IO[str]
+    writer: IO[str]
+    log: IO[str]  # its stderr, opened w+: shown when it fails
+
+
+def take_turns(runs, first):
+    """Let side processes run one at a time until each has exited: ``runs`` {name: TurnTaker}.
+
+    Their first turns (set-up included) run at once; then one at a time, ``first`` starting.
+    A side that exits non-zero raises RuntimeError with the tail of its log.
+    """
+
+    def still_running(name):
+        run = runs[name]
+        if run.reader.readline() == 'turn\n':
+            return True
+        if run.process.wait() != 0:  # it ran its last steps and finished, or failed
+            run.log.seek(0)
+            raise RuntimeError(f'the {name} run failed ({run.process.returncode}):\n{run.log.read()[-3000:]}')
+        return False
+
+    try:
+        active = [name for name in sorted(runs, key=lambda name: name != first) if still_running(name)]
+        while active:
+            for name in list(active):
+                runs[name].writer.write('go\n')
+                runs[name].writer.flush()
+                if not still_running(name):
+                    active.remove(name)
+    finally:
+        for run in runs.values():
+            run.process.kill()
+            run.process.wait()

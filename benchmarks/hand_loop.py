@@ -2,7 +2,7 @@
 """The hand-written baseline: the workload's training in plain PyTorch, nothing of the toolkit.
 
 ``python benchmarks/hand_loop.py WORKLOAD DATA.npz OUT.json [STEPS]`` runs it in a process of
-its own (``common.launch`` does) and writes its StepClock result; the other benchmarks use
+its own (``common.launch``, ``common.launch_taking_turns``) and writes its StepClock result; the others use
 ``HandLoop`` in their own process.
 
 The honest fast loop: the data sits in tensors, each epoch picks batches by a seeded
@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import torch
 import torch.distributed as dist
-from common import BATCH, CLASSES, LEARNING_RATE, LOG_INTERVAL, SEED, StepClock, plan
+from common import BATCH, CLASSES, LEARNING_RATE, LOG_INTERVAL, SEED, StepClock, plan, side_clock
 from torch import nn
 
 
@@ -90,7 +90,7 @@ class HandLoop:
 
 def main(workload, data, out, steps='0'):
     torch.set_num_threads(1)
-    loop = HandLoop(workload, data, int(steps) or None, log=sys.stdout)
+    loop = HandLoop(workload, data, int(steps) or None, side_clock(), log=sys.stdout)
     loop.run(loop.total)
     with open(out, 'w') as f:
         json.dump(loop.clock.result(), f)

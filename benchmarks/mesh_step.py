@@ -49,6 +49,8 @@ import sys
 import tempfile
 import time
 
+from common import TurnTaker, end_turn, take_turns
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
@@ -98,8 +100,7 @@ class StepClock:
             self.turns[-1].append([now - self._last[0], cpu - self._last[1], faults - self._last[2]])
         self.steps += 1
         if self.steps == 1 or self.steps % self.turn_steps == 0:
-            print('turn', flush=True)
-            sys.stdin.readline()
+            end_turn(sys.stdin, sys.stdout)
             self.turns.append([])
             now, cpu, faults = self._read()
         self._last = (now, cpu, faults)
@@ -246,7 +247,7 @@ def worker(side, size, steps, folder, out, overrides):
 
 def run_round(size, steps, folder, tag, overrides, preload, first):
     """Both sides in their own processes, taking turns (``first`` starts); their results."""
-    procs, logs = {}, {}
+    runs = {}
     for side in ('hand', 'solver'):
         cmd = [sys.executable, os.path.abspath(__file__), '--worker', side, '--sizes', size, '--steps', str(steps)]
         cmd += ['--folder', folder, '--out', os.path.join(folder, f'{side}-{tag}.json')]
@@ -255,40 +256,21 @@ def run_round(size, steps, folder, tag, overrides, preload, first):
         env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
         if preload and side == 'solver':
             env['LD_PRELOAD'] = preload
-        logs[side] = open(os.path.join(folder, f'{side}-{tag}.log'), 'w+')
-        procs[side] = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[side], text=True
+        log = open(os.path.join(folder, f'{side}-{tag}.log'), 'w+')
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
         )
+        runs[side] = TurnTaker(proc, proc.stdout, proc.stdin, log)
     try:
-        for side, proc in procs.items():  # set-up and the first step, both at once (not timed)
-            if proc.stdout.readline() != 'turn\n':
-                _failed(side, proc, logs[side])
-        active = [first, 'solver' if first == 'hand' else 'hand']
-        while active:
-            for side in list(active):
-                procs[side].stdin.write('go\n')
-                procs[side].stdin.flush()
-                if procs[side].stdout.readline() != 'turn\n':  # it ran its last steps and finished
-                    if procs[side].wait() != 0:
-                        _failed(side, procs[side], logs[side])
-                    active.remove(side)
+        take_turns(runs, first)
     finally:
-        for proc in procs.values():
-            proc.kill()
-            proc.wait()
-        for log in logs.values():
-            log.close()
+        for run in runs.values():
+            run.log.close()
     results = {}
-    for side in procs:
+    for side in runs:
         with open(os.path.join(folder, f'{side}-{tag}.json')) as f:
             results[side] = json.load(f)
     return results
-
-
-def _failed(side, proc, log):
-    proc.kill()
-    log.seek(0)
-    raise RuntimeError(f'the {side} run failed ({proc.wait()}):\n{log.read()[-3000:]}')
 
 
 def summarize_round(hand, solver):

@@ -2,7 +2,7 @@
 """Per-step cost of the solver against the hand-written loop.
 
 ``python benchmarks/overhead.py [--workload mlp|conv|all] [--rounds 9] [--steps N] [--interleaved]
-[--lightning auto|manual] [--aa] [--solver-override KEY=VALUE] [--json FILE]``
+[--taking-turns [--turn-steps N]] [--lightning auto|manual] [--aa] [--solver-override KEY=VALUE] [--json FILE]``
 
 Across processes (the default, how the targets are stated): each round runs
 ``hand_loop.py`` and ``tools/run_train.py`` on the same model, data, optimizer and step
@@ -24,6 +24,15 @@ then spoils pairs of runs, not the comparison).
 processes land on this machine, to read the solver's figure against (on the 2-vCPU machine of
 2026-12-03 their per-round ratios spread over ±15 %).
 
+``--taking-turns``: each round runs both sides at once, each in a process of its own, and they hand the CPU
+to each other through pipes every 50 steps (10 for the ConvNet; ``--turn-steps``), the first turn alternating
+between rounds: both see the machine of the same moments, as in ``--interleaved``, while each keeps its own
+process (its heap, its caches, its imports).  Per round, the median over pairs of turns of the ratio of mean step
+times (the first pair, which runs beside the other's set-up, left out); over rounds, the median and range.  With
+``--aa`` or ``--lightning`` too, the same for those sides.  The most precise of the modes on a shared machine: the
+hand loop against itself gave 0.999 (0.972-1.009) over 4 rounds on 2026-12-03, where whole alternated runs gave
+1.030 (0.772-1.356) over 25.
+
 ``--interleaved``: both loops in this process, taking turns every 50 steps (10 for the
 ConvNet), so they see the same machine at the same moments: the solver runs one
 ``solve()`` and its end-of-step callback runs the hand loop's next turn (common.summarize).
@@ -37,9 +46,10 @@ import statistics
 import sys
 import tempfile
 
-from common import REPO, StepClock, launch, prepare, solver_config, summarize
+from common import REPO, StepClock, launch, launch_taking_turns, prepare, solver_config, summarize
 
 LIGHTNING_BASELINES = {'auto': 'lightning', 'manual': 'lightning_manual'}  # --lightning: common.launch's sides
+TURN_STEPS = {'mlp': 50, 'conv': 10}  # steps per turn where the two loops take turns
 TIMINGS = {'us_per_step': 'wall (span / steps)', 'cpu_us_per_step': 'cpu', 'median_step_us': 'median step'}
 
 
@@ -73,6 +83,44 @@ def compare(workload, rounds, runs, sides):
             f'{workload} {label}: {base} {summary[key][base]:.1f} us, {cand} {summary[key][cand]:.1f} us;'
             f' {cand} / {base} {summary[f"ratio_{key}"]:.3f} (median of rounds; {min(ratios):.3f}-{max(ratios):.3f})'
         )
+    return summary
+
+
+def taking_turns(workload, rounds, steps, folder, sides=('hand', 'solver'), overrides=(), turn_steps=0):
+    """``sides`` (baseline, candidate) in processes of their own that hand the CPU to each other every TURN_STEPS
+    steps, the first turn alternating between rounds.  Per round: the median over pairs of turns of the ratio of
+    mean step times, leaving out the first pair (it runs beside the other process's set-up); then the median and
+    range over rounds."""
+    data = prepare(workload, folder, steps)
+    base, cand = sides
+    rounds_out = []
+    for r in range(rounds):
+        first = sides[r % 2]
+        runs = launch_taking_turns(
+            sides,
+            workload,
+            data,
+            folder,
+            f'{workload}-{r}',
+            steps,
+            turn_steps or TURN_STEPS[workload],
+            first,
+            overrides,
+        )
+        s = summarize(runs[base]['turns'][1:], runs[cand]['turns'][1:])
+        means = dict(zip(sides, s['mean_step_us'].values()))  # summarize names them hand, solver
+        ratio, (q1, q3) = s['ratio_turn_means'], s['ratio_turn_means_quartiles']
+        rounds_out.append({'first': first, 'mean_step_us': means, 'ratio': ratio, 'quartiles': [q1, q3]})
+        print(
+            f'  round {r + 1}/{rounds}: {base} {means[base]:8.1f} us, {cand} {means[cand]:8.1f} us;'
+            f' {cand} / {base} {ratio:.3f} (turn pairs {q1:.3f}-{q3:.3f})'
+        )
+    ratios = [x['ratio'] for x in rounds_out]
+    summary = {'workload': workload, 'rounds': rounds_out, 'ratio': statistics.median(ratios)}
+    print(
+        f'{workload} taking turns: {cand} / {base} {summary["ratio"]:.3f}'
+        f' (median of {rounds} rounds; {min(ratios):.3f}-{max(ratios):.3f})'
+    )
     return summary
 
 
@@ -123,7 +171,7 @@ def in_one_process(workload, steps, folder):
     from scepter_like.utils.logger import get_logger
 
     torch.set_num_threads(1)
-    turn = 50 if workload == 'mlp' else 10
+    turn = TURN_STEPS[workload]
     data = prepare(workload, folder, steps)
     hand = HandLoop(workload, data, steps, StepClock(turn), log=sys.stderr)
     logger = get_logger('scepter_like.bench', stream=sys.stderr)  # as run_train's, on stderr
@@ -137,7 +185,7 @@ def in_one_process(workload, steps, folder):
         solver.solve()
     finally:
         solver.close()
-    r = {'workload': workload, 'steps': hand.done, **summarize(hand.clock, clock)}
+    r = {'workload': workload, 'steps': hand.done, **summarize(hand.clock.turns, clock.turns)}
     m, (q1, q3) = r['mean_step_us'], r['ratio_turn_means_quartiles']
     print(
         f'{workload} interleaved, {hand.done} steps each: hand {m["hand"]:.1f} us, solver {m["solver"]:.1f} us;'
@@ -167,6 +215,10 @@ def main(argv=None):
         help='a command-line override of the solver runs across processes (ENV.KEEP_CPU_HEAP=false: the loop alone)',
     )
     parser.add_argument('--aa', action='store_true', help='the hand loop against itself, across processes')
+    parser.add_argument(
+        '--taking-turns', action='store_true', help='both loops in processes of their own, taking turns through pipes'
+    )
+    parser.add_argument('--turn-steps', type=int, default=0, help='steps per turn (default: 50 for mlp, 10 for conv)')
     parser.add_argument('--json', default='', help='also write the results to this JSON file')
     args = parser.parse_args(argv)
     results = []
@@ -178,6 +230,14 @@ def main(argv=None):
                 results.append(lightning_in_one_process(lightning, workload, args.rounds, args.steps, folder))
             elif args.interleaved:
                 results.append(in_one_process(workload, args.steps, folder))
+            elif args.taking_turns:
+                print(f'{workload}: {args.rounds} rounds, two processes taking turns, 1 torch thread')
+                sides = (lightning, 'solver_pl') if lightning else ('hand', 'hand_again' if args.aa else 'solver')
+                results.append(
+                    taking_turns(
+                        workload, args.rounds, args.steps, folder, sides, args.solver_override, args.turn_steps
+                    )
+                )
             else:
                 print(f'{workload}: {args.rounds} rounds, runs alternated, 1 torch thread')
                 sides = (lightning, 'solver_pl') if lightning else ('hand', 'hand_again' if args.aa else 'solver')

@@ -24,7 +24,7 @@ import sys
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from common import BATCH, LEARNING_RATE, LOG_INTERVAL, SEED, StepClock, plan
+from common import BATCH, LEARNING_RATE, LOG_INTERVAL, SEED, plan, side_clock
 from hand_loop import build_model
 from torch import nn
 
@@ -102,7 +102,7 @@ def main(*args):
     manual = args[0] == '--manual'
     workload, data, out, steps = (*args[manual:], '0')[:4]
     torch.set_num_threads(1)
-    clock = StepClock()
+    clock = side_clock()
     train_plain(workload, data, int(steps) or None, manual, clock)
     with open(out, 'w') as f:
         json.dump(clock.result(), f)
