@@ -30,7 +30,7 @@ between rounds: both see the machine of the same moments, as in ``--interleaved`
 process (its heap, its caches, its imports).  Per round, the median over pairs of turns of the ratio of mean step
 times (the first pair, which runs beside the other's set-up, left out); over rounds, the median and range.  With
 ``--aa`` or ``--lightning`` too, the same for those sides.  The most precise of the modes on a shared machine: the
-hand loop against itself gave 0.999 (0.972-1.009) over 4 rounds on 2026-12-03, where whole alternated runs gave
+hand loop against itself gave 0.998 (0.976-1.038) over 15 rounds on 2026-12-03, where whole alternated runs gave
 1.030 (0.772-1.356) over 25.
 
 ``--interleaved``: both loops in this process, taking turns every 50 steps (10 for the
