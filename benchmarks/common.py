@@ -254,7 +254,7 @@ def launch_taking_turns(sides, workload, data, folder, tag, steps, turn_steps, f
 
 
 class TurnTaker(NamedTuple):
-    """A side's process as ``take_turns`` drives it: it says 'turn' on ``reader``, waits for a line on ``writer``."""
+    """A side's process as ``take_turns`` drives it: its 'turn' arrives on ``reader``, its 'go' goes to ``writer``."""
 
     process: subprocess.Popen
     reader: IO[str]

@@ -108,7 +108,7 @@ def taking_turns(workload, rounds, steps, folder, sides=('hand', 'solver'), over
             overrides,
         )
         s = summarize(runs[base]['turns'][1:], runs[cand]['turns'][1:])
-        means = dict(zip(sides, s['mean_step_us'].values()))  # summarize names them hand, solver
+        means = {base: s['mean_step_us']['hand'], cand: s['mean_step_us']['solver']}  # summarize's names
         ratio, (q1, q3) = s['ratio_turn_means'], s['ratio_turn_means_quartiles']
         rounds_out.append({'first': first, 'mean_step_us': means, 'ratio': ratio, 'quartiles': [q1, q3]})
         print(
