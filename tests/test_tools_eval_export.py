@@ -107,6 +107,22 @@ def test_run_inference_equals_predict_and_manual_forward(trained, tmp_path):
     assert (tool_logits.argmax(1) == labels).mean() > 0.5
 
 
+def test_run_inference_without_input_predicts_the_config_test_data(trained, tmp_path):
+    """Without --input the tool runs the model over TEST_DATA, in the dataset's order."""
+    work, ckpt = trained
+    res = run_cli(
+        'run_inference.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt,
+        '--output', tmp_path / 'y.npz',
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')
+    images = solver.datas['test'].dataset.arrays['img'].numpy()
+    with np.load(tmp_path / 'y.npz') as y:
+        assert 'logits' in y.files
+        assert y['logits'].shape == (len(images), 10)
+        np.testing.assert_array_equal(y['logits'], solver.predict({'img': images}, batch_size=64)['logits'])
+
+
 def test_run_inference_input_missing_a_key_is_one_error_line(trained, tmp_path):
     work, ckpt = trained
     np.savez(tmp_path / 'bad.npz', image=np.zeros((4, 8, 8), np.float32))

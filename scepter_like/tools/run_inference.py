@@ -65,7 +65,7 @@ def infer_with_config(args, logger):
             outputs = solver.predict(inputs, batch_size=args.batch_size)
         else:
             batches = test_data_batches(solver, args.batch_size)
-            outputs = predict_batches(solver.unwrapped_model, batches, solver.device, solver.autocast)
+            outputs = predict_batches(solver.unwrapped_model, batches, solver.device, solver.updater.autocast)
     finally:
         solver.close()
     return outputs
