@@ -1033,3 +1033,67 @@ def test_env_use_pl_is_scepters_switch():
     assert env.USE_PL is True and env.PL.STRATEGY == 'auto'  # ENV.PL's defaults (tests/test_lightning.py runs it)
     with pytest.raises(ConfigError, match=r'^ENV.PL.STRATGY: unknown key for ENV.PL; did you mean STRATEGY\?'):
         resolve_env(Config({'ENV': {'PL': {'STRATGY': 'ddp'}}, 'SOLVER': {}}).SOLVER)
+
+
+def _hook_list_loop_solver(name):
+    """A solver class with scepter's own ``run_train`` loop (stage methods called with the hook list), registered
+    as ``name``; its ``run_step_train`` sends this process SIGTERM on the step ``signal_at`` names (0: none)."""
+    import signal
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    @SOLVERS.register_class(name)
+    class HookListLoopSolver(TrainValSolver):
+        signal_at = 0
+
+        def run_train(self):
+            assert self.progress.total_iter <= 12, 'MAX_EPOCHS are over and the run goes on'  # not a hang
+            self.train_mode()
+            self.before_all_iter(self.hooks_dict[self._mode])
+            for batch_idx, batch_data in enumerate(self.datas[self._mode].dataloader):
+                self.before_iter(self.hooks_dict[self._mode])
+                results = self.run_step_train(batch_data, batch_idx, step=self.total_iter, rank=0)
+                self._iter_outputs[self._mode] = self._reduce_scalar(results)
+                self.after_iter(self.hooks_dict[self._mode])
+            self.after_all_iter(self.hooks_dict[self._mode])
+
+        def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+            if step + 1 == self.signal_at:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler only records it: the loop acts at a boundary
+            return self.model(**batch_data)
+
+    return HookListLoopSolver
+
+
+def test_a_scepter_run_train_loop_is_one_epoch_and_stops_on_a_signal_after_its_step(tmp_path):
+    """scepter's solve() counts an epoch per run_train; so here, where no native epoch end marks it."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.errors import Preempted
+    from scepter_like.solver import SOLVERS
+
+    npz = write_blobs(tmp_path / 'blobs.npz')  # 96 samples, 6 batches of 16
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'SAVE_BEST': False}]
+    try:
+        cls = _hook_list_loop_solver('CompatHookListLoopSolver')
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'a', hooks, NAME='CompatHookListLoopSolver'))
+        solver.solve()  # before the fix: epoch 0 forever
+        progress = solver.progress
+        assert (progress.total_iter, progress.optimizer_steps, progress.epochs_completed()) == (12, 12, 2)
+        evals = [json.loads(line) for line in (tmp_path / 'a' / 'metrics.jsonl').read_text().splitlines()]
+        assert [r['epoch'] for r in evals if r['kind'] == 'eval'] == [1, 2]
+        saved = sorted(os.listdir(tmp_path / 'a' / 'checkpoints'))
+        assert [n for n in saved if n.endswith('.pth')] == ['checkpoint-epoch-1.pth', 'checkpoint-epoch-2.pth']
+        solver.close()
+
+        cls.signal_at = 3  # SIGTERM during the third step: the run stops after it, mid-epoch
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'b', hooks, NAME='CompatHookListLoopSolver'))
+        with pytest.raises(Preempted) as stop:
+            solver.solve()
+        assert solver.progress.total_iter == 3 and stop.value.step == 3
+        state = torch.load(tmp_path / 'b' / 'checkpoints' / 'preempted-step-3.pth', weights_only=True)
+        assert (state['solver']['total_iter'], state['solver']['epoch'], state['solver']['iter']) == (3, 0, 3)
+        solver.close()
+    finally:
+        SOLVERS._entries.pop('CompatHookListLoopSolver', None)

@@ -357,7 +357,8 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def solve_train(self) -> None:
         self.begin_train_epoch()
-        self.run_train()
+        with self.own_train_loop_as_epoch():
+            self.run_train()
         self.after_epoch()
 
     def begin_train_epoch(self) -> None:

@@ -13,6 +13,7 @@ views: its counts include a step from that step's ``after_iter`` on, scepter's f
 step after (see docs/porting_from_scepter.md, "Counters").
 """
 
+import contextlib
 import functools
 import inspect
 from collections import OrderedDict, defaultdict
@@ -81,6 +82,11 @@ def _outputs_entry(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value))
     return None
+
+
+class StopOwnTrainLoop(BaseException):
+    """Ends a subclass's own train loop at the step boundary where a stop was requested (that loop has no
+    ``break`` for it).  A BaseException, so the loop's ``except Exception`` does not swallow it."""
 
 
 class ScepterProtocol:
@@ -336,3 +342,20 @@ class ScepterProtocol:
         if stage != 'after_iter':
             return call_hooks()
         self._finish_step(self._mode, self._mode == 'train' and self._update(), call_hooks)
+        if self._mode == 'train':  # an optimizer-step boundary, as the native loop's
+            self._agree_on_stop()
+            if self.progress.stop_reason is not None:
+                raise StopOwnTrainLoop
+
+    @contextlib.contextmanager
+    def own_train_loop_as_epoch(self):
+        """Around ``run_train``: a subclass's own train loop (scepter's, with hook-list stage calls) is one epoch,
+        as scepter's ``solve()`` counts them; a stop ends it after the step it was requested in, then
+        ``after_all_iter``.  The native loop ends its epochs itself."""
+        progress = self.progress
+        try:
+            yield
+        except StopOwnTrainLoop:
+            self.after_all_iter()
+        if not (progress.epoch_finished or progress.train_finished()):
+            progress.epoch_finished = True
