@@ -140,6 +140,70 @@ def test_csv_mistakes_are_one_line(tmp_path, capsys):
     assert "label(s) ['versicolor'] are not in SOLVER.TRAIN_DATA.CLASSES" in one_error_line(capsys)
 
 
+def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_path, capsys):
+    """pandas writes an int column holding a NaN as floats (``2.0``): the classes are still 0..11 by value."""
+    from scepter_like.data.registry import DATASETS
+
+    path = tmp_path / 'floats.csv'
+    path.write_text('a,b,y\n' + ''.join(f'{i}.5,1.0,{i % 12}.0\n' for i in range(24)))
+    data = DATASETS.build({'NAME': 'CsvDataset', 'PATH': str(path), 'LABEL_COLUMN': 'y'})
+    assert data.arrays['label'].tolist() == [i % 12 for i in range(24)]  # '10.0' is class 10, not 2 by string order
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=path).replace('species', 'a'))
+    assert run(run_train, ['--cfg', str(job)]) == 2
+    line = one_error_line(capsys)
+    assert "the LABEL_COLUMN 'a' holds 0.5, not a class (a whole number or a text)" in line, line
+    assert 'COLUMNS: {y: a}' in line
+
+
+def test_nan_in_a_users_table_or_arrays_is_one_line_naming_the_row(tmp_path, capsys):
+    """A NaN feature would give a NaN loss steps later; the data is refused where it is read instead."""
+    csv_path = iris_like_csv(tmp_path / 'iris.csv')
+    lines = open(csv_path).read().splitlines()
+    lines[8] = 'nan,' + lines[8].split(',', 1)[1]  # the 8th data row (row 7), as pandas' to_csv(na_rep='nan') writes it
+    open(csv_path, 'w').write('\n'.join(lines) + '\n')
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
+    assert run(run_train, ['--cfg', str(job)]) == 2
+    line = one_error_line(capsys)
+    assert f"{csv_path}: array 'x': NaN or inf in 1 row(s), the first at row 7 (0-based)" in line, line
+    assert not os.path.exists(tmp_path / 'run' / 'checkpoints')
+
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    with np.load(npz) as data:
+        x, y = data['x'].copy(), data['y']
+    x[[5, 9], 2], x[40, 0] = np.nan, np.inf
+    np.savez(npz, x=x, y=y)
+    assert train(tmp_path, blob_solver_cfg(npz, tmp_path / 'run2', MAX_STEPS=1)) == 2
+    assert f"{npz}: array 'img': NaN or inf in 3 row(s), the first at row 5" in one_error_line(capsys)
+
+
+def test_weights_that_turned_nan_are_never_saved_as_latest_or_best(tmp_path, capsys):
+    """A learning rate that blows the weights up between two log lines: the epoch checkpoint is refused."""
+    import torch
+
+    from scepter_like.utils.checkpoint import resolve_checkpoint
+
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LogHook', 'LOG_INTERVAL': 1000},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'SAVE_BEST_BY': '+accuracy'},
+    ]
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks, MAX_EPOCHS=3)
+    assert train(tmp_path, cfg) == 0, capsys.readouterr().err  # a sane run, epochs 1-3
+    capsys.readouterr()
+    cfg['SOLVER']['WORK_DIR'] = str(tmp_path / 'run2')
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', 'LEARNING_RATE': 1e30}
+    assert train(tmp_path, cfg) == 2
+    line = one_error_line(capsys)
+    assert 'the model weights hold NaN or inf after step 8; checkpoint-epoch-1.pth is not written' in line, line
+    folder = tmp_path / 'run2' / 'checkpoints'
+    assert not folder.exists() or not [name for name in os.listdir(folder) if name.endswith('.pth')]
+    state = torch.load(resolve_checkpoint(str(tmp_path / 'run')), weights_only=True)['model']
+    assert all(torch.isfinite(v).all() for v in state.values())
+
+
 @pytest.fixture(scope='module')
 def user_parts(tmp_path_factory):
     """The user modules of these tests, in one folder (each is imported once)."""

@@ -261,6 +261,20 @@ def test_bad_time_domain_and_observation_files(tmp_path):
         r' coordinates \(x, t\) then 1 value',
     ):
         point_sets({'d': {'KIND': 'observations', 'FILE': str(wide)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    swapped = tmp_path / 'swapped.csv'
+    swapped.write_text('t,x,u\n0.0,0.5,1.0\n')
+    with pytest.raises(DataError, match=r"SETS\.d\.FILE: .* has the columns \['t', 'x', 'u'\]; a row must hold the"):
+        point_sets({'d': {'KIND': 'observations', 'FILE': str(swapped)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    holed = tmp_path / 'holed.csv'
+    holed.write_text('x,t,u\n0.5,0.0,1.0\n0.5,0.1,nan\n')
+    with pytest.raises(DataError, match=r'SETS\.d\.FILE: NaN or inf in 1 row\(s\), the first at row 1'):
+        point_sets({'d': {'KIND': 'observations', 'FILE': str(holed)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    with pytest.raises(DataError, match=r'SETS\.d\.POINTS: NaN or inf in 1 row'):
+        point_sets(
+            {'d': {'KIND': 'observations', 'POINTS': [[0.5, 0.0]], 'VALUES': [float('inf')]}},
+            geometry={'NAME': 'Interval'},
+            time=[0, 1],
+        )
     empty = tmp_path / 'empty.csv'
     empty.write_text('x,t,u\n')
     with pytest.raises((ConfigError, DataError), match=r'SETS\.d\.FILE'):

@@ -23,10 +23,12 @@ class ArrayDataset(torch.utils.data.Dataset):
     float32 for a float32 model once, here.
     """
 
-    def __init__(self, arrays):
+    def __init__(self, arrays, source='a dataset'):
         if not arrays:
-            raise DataError('a dataset needs at least one array')
+            raise DataError(f'{source}: a dataset needs at least one array')
         self.arrays = {k: floating_as_default(torch.as_tensor(np.asarray(v))) for k, v in arrays.items()}
+        for key, array in self.arrays.items():
+            reject_nonfinite(array, f'{source}: array {key!r}')
         lengths = {k: len(v) for k, v in self.arrays.items()}
         if len(set(lengths.values())) != 1:
             raise DataError(f'dataset arrays differ in length: {lengths}')
@@ -54,6 +56,19 @@ class ArrayDataset(torch.utils.data.Dataset):
     def take(self, idx):
         """The batch of the samples at ``idx`` (a LongTensor) as a dict: one ``index_select`` per field."""
         return {k: v.index_select(0, idx) for k, v in self.arrays.items()}
+
+
+def reject_nonfinite(array, where):
+    """A DataError when floating ``array`` (a tensor or numpy array) holds NaN or inf: a model fed one computes a
+    NaN loss, and the run would stop steps later far from the cause (the row is named here)."""
+    tensor = torch.as_tensor(array)
+    if not tensor.is_floating_point() or tensor.dim() == 0 or bool(torch.isfinite(tensor).all()):
+        return
+    bad_rows = (~torch.isfinite(tensor)).reshape(len(tensor), -1).any(1).nonzero()[:, 0].tolist()
+    raise DataError(
+        f'{where}: NaN or inf in {len(bad_rows)} row(s), the first at row {bad_rows[0]} (0-based);'
+        ' drop or fill those rows'
+    )
 
 
 def floating_as_default(tensor):
@@ -87,5 +102,5 @@ class NpzDataset(ArrayDataset):
             raise DataError(f'{cfg.path_of("PATH")}: file not found: {path}')
         with np.load(path, allow_pickle=False) as data:
             arrays = {cfg.KEY_MAP.get(k, k): data[k] for k in data.files}
-        super().__init__(arrays)
+        super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

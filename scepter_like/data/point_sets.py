@@ -38,11 +38,12 @@ import numpy as np
 import torch
 
 from scepter_like.data.conditions import batch_key, check_periodic_faces
-from scepter_like.data.datasets import ArrayDataset
+from scepter_like.data.datasets import ArrayDataset, reject_nonfinite
 from scepter_like.data.domain import Domain, time_interval
 from scepter_like.data.geometry import Box
 from scepter_like.data.registry import CONDITIONS, DATASETS, GEOMETRIES
 from scepter_like.data.sampling import METHODS, unit_points
+from scepter_like.data.tables import number_or_none
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.registry import resolve_params
 from scepter_like.utils.distributed import get_world_size
@@ -177,8 +178,10 @@ class PointSet:
             values = values.reshape(len(points), columns)
         else:
             raise ConfigError(f'{cfg.path}: an observations set needs FILE, or POINTS and VALUES')
+        where = cfg.path_of('FILE' if cfg.FILE else 'POINTS')
         if len(points) == 0:
-            raise ConfigError(f'{cfg.path_of("FILE" if cfg.FILE else "POINTS")}: a point set needs at least 1 point')
+            raise ConfigError(f'{where}: a point set needs at least 1 point')
+        reject_nonfinite(np.concatenate([points, values], axis=1), where)
         return {self.x_key: _as_tensor(points), batch_key(self.name, 'values'): _as_tensor(values)}
 
     @property
@@ -265,10 +268,13 @@ def read_observations(path, dim, columns, where, names):
     else:
         with open(path, newline='', encoding='utf-8') as f:
             rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith('#')]
-        try:
-            float(rows[0][0])
-        except (ValueError, IndexError):
-            rows = rows[1:]  # a header line
+        if rows and number_or_none(rows[0][0]) is None:
+            header, rows = [name.strip() for name in rows[0]], rows[1:]  # a header line
+            if set(names) <= set(header) and header[:dim] != list(names):  # it names the coordinates elsewhere
+                raise DataError(
+                    f'{where}: {path} has the columns {header}; a row must hold the coordinates in the'
+                    f" domain's order {list(names)} first, then the value(s)"
+                )
         try:
             table = np.asarray([[float(v) for v in row] for row in rows], dtype=np.float64).reshape(len(rows), -1)
         except ValueError as e:

@@ -3,7 +3,7 @@
 Columns become batch keys: ``COLUMNS`` maps a key to one column (a 1-d array) or a list of
 columns (stacked into ``[rows, columns]``); by default every column but the label's is
 stacked into ``x``.  ``LABEL_COLUMN`` names the class labels, which become the int64 key
-``LABEL_KEY`` (``label``): whole numbers as they are, any other text by its place in
+``LABEL_KEY`` (``label``): whole numbers (``2``, ``2.0``) as they are, any other text by its place in
 ``CLASSES`` (default: the file's distinct labels, sorted, which every split shares only when
 each holds every class; give CLASSES otherwise).  Features are parsed as numbers and held in
 the model's dtype (``ArrayDataset``); ``DTYPES`` sets a key's dtype instead.
@@ -44,10 +44,26 @@ def _number(text, path, line, column):
         ) from None
 
 
-def class_indices(labels, classes, path, where):
-    """int64 class indices of ``labels`` (texts): whole numbers as they are, else their place in ``classes``."""
-    if not classes and all(label.strip().lstrip('-').isdigit() for label in labels):
-        return torch.tensor([int(label) for label in labels], dtype=torch.int64)
+def number_or_none(text):
+    """``float(text)``, or None when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def class_indices(labels, classes, path, where, column):
+    """int64 class indices of ``labels`` (texts): whole numbers (``3``, ``3.0``) as they are, else their place in
+    ``classes``.  Numbers that are not whole are a regression target, not classes: a DataError."""
+    numbers = [number_or_none(label) for label in labels]
+    if not classes and all(n is not None for n in numbers):
+        fraction = next((label for label, n in zip(labels, numbers) if not float(n).is_integer()), None)
+        if fraction is not None:
+            raise DataError(
+                f'{path}: the LABEL_COLUMN {column!r} holds {fraction}, not a class (a whole number or a text);'
+                f' a regression target is a feature column: COLUMNS: {{y: {column}}}'
+            )
+        return torch.tensor([int(n) for n in numbers], dtype=torch.int64)
     order = [str(c) for c in classes] or sorted(set(labels))
     index = {name: i for i, name in enumerate(order)}
     unknown = sorted(set(labels) - set(index))
@@ -98,6 +114,6 @@ class CsvDataset(ArrayDataset):
             arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
         if label:
             labels = [row[position[label]].strip() for row in rows]
-            arrays[cfg.LABEL_KEY] = class_indices(labels, cfg.CLASSES, path, cfg.path_of('CLASSES'))
-        super().__init__(arrays)
+            arrays[cfg.LABEL_KEY] = class_indices(labels, cfg.CLASSES, path, cfg.path_of('CLASSES'), label)
+        super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

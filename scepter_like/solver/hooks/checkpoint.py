@@ -31,7 +31,9 @@ Resuming is the solver's (RESUME_FROM, at the end of ``set_up``), so every hook'
 import math
 import os
 
-from scepter_like.errors import ConfigError
+import torch
+
+from scepter_like.errors import ConfigError, TrainingError
 from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, SolverSurface, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
@@ -44,8 +46,25 @@ from scepter_like.utils.checkpoint import (
     torch_save_temp,
     write_latest_pointer,
 )
+from scepter_like.utils.distributed import all_reduce_max
 
 FULL_BATCH_INTERVAL = 1000  # epochs between epoch checkpoints at INTERVAL 1 when an epoch is one step
+
+
+def refuse_nonfinite_weights(solver: SolverSurface, name):
+    """A TrainingError, before ``name`` is written, when the weights hold NaN or inf: such a file would become
+    ``latest`` (or best) and ``RESUME_FROM: auto`` would resume it.  One flag all-reduced, so every rank
+    (each holding a shard under FSDP) decides alike."""
+    params = [p.detach() for p in solver.unwrapped_model.parameters()]
+    if not params:
+        return
+    bad = torch.stack([~torch.isfinite(p).all() for p in params]).any().to(torch.int32)
+    if int(all_reduce_max(bad)):
+        raise TrainingError(
+            f'the model weights hold NaN or inf after step {solver.progress.total_iter}; {name} is not written,'
+            ' so latest and best stay finite; lower the learning rate, clip gradients (BackwardHook'
+            " GRADIENT_CLIP) or check the data (BackwardHook NONFINITE_POLICY: 'off' saves such weights)"
+        )
 
 
 def parse_best_by(text):
@@ -136,6 +155,8 @@ class CheckpointHook(Hook):
     def _save(self, solver: SolverSurface, name, periodic=True, dropped=()):
         """Save to ``name``; once it is complete, ``dropped`` (names of files it replaces) are removed."""
         self.writer.wait()  # one save in flight; a failed background write surfaces here
+        if solver.updater.settings.nonfinite_policy != 'off':
+            refuse_nonfinite_weights(solver, name)
         if periodic:  # recorded before the state is collected, so a resumed run prunes this file in turn
             if name in self.saved:
                 self.saved.remove(name)
