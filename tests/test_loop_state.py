@@ -146,8 +146,8 @@ def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):
     ]
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
 
-    def poison(s):  # step 5's loss turns NaN, and with it the weights
-        if s.progress.total_iter == 4:
+    def poison(s):  # step 6's loss turns NaN, and with it the weights (CheckpointHook refuses NaN weights)
+        if s.progress.total_iter == 5:
             with torch.no_grad():
                 next(s.unwrapped_model.parameters()).fill_(float('nan'))
 

@@ -209,6 +209,10 @@ BAD = {
         r' needs outward normals',
     ),
     'no points': ({'pde': {'KIND': 'interior', 'COUNT': 0}}, r'^SOLVER\.TRAIN_DATA\.SETS\.pde\.COUNT: a point set'),
+    'an initial set without TIME': (
+        {'ic': {'KIND': 'initial', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'InitialValue', 'VALUE': 0}]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.ic\.KIND: an initial set lies at the first time, and the problem has none',
+    ),
     'observations of the wrong shape': (
         {'d': {'KIND': 'observations', 'POINTS': [[0.1]], 'VALUES': [1.0]}},
         r'^SOLVER\.TRAIN_DATA\.SETS\.d\.POINTS: POINTS are rows of 2 coordinates \(x, y\)',
@@ -419,6 +423,54 @@ def test_trainable_parameters_fourier_features_and_output_transform():
     model.eval()
     x = torch.rand(6, 2)
     torch.testing.assert_close(model(x=x)['u'], (x**2).sum(1, keepdim=True))  # the transform holds in eval too
+
+
+@MODELS.register_class()
+class SlipPINN(PhysicsInformedModel):
+    """A residual with one of the mistakes that used to train a wrong loss without a word."""
+
+    para_dict = {'SLIP': {'value': 'none', 'description': 'which mistake pde_residual makes'}}
+
+    def pde_residual(self, x, u, d):
+        slip = self.cfg.SLIP
+        if slip == 'broadcast':
+            return d('x', 'x')[:, 0] - u  # [N] against [N, 1]: [N, N]
+        if slip == 'mean':
+            return (d('x', 'x') - u).square().mean()
+        if slip == 'system':
+            return d('x', 'x') - u, (d('y') - u).squeeze(1).unsqueeze(0)  # the second is [1, N]
+        if slip == 'component':
+            return d('x', component=1) - u  # the network has one output
+        return d('x', 'x') - u
+
+
+def slip_model(slip, out_dim=1):
+    return MODELS.build(
+        {
+            'NAME': 'SlipPINN',
+            'SLIP': slip,
+            'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': out_dim},
+        }
+    )
+
+
+def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_errors():
+    batch = point_sets({'pde': {'KIND': 'interior', 'COUNT': 6}}).take([0])
+    assert set(slip_model('none')(**batch)) == {'loss_pde'}
+    for slip, shape in [('broadcast', r'\(6, 6\)'), ('mean', r'\(\)'), ('system', r'residual 1 .* \(1, 6\)')]:
+        with pytest.raises(ValueError, match=rf'SlipPINN\.pde_residual: .*{shape} for 6 points; a residual holds one'):
+            slip_model(slip)(**batch)
+    with pytest.raises(ValueError, match=r'component 1 is out of range: the network gives 1 output\(s\)'):
+        slip_model('component')(**batch)
+    wall = {'KIND': 'boundary', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 0, 'COMPONENT': 1}]}
+    with pytest.raises(ConfigError, match=r'CONDITIONS\[0\]\.COMPONENT: \[1\] names outputs the network lacks'):
+        slip_model('none')(**point_sets({'wall': wall}).take([0]))
+    assert 'loss_wall' in slip_model('none', out_dim=2)(**point_sets({'wall': wall}).take([0]))
+    seen = {'KIND': 'observations', 'POINTS': [[0.1, 0.2]], 'VALUES': [[1.0, 2.0]], 'COMPONENTS': [0, 1]}
+    with pytest.raises(ConfigError, match=r'SETS\.d\.COMPONENTS: \[0, 1\] names outputs the network lacks'):
+        slip_model('none')(**point_sets({'d': seen}).take([0]))
+    with pytest.raises(ConfigError, match=r"PARAMETERS\.D: an initial value is one number, got 'abc'"):
+        MODELS.build({'NAME': 'SlipPINN', 'PARAMETERS': {'D': 'abc'}})
 
 
 def test_a_point_sets_model_refuses_other_train_batches():

@@ -47,6 +47,7 @@ class Condition:
     SET_KINDS = ('boundary', 'initial')  # the kinds of point set it may be given to
     NEEDS_NORMALS = False  # it reads the outward normals (boundary sets only)
     NEEDS_GRAD = False  # its residual takes derivatives of u at the set's points
+    COMPONENT_KEY = 'COMPONENT'  # the config key naming the network output(s) it constrains
 
     def __init__(self, cfg, logger=None, point_set=None, kind=None, term=None, domain=None):
         self.cfg, self.point_set, self.domain = cfg, point_set, domain
@@ -70,8 +71,22 @@ class Condition:
     def residual(self, u, d, batch, field):
         raise NotImplementedError
 
+    def components(self):
+        """The network outputs this condition constrains (its ``COMPONENT_KEY``)."""
+        return [self.component]
+
     def output(self, u):
         return u[:, self.component : self.component + 1]
+
+    def check_components(self, outputs):
+        """A ConfigError when the network's ``outputs`` lack the component(s) this condition constrains (a slice
+        past the last output is empty: the loss would be 0 and train nothing)."""
+        components = self.components()
+        if max(components) >= outputs:
+            raise ConfigError(
+                f'{self.cfg.path_of(self.COMPONENT_KEY)}: {components} names outputs the network lacks: it gives'
+                f" {outputs} output(s), counted from 0 (the model's NETWORK.OUT_DIM)"
+            )
 
 
 class ValueCondition(Condition):
@@ -197,9 +212,13 @@ class ObservationCondition(Condition):
 
     para_dict = {'COMPONENTS': {'value': [0], 'description': 'the network outputs the value columns observe'}}
     SET_KINDS = ('observations',)
+    COMPONENT_KEY = 'COMPONENTS'
+
+    def components(self):
+        return list(self.cfg.COMPONENTS)
 
     def residual(self, u, d, batch, field):
-        return u[:, list(self.cfg.COMPONENTS)] - batch[batch_key(self.point_set, 'values')]
+        return u[:, self.components()] - batch[batch_key(self.point_set, 'values')]
 
 
 def check_periodic_faces(conditions, faces, where):

@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from scepter_like.config import Config
 from scepter_like.data.conditions import batch_key, check_periodic_faces
 from scepter_like.data.datasets import ArrayDataset, reject_nonfinite
 from scepter_like.data.domain import Domain, time_interval
@@ -118,6 +119,11 @@ class PointSet:
         self.x_key = batch_key(name, COORD_KEY)  # its arrays are keyed as in the batch: '<set>.x', ...
         self.conditions = self._build_conditions()
         self.faces = self._faces()
+        if self.kind == 'initial' and domain.time is None:
+            raise ConfigError(
+                f'{cfg.path_of("KIND")}: an initial set lies at the first time, and the problem has none; give the'
+                ' data a TIME: [t0, t1], or make the set a boundary one'
+            )
         if self.kind == 'observations':
             self.fixed = self._observations()
             self.count = len(self.fixed[self.x_key])
@@ -145,7 +151,8 @@ class PointSet:
                 ' CONDITIONS, e.g. [{NAME: Dirichlet, VALUE: 0}]'
             )
         if self.kind == 'observations':
-            entries = [{'NAME': 'Observation', 'COMPONENTS': list(self.cfg.COMPONENTS)}]
+            # the set's own keys configure it: an error about COMPONENTS names the set's
+            entries = [Config({'NAME': 'Observation', 'COMPONENTS': list(self.cfg.COMPONENTS)}, path=self.cfg.path)]
         terms = [self.name] if len(entries) == 1 else [f'{self.name}_{i}' for i in range(len(entries))]
         return tuple(
             CONDITIONS.build(entry, point_set=self.name, kind=self.kind, term=term, domain=self.domain)

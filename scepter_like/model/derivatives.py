@@ -52,6 +52,11 @@ class Derivatives:
 
     def __call__(self, *coordinates, component=0):
         """``[N, 1]``: the derivative of output ``component`` along ``coordinates`` (none: the output itself)."""
+        if not 0 <= component < self.u.shape[1]:
+            raise ValueError(
+                f'component {component} is out of range: the network gives {self.u.shape[1]} output(s), counted'
+                ' from 0 (NETWORK.OUT_DIM)'
+            )
         axes = tuple(sorted(self._axis(c) for c in coordinates))
         if not axes:
             return self.u[:, component : component + 1]

@@ -80,6 +80,8 @@ class PhysicsInformedModel(BaseModel):
                     f'{cfg.path_of("PARAMETERS")}: {name!r} cannot name a parameter (a plain word, not starting'
                     ' with loss, not taken by the model)'
                 )
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f'{cfg.PARAMETERS.path_of(name)}: an initial value is one number, got {value!r}')
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(float(value))))
             self.parameter_names.append(name)
 
@@ -141,8 +143,9 @@ class PhysicsInformedModel(BaseModel):
         for point_set, x, u in self._fields(problem, batch):
             d = Derivatives(u, x, problem.coordinates)
             if point_set.kind == 'interior':
-                add_terms(losses, point_set.name, self.pde_residual(x, u, d))
+                add_terms(losses, point_set.name, self.pde_residual(x, u, d), len(x), type(self).__name__)
             for condition in point_set.conditions:
+                condition.check_components(u.shape[1])
                 losses[f'loss_{condition.term}'] = mean_square(condition.residual(u, d, batch, self.field))
         for name in self.parameter_names:
             losses[name] = getattr(self, name)
@@ -167,10 +170,21 @@ class PhysicsInformedModel(BaseModel):
                 yield point_set, x, fields[point_set.name]
 
 
-def add_terms(losses, name, residual):
-    """``loss_<name>`` for one residual; ``loss_<name>_<i>`` for each of a system's."""
-    if isinstance(residual, (tuple, list)):
-        for i, part in enumerate(residual):
-            losses[f'loss_{name}_{i}'] = mean_square(part)
-    else:
-        losses[f'loss_{name}'] = mean_square(residual)
+def add_terms(losses, name, residual, points, model):
+    """``loss_<name>`` for one residual; ``loss_<name>_<i>`` for each of a system's.
+
+    A residual holds one value per point (``[N]`` or ``[N, 1]``): any other shape, such as
+    the ``[N, N]`` of ``[N]`` against ``[N, 1]`` or a mean already taken, would train a wrong
+    loss without a word, so it is an error naming the model.
+    """
+    system = isinstance(residual, (tuple, list))
+    for i, part in enumerate(residual if system else [residual]):
+        shape = tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__
+        if shape not in ((points,), (points, 1)):
+            which = f'residual {i}' if system else 'the residual'
+            raise ValueError(
+                f'{model}.pde_residual: {which} of set {name!r} is {shape} for {points} points; a residual holds'
+                ' one value per point, [N] or [N, 1] (an [N] term against an [N, 1] one broadcasts to [N, N]:'
+                " take columns, u[:, 0:1] or d('x'), or flatten both)"
+            )
+        losses[f'loss_{name}_{i}' if system else f'loss_{name}'] = mean_square(part)
