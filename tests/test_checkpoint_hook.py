@@ -220,3 +220,14 @@ def test_metrics_lines_up_to_a_checkpoint_are_on_disk_before_it_is_written(tmp_p
     hooks.append({'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 4})
     run(tmp_path, 1, hooks)
     assert seen == [(4, [1, 2, 3, 4])]
+
+
+def test_an_interval_longer_than_the_run_warns_that_no_epoch_checkpoint_is_written(tmp_path, caplog):
+    """scepter's INTERVAL counted steps too: INTERVAL 500 on a 2-epoch run was a checkpoint every 500 steps there."""
+    run(tmp_path, 2, ckpt_hooks(INTERVAL=500))
+    assert 'TRAIN_HOOKS[1].INTERVAL: 500 epochs is more than the run has (2), so no epoch checkpoint' in caplog.text
+    assert not [name for name in checkpoint_files(tmp_path) if '-epoch-' in name]
+    caplog.clear()
+    (tmp_path / 'b').mkdir()
+    run(tmp_path / 'b', 2, ckpt_hooks(INTERVAL=2))
+    assert 'no epoch checkpoint' not in caplog.text

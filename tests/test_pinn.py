@@ -245,3 +245,23 @@ def test_bad_geometry_and_unknown_aggregator_are_one_line_errors(tmp_path):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error:') and 'did you mean Relobralo' in lines[0]
+
+
+def test_an_unsigned_error_metric_keeps_the_least_as_best_and_early_stopping_watches_it_the_same_way(tmp_path):
+    """relative_l2 is less-is-better (its metric says so): SAVE_BEST_BY relative_l2 and MONITOR relative_l2 follow."""
+    work = tmp_path / 'run'
+    res = run_cli(
+        'run_train.py', '--cfg', POISSON_CFG, f'SOLVER.WORK_DIR={work}', 'SOLVER.MAX_EPOCHS=6',
+        'SOLVER.EVAL_INTERVAL=1', 'SOLVER.OPTIMIZER_PHASES=[]', 'SOLVER.TRAIN_DATA.SETS.pde.COUNT=64',
+        'SOLVER.TRAIN_DATA.SETS.bc.COUNT=16', 'SOLVER.EVAL_DATA.RESOLUTION=[11,11]', 'SOLVER.EVAL_DATA.BATCH_SIZE=121',
+        'SOLVER.TRAIN_HOOKS.2.SAVE_BEST_BY=relative_l2', 'SOLVER.TRAIN_HOOKS.2.INTERVAL=0',
+        'SOLVER.EVAL_HOOKS=[{NAME: EarlyStoppingHook, MONITOR: relative_l2, PATIENCE: 1}]',
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = [json.loads(line) for line in open(work / 'metrics.jsonl')]
+    errors = [r['values']['relative_l2'] for r in records if r['kind'] == 'eval']
+    # MODE auto is min here: the run went on while the error fell, and stopped at its first rise (PATIENCE 1)
+    assert len(errors) >= 3 and errors[:-1] == sorted(errors[:-1], reverse=True) and errors[-1] > errors[-2]
+    best = torch.load(work / 'checkpoints' / 'poisson2d-best.pth', weights_only=True)
+    assert best['solver']['epoch_outputs']['eval']['relative_l2'] == min(errors)
+    assert 'CheckpointHook keeps the least relative_l2 as best' in res.stdout

@@ -17,6 +17,7 @@ class Metric:
     para_dict = {'KEYS': {'value': [], 'description': 'output / batch keys the metric reads, in order'}}
     state_names = ()
     reduction = 'sum'  # 'sum' | 'max': how batches and ranks combine
+    lower_is_better: tuple[str, ...] = ()  # outputs where less is better (errors): SAVE_BEST_BY and MONITOR follow
 
     def __init__(self, cfg, logger=None):
         self.cfg = cfg

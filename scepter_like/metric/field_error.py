@@ -18,6 +18,7 @@ class RelativeL2Error(Metric):
 
     para_dict = {'KEYS': {'value': ['u', 'u_exact'], 'description': 'the prediction key, then the reference key'}}
     state_names = ('sq_err', 'sq_ref')
+    lower_is_better = ('relative_l2',)
 
     def update(self, data):
         pred, ref = _pair(self, data)
@@ -38,6 +39,7 @@ class MaxAbsError(Metric):
 
     para_dict = {'KEYS': {'value': ['u', 'u_exact'], 'description': 'the prediction key, then the reference key'}}
     state_names = ('max_abs',)
+    lower_is_better = ('max_abs_error',)
     reduction = 'max'
 
     def update(self, data):

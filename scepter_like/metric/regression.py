@@ -12,6 +12,7 @@ class MSEMetric(Metric):
 
     para_dict = {'KEYS': {'value': ['pred', 'target'], 'description': 'the prediction key, then the target key'}}
     state_names = ('sq_err', 'count')
+    lower_is_better = ('mse',)
 
     def update(self, data):
         pred, target = self.inputs(data)

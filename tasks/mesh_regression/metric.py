@@ -16,6 +16,7 @@ class MeshRMSEMetric(Metric):
 
     para_dict = {'KEYS': {'value': ['pred', 'target'], 'description': 'the prediction key, then the target key'}}
     state_names = ('sq_err', 'points')
+    lower_is_better = ('rmse',)
 
     def update(self, data):
         pred, target = self.inputs(data)

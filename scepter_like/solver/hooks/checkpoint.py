@@ -34,7 +34,13 @@ import os
 import torch
 
 from scepter_like.errors import ConfigError, TrainingError
-from scepter_like.solver.hooks.hook import PRIORITY_CHECKPOINT, Hook, SolverSurface, eval_metric
+from scepter_like.solver.hooks.hook import (
+    PRIORITY_CHECKPOINT,
+    Hook,
+    SolverSurface,
+    eval_metric,
+    greater_is_better,
+)
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
     BEST_SUFFIX,
@@ -68,10 +74,13 @@ def refuse_nonfinite_weights(solver: SolverSurface, name):
 
 
 def parse_best_by(text):
-    """'+metric' / 'metric' -> (metric, True: greater is better); '-metric' -> (metric, False)."""
+    """'+metric' -> (metric, True: greater is better); '-metric' -> (metric, False); 'metric' -> (metric, None:
+    as the metric says, ``greater_is_better``)."""
     if text.startswith('-'):
         return text[1:], False
-    return text.lstrip('+'), True
+    if text.startswith('+'):
+        return text[1:], True
+    return text, None
 
 
 @HOOKS.register_class()
@@ -144,6 +153,17 @@ class CheckpointHook(Hook):
             raise ConfigError(
                 f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
                 f' the metrics give {names}'
+            )
+        if self.save_best and self.greater_is_better is None:
+            self.greater_is_better = greater_is_better(solver, self.best_metric)
+            if not self.greater_is_better:
+                solver.logger.info(f'CheckpointHook keeps the least {self.best_metric} as best (its metric says so)')
+        epochs = solver.progress.max_epochs
+        if 0 < epochs < self.interval and not self.step_interval:
+            solver.logger.warning(
+                f'{self.cfg.path_of("INTERVAL")}: {self.interval} epochs is more than the run has ({epochs}), so no'
+                " epoch checkpoint is written; STEP_INTERVAL saves every so many steps (scepter's INTERVAL counted"
+                ' steps too)'
             )
         if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
             if self.step_interval > 0:

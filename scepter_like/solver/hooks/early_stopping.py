@@ -6,7 +6,14 @@ it asks the solver to stop (the test data still runs).  Metrics are reduced over
 ranks, and the decision is broadcast from rank 0, so every rank stops together.
 """
 
-from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface, check_eval_metric, eval_metric
+from scepter_like.solver.hooks.hook import (
+    PRIORITY_NORMAL,
+    Hook,
+    SolverSurface,
+    check_eval_metric,
+    eval_metric,
+    greater_is_better,
+)
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
 
@@ -16,7 +23,11 @@ class EarlyStoppingHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'order among eval hooks'},
         'MONITOR': {'value': 'accuracy', 'description': 'eval metric to watch'},
-        'MODE': {'value': 'max', 'description': 'max: greater | min: less is better', 'choices': ['max', 'min']},
+        'MODE': {
+            'value': 'auto',
+            'description': 'max: greater | min: less is better | auto: as the metric says (min for MSE and errors)',
+            'choices': ['auto', 'max', 'min'],
+        },
         'PATIENCE': {'value': 3, 'description': 'evaluations without improvement before stopping', 'min': 1},
         'MIN_DELTA': {'value': 0.0, 'description': 'smallest change that counts as an improvement'},
     }
@@ -24,7 +35,7 @@ class EarlyStoppingHook(Hook):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.monitor = cfg.MONITOR
-        self.greater = cfg.MODE == 'max'
+        self.greater = None if cfg.MODE == 'auto' else cfg.MODE == 'max'  # auto: settled in before_solve
         self.patience = cfg.PATIENCE
         self.min_delta = abs(cfg.MIN_DELTA)
         self.best = None
@@ -33,6 +44,8 @@ class EarlyStoppingHook(Hook):
 
     def before_solve(self, solver: SolverSurface):
         check_eval_metric(self, solver, 'MONITOR', 'watches evaluations')
+        if self.cfg.MODE == 'auto':
+            self.greater = greater_is_better(solver, self.monitor)
 
     def after_epoch(self, solver: SolverSurface):
         value = eval_metric(solver, self.monitor, self.cfg.path_of('MONITOR'))

@@ -221,6 +221,12 @@ def check_eval_metric(hook: Hook, solver: SolverSurface, key: str, job: str) -> 
         )
 
 
+def greater_is_better(solver: SolverSurface, name: str) -> bool:
+    """Whether a greater eval metric ``name`` is better: not when the metric reporting it says less is
+    (``Metric.lower_is_better``: MSE, errors), else yes (scepter's default for an unsigned SAVE_BEST_BY)."""
+    return not any(name in getattr(metric, 'lower_is_better', ()) for metric in solver.metrics)
+
+
 def eval_metric(solver: SolverSurface, name: str, where: str) -> Any:
     """The latest evaluation's ``name``, or None before any; a ConfigError naming ``where`` (a config path)
     when an evaluation ran without it (metric names a first pass makes known: scepter's metrics)."""
