@@ -156,6 +156,38 @@ def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_
     assert 'COLUMNS: {y: a}' in line
 
 
+def test_targets_of_another_shape_are_aligned_or_refused_never_broadcast():
+    """[N] against [N, 1] holds the same values: aligned; torch alone broadcasts it to [N, N]."""
+    import torch
+
+    from scepter_like.config import Config
+    from scepter_like.errors import DataError
+    from scepter_like.metric.regression import MSEMetric
+    from scepter_like.model.losses import CrossEntropyLoss, MSELoss
+
+    pred, target = torch.tensor([[1.0], [2.0], [4.0]]), torch.tensor([1.0, 2.0, 3.0])
+    assert MSELoss(Config({}))(pred, target).item() == pytest.approx(1 / 3)  # broadcast: 14/9
+    metric = MSEMetric(Config({'KEYS': ['pred', 'target']}))
+    assert metric(pred, target)['mse'] == pytest.approx(1 / 3)
+    for fn in (lambda: MSELoss(Config({}))(pred, torch.zeros(6)), lambda: metric(pred, torch.zeros(6))):
+        with pytest.raises(DataError, match=r'the prediction is \[3, 1\] and the target \[6\]: they hold different'):
+            fn()
+    loss = CrossEntropyLoss(Config({'LABEL_SMOOTHING': 0.0}))
+    logits, labels = torch.randn(4, 3), torch.tensor([0, 2, 1, 2])
+    expected = torch.nn.functional.cross_entropy(logits, labels)
+    assert loss(logits, labels[:, None].int()) == expected  # a column of int32 class indices
+    with pytest.raises(DataError, match=r'the labels are torch.float32 \[4\] for logits \[4, 3\]; class indices'):
+        loss(logits, labels.float())
+    probabilities = torch.softmax(torch.randn(4, 3), 1)  # soft targets keep working
+    assert loss(logits, probabilities) == torch.nn.functional.cross_entropy(logits, probabilities)
+
+
+def test_float_class_labels_in_a_users_arrays_are_one_line_with_the_fix(tmp_path, capsys):
+    npz = numpy_blobs(tmp_path / 'blobs.npz', y_dtype=np.float64)  # labels from pandas, floats
+    assert train(tmp_path, blob_solver_cfg(npz, tmp_path / 'run', MAX_STEPS=1)) == 2
+    assert "set the dataset's DTYPES: {label: int64}" in one_error_line(capsys)
+
+
 def test_nan_in_a_users_table_or_arrays_is_one_line_naming_the_row(tmp_path, capsys):
     """A NaN feature would give a NaN loss steps later; the data is refused where it is read instead."""
     csv_path = iris_like_csv(tmp_path / 'iris.csv')

@@ -4,6 +4,7 @@ import torch
 
 from scepter_like.metric.base import Metric
 from scepter_like.metric.registry import METRICS
+from scepter_like.model.losses import same_shape
 
 
 @METRICS.register_class()
@@ -16,7 +17,7 @@ class MSEMetric(Metric):
 
     def update(self, data):
         pred, target = self.inputs(data)
-        diff = pred.detach().to(torch.float64) - target.detach().to(torch.float64).view_as(pred)
+        diff = pred.detach().to(torch.float64) - same_shape(pred, target, 'MSEMetric').detach().to(torch.float64)
         self.accumulate(
             torch.stack([diff.pow(2).sum(), torch.tensor(float(diff.numel()), dtype=torch.float64, device=diff.device)])
         )

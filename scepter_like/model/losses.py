@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from scepter_like.errors import DataError
 from scepter_like.model.registry import LOSSES
 
 
@@ -23,8 +24,17 @@ class CrossEntropyLoss(nn.Module):
         return f'label_smoothing={self.label_smoothing}'
 
     def forward(self, logits, target):
-        if target.dtype != torch.long and not target.is_floating_point():  # class indices of any integer width
+        if target.is_floating_point():
+            if target.shape != logits.shape:  # probabilities have the logits' shape; anything else is a mistake
+                raise DataError(
+                    f'CrossEntropyLoss: the labels are {target.dtype} {list(target.shape)} for logits'
+                    f" {list(logits.shape)}; class indices are integers (save them as int64, or set the dataset's"
+                    " DTYPES: {label: int64}), class probabilities have the logits' shape"
+                )
+        elif target.dtype != torch.long:  # class indices of any integer width
             target = target.long()
+        if target.dim() == logits.dim() and target.shape[-1] == 1 and not target.is_floating_point():
+            target = target.squeeze(-1)  # a column of class indices [N, 1]
         return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
 
@@ -39,4 +49,17 @@ class MSELoss(nn.Module):
         super().__init__()
 
     def forward(self, prediction, target):
-        return F.mse_loss(prediction, target)
+        return F.mse_loss(prediction, same_shape(prediction, target, 'MSELoss'))
+
+
+def same_shape(prediction, target, who):
+    """``target`` in ``prediction``'s shape when it holds as many values ([N] against [N, 1]: torch would
+    broadcast the pair to [N, N] and average the wrong differences, with a warning at most); else a DataError."""
+    if target.shape == prediction.shape:
+        return target
+    if target.numel() == prediction.numel():
+        return target.reshape(prediction.shape)
+    raise DataError(
+        f'{who}: the prediction is {list(prediction.shape)} and the target {list(target.shape)}: they hold'
+        ' different numbers of values; make the model give one value per target value (its OUT_DIM)'
+    )
