@@ -157,6 +157,17 @@ def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
     assert solver.lr_scheduler.last_epoch == 3  # stepped once per epoch boundary, never twice
 
 
+def test_warmup_func_null_is_no_warmup_as_in_scepter(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_FUNC': None, 'WARMUP_START_LR': 0.02}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
+    solver = build_solver(cfg)
+    lrs = []
+    solver.register_callback_on_epoch_begin(lambda s: lrs.append(s.optimizer.param_groups[0]['lr']))
+    solver.solve()
+    assert lrs == [pytest.approx(0.1), pytest.approx(0.05)]  # WARMUP_EPOCHS' default 1 does not apply
+
+
 def test_scheduler_steps_once_per_optimizer_step_with_accumulation(blobs, tmp_path):
     hooks = [
         {'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2},

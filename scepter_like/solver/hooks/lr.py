@@ -26,7 +26,12 @@ from scepter_like.solver.hooks.registry import HOOKS
 class LrHook(Hook):
     para_dict = {
         'PRIORITY': {'value': PRIORITY_LR, 'description': 'after BackwardHook and LogHook'},
-        'WARMUP_FUNC': {'value': 'linear', 'description': 'warmup shape: linear', 'choices': ['linear']},
+        'WARMUP_FUNC': {
+            'value': 'linear',
+            'type': (str, type(None)),
+            'description': "warmup shape: linear (null: no warmup, scepter's way of turning it off)",
+            'choices': ['linear'],
+        },
         'WARMUP_EPOCHS': {'value': 1, 'description': 'warmup length in epochs (0: no warmup)', 'min': 0},
         'WARMUP_START_LR': {'value': 0.0001, 'description': 'learning rate at the start of warmup'},
         'SET_BY_EPOCH': {'value': True, 'description': 'set the LR once per epoch (false: every optimizer step)'},
@@ -35,7 +40,7 @@ class LrHook(Hook):
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
-        self.warmup_epochs = cfg.WARMUP_EPOCHS
+        self.warmup_epochs = cfg.WARMUP_EPOCHS if cfg.WARMUP_FUNC is not None else 0
         self.warmup_start_lr = cfg.WARMUP_START_LR
         self.by_epoch = cfg.SET_BY_EPOCH
         self.plateau_metric = cfg.PLATEAU_METRIC
