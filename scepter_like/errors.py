@@ -83,9 +83,9 @@ class Preempted(Exception):
         return 128 + self.signum
 
 
-def suggest(word, candidates, n=3):
+def suggest(word, candidates, n=3, cutoff=0.6):
     """Return ``"; did you mean X?"`` for the closest candidates, or ``""``."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.6)
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=cutoff)
     if not close:
         return ''
     return '; did you mean ' + ' or '.join(close) + '?'

@@ -95,3 +95,38 @@ def test_stage_table_skips_hooks_that_do_not_implement_a_stage(tmp_path):
     owners = [type(fn.__self__).__name__ for fn in solver.stage_functions('after_iter', 'train')]
     assert owners == ['LogHook', 'OnlyAfterIterHook']  # (LogHook: added by default; BackwardHook: no stage)
     assert 'BackwardHook' not in solver.get_hooks_info()
+
+
+def test_a_stage_method_the_solver_cannot_call_is_an_error_and_a_misspelled_one_a_warning(tmp_path, caplog):
+    import pytest
+
+    from scepter_like.errors import ConfigError
+
+    class NoSolverHook(Hook):
+        def after_iter(self):  # the solver calls after_iter(solver)
+            pass
+
+    class TypoHook(Hook):
+        def after_itr(self, solver):  # never called
+            pass
+
+        def helper(self):  # not like a stage: no word about it
+            pass
+
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    try:
+        HOOKS.register_class('OrderNoSolverHook')(NoSolverHook)
+        HOOKS.register_class('OrderTypoHook')(TypoHook)
+        hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'OrderNoSolverHook'}]
+        with pytest.raises(ConfigError, match=r'^SOLVER\.TRAIN_HOOKS\[1\]: NoSolverHook\.after_iter\(\) cannot be'):
+            build_solver(blob_solver_cfg(npz, tmp_path / 'a', hooks))
+        build_solver(
+            blob_solver_cfg(npz, tmp_path / 'b', [{'NAME': 'BackwardHook'}], EVAL_HOOKS=[{'NAME': 'OrderTypoHook'}])
+        )
+    finally:
+        HOOKS._entries.pop('OrderNoSolverHook', None)
+        HOOKS._entries.pop('OrderTypoHook', None)
+    warnings = [r.getMessage() for r in caplog.records if 'is not a stage' in r.getMessage()]
+    assert warnings == [
+        'SOLVER.EVAL_HOOKS[0]: TypoHook.after_itr is not a stage, so the solver never calls it; did you mean after_iter?'
+    ]

@@ -6,7 +6,9 @@ off costs nothing per step.  ``before_solve`` / ``after_solve`` and the checkpoi
 reach the hooks of every mode.
 """
 
-from scepter_like.errors import ConfigError
+import inspect
+
+from scepter_like.errors import ConfigError, suggest
 from scepter_like.opt.lr_schedulers import LR_SCHEDULERS, BaseScheduler
 from scepter_like.registry import qualname
 from scepter_like.solver.hooks.backward import BackwardHook
@@ -121,9 +123,39 @@ def build_hooks(cfg, logger):
             raise ConfigError(f'{cfg.path_of(HOOK_KEYS[mode])}: expected a list of hook configs')
         hooks = [HOOKS.build(entry, logger=logger) for entry in entries]
         for index, hook in enumerate(hooks):
+            where = getattr(entries[index], 'path', '') or f'{cfg.path_of(HOOK_KEYS[mode])}[{index}]'
+            check_stage_methods(hook, where, logger)
             keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
         hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
     return hooks_dict, keys
+
+
+CHECKPOINT_STAGES = ('before_save_checkpoint', 'after_load_checkpoint')  # called with (solver, checkpoint)
+
+
+def check_stage_methods(hook, where, logger):
+    """A stage method the solver cannot call (a wrong signature) is a ConfigError naming the hook, before any
+    step; a method named like a stage but misspelled, which the solver would never call, a warning."""
+    cls = type(hook)
+    for stage in STAGES:
+        method = getattr(hook, stage, None)
+        if method is None or (isinstance(hook, Hook) and not hook.implements(stage)):
+            continue
+        args = ('solver', 'checkpoint') if stage in CHECKPOINT_STAGES else ('solver',)
+        try:
+            inspect.signature(method).bind(*args)
+        except TypeError:
+            raise ConfigError(
+                f'{where}: {cls.__name__}.{stage}{inspect.signature(method)} cannot be called as'
+                f' {stage}({", ".join(args)}); write def {stage}(self, {", ".join(args)})'
+            ) from None
+        except ValueError:  # no signature to read (a builtin): the call will tell
+            continue
+    for name, value in vars(cls).items():
+        if callable(value) and not name.startswith('_') and name not in STAGES and not hasattr(Hook, name):
+            hint = suggest(name, STAGES, cutoff=0.8)
+            if hint:
+                logger.warning(f'{where}: {cls.__name__}.{name} is not a stage, so the solver never calls it{hint}')
 
 
 def update_hooks(train_hooks):
