@@ -5,8 +5,12 @@ torch's schedulers keep their settings in their state (``CosineAnnealingLR``'s `
 settings, whatever the resuming config says.  When the resuming run is longer or shorter
 than the one that wrote the checkpoint (another MAX_EPOCHS or MAX_STEPS), that is rarely
 what the user meant and easy to miss (a cosine schedule climbs back up after ``T_max``), so
-the resume says it once, naming the length kept and the config's own where they differ.
+the resume says it once, naming the length kept and the config's own where they differ.  The
+same holds for the learning rate: the checkpoint's optimizer keeps the rate it was made with,
+so a resume under a config with another LEARNING_RATE says that too.
 """
+
+import math
 
 from scepter_like.config import load_yaml
 
@@ -50,3 +54,24 @@ def resumed_schedule_note(solver, ckpt, config_state, source):
         ' again and a linear or one-cycle one stays at its end. To schedule over the new length, start a fresh'
         ' run from these weights (SOLVER.MODEL.PRETRAINED_MODEL)'
     )
+
+
+def changed_lr_note(config_lrs, ckpt, source):
+    """The warning for a resume whose config sets other learning rates than the checkpoint's optimizer was made
+    with (the first phase's): the checkpoint's optimizer and schedule go on, so the config's rates are not used;
+    or None.  ``config_lrs``: each parameter group's rate as this config built it."""
+    saved = ckpt.get('optimizer')
+    if not config_lrs or not isinstance(saved, dict) or ckpt['solver'].get('phase', 0) != 0:
+        return None
+    made_with = [group.get('initial_lr', group.get('lr')) for group in saved.get('param_groups') or []]
+    if len(made_with) != len(config_lrs) or all(math.isclose(a, b) for a, b in zip(made_with, config_lrs)):
+        return None
+    return (
+        f"{source}'s optimizer was made with learning rate {_rates(made_with)} and this config sets"
+        f" {_rates(config_lrs)}: a resume goes on with the checkpoint's optimizer and schedule, so the config's"
+        ' rate is not used. To train at it, start a fresh run from these weights (SOLVER.MODEL.PRETRAINED_MODEL)'
+    )
+
+
+def _rates(lrs):
+    return f'{lrs[0]:g}' if len(set(lrs)) == 1 else '[' + ', '.join(f'{lr:g}' for lr in lrs) + ']'

@@ -20,7 +20,7 @@ import torch
 from scepter_like.about import __version__
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
-from scepter_like.opt.schedule_resume import resumed_schedule_note
+from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
 from scepter_like.solver.parallel import load_model_state, model_state_dict
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
@@ -97,10 +97,14 @@ def restore_training_state(solver, ckpt, source):
     check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
     load_model_state(solver.model, ckpt['model'], source)
     config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
+    config_lrs = [g.get('initial_lr', g['lr']) for g in solver.optimizer.param_groups] if solver.optimizer else None
     solver.updater.load_state_dict(ckpt, ckpt['solver'].get('phase', 0), solver.progress, source)
-    note = resumed_schedule_note(solver, ckpt, config_schedule, source)
-    if note is not None:
-        solver.logger.warning(note)
+    for note in (
+        resumed_schedule_note(solver, ckpt, config_schedule, source),
+        changed_lr_note(config_lrs, ckpt, source),
+    ):
+        if note is not None:
+            solver.logger.warning(note)
     progress = dict(ckpt['solver'])
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:
