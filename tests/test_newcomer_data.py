@@ -210,6 +210,14 @@ def test_nan_in_a_users_table_or_arrays_is_one_line_naming_the_row(tmp_path, cap
     assert f"{npz}: array 'img': NaN or inf in 3 row(s), the first at row 5" in one_error_line(capsys)
 
 
+def test_a_key_map_naming_an_array_the_file_lacks_is_one_line(tmp_path, capsys):
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1)
+    cfg['SOLVER']['TRAIN_DATA']['KEY_MAP'] = {'x': 'img', 'labels': 'label'}
+    assert train(tmp_path, cfg) == 2
+    line = one_error_line(capsys)
+    assert 'SOLVER.TRAIN_DATA.KEY_MAP: ' in line and "has no array 'labels' (its arrays: ['x', 'y'])" in line, line
+
+
 def test_weights_that_turned_nan_are_never_saved_as_latest_or_best(tmp_path, capsys):
     """A learning rate that blows the weights up between two log lines: the epoch checkpoint is refused."""
     import torch

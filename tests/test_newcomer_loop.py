@@ -263,7 +263,7 @@ def test_resume_from_a_run_folder_and_a_longer_schedule_says_what_happens(blobs,
     words = [f'SOLVER.RESUME_FROM={tmp_path / "first"}', f'SOLVER.WORK_DIR={tmp_path / "third"}', 'SOLVER.MAX_EPOCHS=3']
     assert train(tmp_path, cfg, *words, 'SOLVER.OPTIMIZER.LEARNING_RATE=0.01') == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "optimizer was made with learning rate 0.1 and this config sets 0.01: a resume goes on with the" in out
+    assert 'optimizer was made with learning rate 0.1 and this config sets 0.01: a resume goes on with the' in out
 
 
 @pytest.mark.parametrize('importer_first', [True, False])

@@ -47,6 +47,10 @@ def test_predict_needs_no_grad(solver):
         ({'x': np.zeros((3, 8), np.float32)}, r"the model needs input 'img', which the inputs lack; they have \['x'\]"),
         ({'img': np.zeros((3, 8)), 'label': np.zeros(2)}, r'one equally long first .*img.: 3, .label.: 2'),
         ({}, r'non-empty dict'),
+        (
+            {'img': np.zeros(8, np.float32)},
+            r"'logits' is \[3\] for a batch of 8; the inputs need the sample axis first",
+        ),
     ],
 )
 def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):

@@ -12,7 +12,7 @@ import torch
 
 from scepter_like.data.collate import BatchDict
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError, DataError, suggest
 
 
 class ArrayDataset(torch.utils.data.Dataset):
@@ -101,6 +101,12 @@ class NpzDataset(ArrayDataset):
         if not os.path.isfile(path):
             raise DataError(f'{cfg.path_of("PATH")}: file not found: {path}')
         with np.load(path, allow_pickle=False) as data:
+            missing = [name for name in cfg.KEY_MAP if name not in data.files]
+            if missing:
+                raise DataError(
+                    f'{cfg.path_of("KEY_MAP")}: {path} has no array {missing[0]!r}{suggest(missing[0], data.files)}'
+                    f' (its arrays: {data.files})'
+                )
             arrays = {cfg.KEY_MAP.get(k, k): data[k] for k in data.files}
         super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

@@ -65,7 +65,7 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
     """
     was_training = model.training
     model.eval()
-    pieces = {}
+    pieces, dropped = {}, {}
     cast = _input_dtype(model)
     try:
         with torch.no_grad():
@@ -82,8 +82,16 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
                         # numpy has no bfloat16: such outputs (AMP) come back as float32
                         value = value.detach().cpu()
                         pieces.setdefault(key, []).append(value.float() if value.dtype == torch.bfloat16 else value)
+                    elif isinstance(value, torch.Tensor) and value.dim() > 0:
+                        dropped[key] = (list(value.shape), n)
     finally:
         model.train(was_training)
+    if not pieces and dropped:  # e.g. one sample given without its sample axis: x [8] read as 8 samples
+        key, (shape, n) = next(iter(dropped.items()))
+        raise DataError(
+            f'no output of the model has one row per input sample: {key!r} is {shape} for a batch of {n}; the'
+            ' inputs need the sample axis first (one sample x as x[None], shape [1, ...])'
+        )
     return {k: torch.cat(v).numpy() for k, v in pieces.items()}
 
 
