@@ -128,5 +128,6 @@ def test_a_stage_method_the_solver_cannot_call_is_an_error_and_a_misspelled_one_
         HOOKS._entries.pop('OrderTypoHook', None)
     warnings = [r.getMessage() for r in caplog.records if 'is not a stage' in r.getMessage()]
     assert warnings == [
-        'SOLVER.EVAL_HOOKS[0]: TypoHook.after_itr is not a stage, so the solver never calls it; did you mean after_iter?'
+        'SOLVER.EVAL_HOOKS[0]: TypoHook.after_itr is not a stage, so the solver never calls it;'
+        ' did you mean after_iter?'
     ]

@@ -1097,3 +1097,34 @@ def test_a_scepter_run_train_loop_is_one_epoch_and_stops_on_a_signal_after_its_s
         solver.close()
     finally:
         SOLVERS._entries.pop('CompatHookListLoopSolver', None)
+
+
+def test_a_run_eval_of_its_own_makes_its_metric_names_known_after_a_pass(tmp_path):
+    """scepter's solvers fill _epoch_outputs in their own run_eval: SAVE_BEST_BY names what it reports."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.base_solver import BaseSolver
+
+    @SOLVERS.register_class('CompatOwnEvalSolver')
+    class OwnEvalSolver(BaseSolver):
+        @torch.no_grad()
+        def run_eval(self):
+            self.eval_mode()
+            hits = total = 0
+            for batch in self.datas[self._mode].dataloader:
+                logits = self.model(img=batch['img'])['logits']
+                hits, total = hits + (logits.argmax(1) == batch['label']).sum().item(), total + len(batch['label'])
+            self._epoch_outputs[self._mode].update({'acc': hits / total})
+
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'SAVE_BEST_BY': '+acc'}]
+    cfg = blob_solver_cfg(write_blobs(tmp_path / 'b.npz'), tmp_path / 'w', hooks, NAME='CompatOwnEvalSolver')
+    del cfg['SOLVER']['METRICS']
+    try:
+        solver = build_solver(cfg)
+        assert solver.metric_names('eval') is None and solver.metric_names('test') == []
+        solver.solve()  # was: "SAVE_BEST_BY: no eval metric is called 'acc'; the metrics give []"
+    finally:
+        SOLVERS._entries.pop('CompatOwnEvalSolver', None)
+    best = torch.load(tmp_path / 'w' / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)
+    assert 0 < best['solver']['epoch_outputs']['eval']['acc'] <= 1

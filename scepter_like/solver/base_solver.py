@@ -570,8 +570,8 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def metric_names(self, mode: str = 'eval') -> list[str] | None:
         """Names ``epoch_outputs[mode]`` will hold: none in BaseSolver; None (known after a pass) for scepter's
-        ``_build_metrics`` entries, which a scepter-style ``run_eval`` runs."""
-        return None if any(isinstance(m, dict) for m in self.metrics) else []
+        ``_build_metrics`` entries and for a subclass's own ``run_eval`` / ``run_test``, which fills them itself."""
+        return None if self.runs_own_pass(mode) or any(isinstance(m, dict) for m in self.metrics) else []
 
     def register_flops(self, data: dict[str, Any], keys: list[str] | None = None) -> float:
         """The model's forward FLOPs per sample (fvcore), kept in ``model_flops``: the log then shows FLOP/s.

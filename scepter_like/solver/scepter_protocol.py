@@ -314,12 +314,10 @@ class ScepterProtocol:
     def _overrides_scepter_way(self, name):
         """Whether a subclass replaces the solver's own ``name`` with scepter's signature
         (``save_checkpoint(self)`` / ``load_checkpoint(self, checkpoint)``)."""
-        method = getattr(type(self), name)
-        introduced_by = next(c for c in reversed(type(self).__mro__) if name in vars(c))  # BaseSolver
-        if method is vars(introduced_by)[name]:
+        if not self._replaces(name):
             return False
         try:
-            inspect.signature(method).bind(self, *(() if name == 'save_checkpoint' else ({},)))
+            inspect.signature(getattr(type(self), name)).bind(self, *(() if name == 'save_checkpoint' else ({},)))
         except TypeError:
             return False
         return True
@@ -346,6 +344,17 @@ class ScepterProtocol:
             self._agree_on_stop()
             if self.progress.stop_reason is not None:
                 raise StopOwnTrainLoop
+
+    def runs_own_pass(self, mode):
+        """Whether a subclass replaces the ``run_eval`` / ``run_test`` loop of ``mode`` with its own (scepter's way,
+        filling ``_epoch_outputs[mode]`` itself): the names it reports are known after a pass."""
+        name = {'eval': 'run_eval', 'test': 'run_test'}.get(mode)
+        return name is not None and self._replaces(name)
+
+    def _replaces(self, name):
+        """Whether a subclass replaces the solver's own method ``name`` (as BaseSolver introduced it)."""
+        introduced_by = next(c for c in reversed(type(self).__mro__) if name in vars(c))  # BaseSolver
+        return getattr(type(self), name) is not vars(introduced_by)[name]
 
     @contextlib.contextmanager
     def own_train_loop_as_epoch(self):

@@ -83,9 +83,12 @@ class TrainValSolver(BaseSolver):
         return results
 
     def metric_names(self, mode='eval'):
-        """The names ``epoch_outputs[mode]`` will hold; None while a scepter metric has not run yet."""
+        """The names ``epoch_outputs[mode]`` will hold; None while a scepter metric has not run yet, or when a
+        subclass's own ``run_eval`` / ``run_test`` fills them."""
         if mode not in self.datas:
             return []
+        if self.runs_own_pass(mode):
+            return None
         names = [metric.output_names() for metric in self.metrics]
         return None if None in names else [name for group in names for name in group]
 

@@ -82,6 +82,8 @@ class SolverSurface(Protocol):
 
     def metric_names(self, mode: str = 'eval') -> list[str] | None: ...  # None: known after a first pass
 
+    metrics: list[Any]  # the eval / test metrics (Metric objects; scepter's {'fn', 'keys'} entries)
+
     def transfer_data_to_device(self, batch: dict[str, Any]) -> dict[str, Any]: ...
 
     # -- the run
