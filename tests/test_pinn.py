@@ -265,3 +265,19 @@ def test_an_unsigned_error_metric_keeps_the_least_as_best_and_early_stopping_wat
     best = torch.load(work / 'checkpoints' / 'poisson2d-best.pth', weights_only=True)
     assert best['solver']['epoch_outputs']['eval']['relative_l2'] == min(errors)
     assert 'CheckpointHook keeps the least relative_l2 as best' in res.stdout
+
+
+def test_lbfgs_on_mini_batched_point_sets_warns_before_the_first_step(tmp_path):
+    common = [
+        '--cfg', POISSON_CFG, 'SOLVER.MAX_STEPS=1', 'SOLVER.TRAIN_DATA.SETS.pde.COUNT=64',
+        'SOLVER.TRAIN_DATA.SETS.bc.COUNT=16', 'SOLVER.EVAL_DATA.RESOLUTION=[5,5]', 'SOLVER.EVAL_HOOKS=[]',
+    ]  # fmt: skip
+    res = run_cli(
+        'run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "a"}', 'SOLVER.TRAIN_DATA.SETS.pde.BATCH_SIZE=16'
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'OPTIMIZER_PHASES[0].OPTIMIZER: LBFGS keeps curvature pairs from step to step, and an epoch here is 4' in (
+        res.stdout
+    )
+    res = run_cli('run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "b"}')  # full batch: nothing to say
+    assert res.returncode == 0 and 'curvature pairs' not in res.stdout

@@ -180,6 +180,13 @@ class OptimizerPhases:
             optimizer, _ = self.build(index, params, logger)
             if takes_closure(optimizer):
                 self._check_closure(index, settings)
+                if epoch_steps > 1:
+                    (logger or logging.getLogger(__name__)).warning(
+                        f'{self.optimizers[index].path}: {self.optimizers[index].NAME} keeps curvature pairs from'
+                        f' step to step, and an epoch here is {epoch_steps} mini-batches, each a different loss:'
+                        ' the pairs mix them and the steps can diverge; train it on the full batch (no BATCH_SIZE'
+                        " on the point sets), as DeepXDE's L-BFGS does"
+                    )
             if index == 0:
                 continue
             start = self.start_step(index, epoch_steps)
