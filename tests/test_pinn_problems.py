@@ -471,6 +471,21 @@ def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_error
         slip_model('none')(**point_sets({'d': seen}).take([0]))
     with pytest.raises(ConfigError, match=r"PARAMETERS\.D: an initial value is one number, got 'abc'"):
         MODELS.build({'NAME': 'SlipPINN', 'PARAMETERS': {'D': 'abc'}})
+    with pytest.raises(DataError, match=r"SlipPINN evaluates the field at points 'x' \[N, coordinates\]; the inputs"):
+        slip_model('none').eval()(points=torch.zeros(3, 2))  # run_inference --input of an npz without x
+
+
+def test_a_pde_residual_the_model_cannot_call_is_an_error_when_it_is_built():
+    class TwoArgumentPINN(PhysicsInformedModel):
+        def pde_residual(self, x, u):  # no d
+            return u
+
+    MODELS.register_class('TwoArgumentPINN')(TwoArgumentPINN)
+    try:
+        with pytest.raises(ConfigError, match=r'TwoArgumentPINN\.pde_residual\(x, u\) cannot be called as pde_'):
+            MODELS.build({'NAME': 'TwoArgumentPINN'})
+    finally:
+        MODELS._entries.pop('TwoArgumentPINN', None)
 
 
 def test_a_point_sets_model_refuses_other_train_batches():

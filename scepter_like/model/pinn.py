@@ -32,6 +32,7 @@ Options, all in the config:
   (DeepXDE's ``apply_output_transform``), e.g. ``return -torch.sin(pi * x[:, :1]) + x[:, 1:] * u``.
 """
 
+import inspect
 import math
 
 import torch
@@ -73,6 +74,13 @@ class PhysicsInformedModel(BaseModel):
         if self.fourier:
             network_cfg = self._fourier_features(features, cfg)
         self.network = MODELS.build(network_cfg, logger=logger)
+        try:
+            inspect.signature(self.pde_residual).bind('x', 'u', 'd')
+        except TypeError:
+            raise ConfigError(
+                f'{cfg.path_of("NAME")}: {type(self).__name__}.pde_residual{inspect.signature(self.pde_residual)}'
+                ' cannot be called as pde_residual(x, u, d); write def pde_residual(self, x, u, d)'
+            ) from None
         self.parameter_names = []
         for name, value in (cfg.PARAMETERS or {}).items():
             if not str(name).isidentifier() or name.startswith('loss') or hasattr(self, name):
@@ -127,6 +135,11 @@ class PhysicsInformedModel(BaseModel):
 
     def forward(self, problem=None, **batch):
         if not self.training:
+            if COORD_KEY not in batch:
+                raise DataError(
+                    f'{type(self).__name__} evaluates the field at points {COORD_KEY!r} [N, coordinates];'
+                    f' the inputs have {sorted(batch)}'
+                )
             x = batch[COORD_KEY]
             u = self.field(x)
             out = {COORD_KEY: x, 'u': u}

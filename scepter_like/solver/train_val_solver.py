@@ -102,7 +102,7 @@ class TrainValSolver(BaseSolver):
             if self.is_main:
                 atomic_torch_save(data, path)
         if out:
-            text = ', '.join(f'{k}: {v:.4f}' for k, v in out.items())
+            text = ', '.join(f'{k}: {v:.4g}' for k, v in out.items())  # an error of 3e-05 is not 0.0000
             self.logger.info(f'{self.mode} {self._evaluated()} ({len(self.datas[self.mode].dataset)} samples): {text}')
         return out
 
