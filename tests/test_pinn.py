@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -281,3 +282,4 @@ def test_lbfgs_on_mini_batched_point_sets_warns_before_the_first_step(tmp_path):
     )
     res = run_cli('run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "b"}')  # full batch: nothing to say
     assert res.returncode == 0 and 'curvature pairs' not in res.stdout
+    assert re.search(r'network +MLP +[\d,]+ +\[1, 1\]', res.stdout)  # the summary's sample forward takes eval points

@@ -40,8 +40,9 @@ def model_summary(solver, depth):
 
 
 def _sample_batch(solver):
-    """A batch of the first sample of the run's first data (train, else eval, else test), or None."""
-    for mode in ('train', 'eval', 'test'):
+    """A batch of the first sample of the run's eval data (else test, else train), or None: the sample forward
+    runs in eval mode, which a model may feed differently (a PINN trains on point sets, evaluates at points)."""
+    for mode in ('eval', 'test', 'train'):
         bundle = solver.datas.get(mode)
         if bundle is not None and len(bundle.dataset):
             batch = bundle.loader.collate_fn([bundle.dataset[0]])
