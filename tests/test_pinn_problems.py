@@ -203,6 +203,10 @@ def test_observations_from_csv_npz_and_inline(tmp_path):
 
 
 BAD = {
+    'an initial condition on a boundary set': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'InitialValue', 'VALUE': 0}]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.bc\.CONDITIONS\[0\]\.NAME: an InitialValue condition belongs on an initial set;',
+    ),
     'a condition needing normals on an initial set': (
         {'ic': {'KIND': 'initial', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'Neumann', 'VALUE': 0}]}},
         r'^SOLVER\.TRAIN_DATA\.SETS\.ic\.CONDITIONS\[0\]\.NAME: a Neumann condition belongs on a boundary set \(it'

@@ -34,6 +34,11 @@ def batch_key(owner, field):
     return f'{owner}.{field}'
 
 
+def _a(word):
+    """``word`` with its indefinite article: 'an initial', 'a boundary'."""
+    return f'{"an" if str(word)[:1].lower() in "aeiou" else "a"} {word}'
+
+
 class Condition:
     """The base of CONDITIONS entries: built as ``cls(cfg, logger, point_set=..., term=..., domain=...)``."""
 
@@ -57,7 +62,7 @@ class Condition:
         if kind not in self.SET_KINDS:
             why = ' (it needs outward normals, which only boundary points have)' if self.NEEDS_NORMALS else ''
             raise ConfigError(
-                f'{cfg.path_of("NAME")}: a {cfg.NAME} condition belongs on a {" or ".join(self.SET_KINDS)}'
+                f'{cfg.path_of("NAME")}: {_a(cfg.NAME)} condition belongs on {_a(" or ".join(self.SET_KINDS))}'
                 f' set{why}; {point_set!r} is a set of KIND {kind}'
             )
 
