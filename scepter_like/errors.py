@@ -84,8 +84,10 @@ class Preempted(Exception):
 
 
 def suggest(word, candidates, n=3, cutoff=0.6):
-    """Return ``"; did you mean X?"`` for the closest candidates, or ``""``."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=cutoff)
+    """Return ``"; did you mean X?"`` for the closest candidates (a candidate that differs only in case first:
+    ``batch_size`` for BATCH_SIZE), or ``""``."""
+    same = [str(c) for c in candidates if str(c).lower() == str(word).lower() and str(c) != str(word)]
+    close = same or difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=cutoff)
     if not close:
         return ''
     return '; did you mean ' + ' or '.join(close) + '?'

@@ -264,6 +264,10 @@ def test_a_misspelled_loader_key_gets_did_you_mean(dataset, user_parts, tmp_path
         line = one_error_line(capsys)
         assert f'SOLVER.TRAIN_DATA.BATCH_SZE: unknown key for DATASETS.{dataset} and the data loader' in line
         assert 'did you mean BATCH_SIZE?' in line
+    cfg['SOLVER']['TRAIN_DATA'] = {k: v for k, v in cfg['SOLVER']['TRAIN_DATA'].items() if k != 'BATCH_SZE'}
+    cfg['SOLVER']['TRAIN_DATA']['batch_size'] = 8  # the key in the case a DataLoader user writes it
+    assert train(tmp_path, cfg) == 2
+    assert 'did you mean BATCH_SIZE?' in one_error_line(capsys)
 
 
 PLAIN_DATASET = """
