@@ -51,6 +51,10 @@ def test_predict_needs_no_grad(solver):
             {'img': np.zeros(8, np.float32)},
             r"'logits' is \[3\] for a batch of 8; the inputs need the sample axis first",
         ),
+        (
+            {'img': np.zeros((3, 5), np.float32)},
+            r'at its input: .*; give inputs of the sizes the model takes \(.*IN_DIM',
+        ),
     ],
 )
 def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):

@@ -45,8 +45,11 @@ def _size_keys(model, side):
     return found
 
 
-def explain(model, batch, error):
-    """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about sizes."""
+def explain(model, batch, error, trained=False):
+    """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about sizes.
+
+    ``trained``: the model's sizes are settled (inference on a checkpoint), so the inputs are what to change.
+    """
     lines = str(error).strip().splitlines()
     message = lines[0].rstrip('.') if lines else ''
     side = _side(message)
@@ -60,5 +63,10 @@ def explain(model, batch, error):
     keys = _size_keys(inner, side)
     if side == 'input or output' and not keys:  # any broadcast error: a model's own bug keeps its traceback
         return None
-    fix = f'set {" or ".join(keys)} to fit the data' if keys else f"make the model's {side} sizes fit the data"
+    if trained:
+        fix = 'give inputs of the sizes the model takes' + (f' ({", ".join(keys)})' if keys else '')
+    elif keys:
+        fix = f'set {" or ".join(keys)} to fit the data'
+    else:
+        fix = f"make the model's {side} sizes fit the data"
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'

@@ -32,8 +32,8 @@ def _signature_mismatch(model, batch):
     return None
 
 
-def forward_checked(model, batch):
-    """``model(**batch)`` as a dict.
+def forward_checked(model, batch, trained=False):
+    """``model(**batch)`` as a dict (``trained``: inference, where the inputs are what must change).
 
     A model whose ``forward`` cannot take the batch's keys (a TypeError: a missing or an
     unexpected argument) gets a DataError naming them, and one whose sizes or dtypes do not
@@ -57,7 +57,7 @@ def forward_checked(model, batch):
     except (RuntimeError, IndexError, ValueError) as e:  # torch's word for sizes or dtypes that do not fit the data
         from scepter_like.model import dtype_mismatch, size_mismatch
 
-        why = size_mismatch.explain(model, batch, e) or dtype_mismatch.explain(model, batch, e)
+        why = size_mismatch.explain(model, batch, e, trained) or dtype_mismatch.explain(model, batch, e)
         if why is not None:
             raise DataError(why) from e  # --debug shows where in the model
         raise

@@ -76,7 +76,7 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
                 }
                 n = len(next(iter(batch.values()))) if rows else None
                 with autocast():
-                    out = forward_checked(model, batch)
+                    out = forward_checked(model, batch, trained=True)
                 for key, value in out.items():
                     if isinstance(value, torch.Tensor) and value.dim() > 0 and (n is None or len(value) == n):
                         # numpy has no bfloat16: such outputs (AMP) come back as float32
