@@ -231,3 +231,13 @@ def test_an_interval_longer_than_the_run_warns_that_no_epoch_checkpoint_is_writt
     (tmp_path / 'b').mkdir()
     run(tmp_path / 'b', 2, ckpt_hooks(INTERVAL=2))
     assert 'no epoch checkpoint' not in caplog.text
+
+
+def test_a_run_ending_after_its_newest_checkpoint_says_which_step_it_holds(tmp_path, caplog):
+    caplog.set_level('INFO')
+    run(tmp_path, 3, ckpt_hooks(INTERVAL=2))  # 6 steps an epoch: saved after epoch 2 (step 12), ends at step 18
+    assert 'training ended at step 18; the newest checkpoint holds step 12 (SAVE_LAST: true saves' in caplog.text
+    caplog.clear()
+    (tmp_path / 'b').mkdir()
+    run(tmp_path / 'b', 2, ckpt_hooks(INTERVAL=2))
+    assert 'training ended at step' not in caplog.text

@@ -131,6 +131,7 @@ class CheckpointHook(Hook):
         self.checked_eval = None
         self._step_due = False
         self._registered = False
+        self._saved_step = None  # the train step the newest periodic checkpoint of this run holds
 
     def before_solve(self, solver: SolverSurface):
         self.writer.wait()  # a save of an earlier solve() lands before its temp files are swept
@@ -182,6 +183,8 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
+        if periodic:
+            self._saved_step = solver.progress.total_iter
         ckpt = solver.training_state()  # a collective: every rank takes part
         if not solver.is_main:
             return path
@@ -294,6 +297,11 @@ class CheckpointHook(Hook):
         self._check_best(solver)
         if self.save_last:
             self._save(solver, f'{self.prefix}-last.pth')
+        elif self._saved_step is not None and self._saved_step < solver.progress.total_iter:
+            solver.logger.info(
+                f'training ended at step {solver.progress.total_iter}; the newest checkpoint holds step'
+                f' {self._saved_step} (SAVE_LAST: true saves the end too)'
+            )
         self.writer.wait()
 
     def state_dict(self):
