@@ -181,3 +181,18 @@ def test_resuming_a_finished_run_says_so_and_eval_data_records_no_shuffle(blobs,
     with caplog.at_level('WARNING', logger='scepter_like.test'):
         build_solver(cfg).solve()
     assert 'ends a finished run (step 4, MAX_EPOCHS 1, MAX_STEPS 0): nothing is left to train' in caplog.text
+
+
+def test_a_steps_outputs_are_detached_tensors_and_plain_numbers_join_them():
+    """A model may return a count as a number (scepter's _reduce_scalar keeps it): the log sees it too."""
+    from scepter_like.solver.loop_state import detached_outputs
+
+    weight = torch.nn.Parameter(torch.tensor(2.0))
+    loss = weight * 3
+    out = detached_outputs({'loss': loss, 'weight': weight, 'hits': 7, 'rate': 0.5, 'flag': True, 'name': 'x'})
+    assert sorted(out) == ['hits', 'loss', 'rate', 'weight']
+    assert out['hits'].dim() == 0 and out['hits'].item() == 7.0 and out['rate'].item() == 0.5
+    assert not out['loss'].requires_grad and not out['weight'].requires_grad
+    with torch.no_grad():
+        weight.add_(1.0)
+    assert out['weight'].item() == 2.0  # fixed at this step's value

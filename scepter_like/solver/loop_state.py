@@ -236,7 +236,8 @@ class StepState:
 
 
 def detached_outputs(results: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The tensors of a step's ``results`` outside autograd, their scalars fixed at this step's values.
+    """The tensors of a step's ``results`` outside autograd, their scalars fixed at this step's values; plain
+    numbers become 0-dim tensors (scepter's ``_reduce_scalar`` keeps them too), anything else is left out.
 
     A scalar this step's graph computed (not a view) is only detached: nothing changes it
     later.  Any other scalar (a parameter, a buffer, a view of one, a value made outside
@@ -252,4 +253,6 @@ def detached_outputs(results: dict[str, Any]) -> dict[str, torch.Tensor]:
                 out[k] = v.detach().clone()
             else:  # a tensor outside autograd (every eval / test output) is already detached
                 out[k] = v.detach() if v.requires_grad else v
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = torch.tensor(float(v))
     return out

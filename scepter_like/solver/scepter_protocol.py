@@ -25,7 +25,7 @@ from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import description_metadata
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import Hook
-from scepter_like.solver.loop_state import MODES
+from scepter_like.solver.loop_state import MODES, detached_outputs
 from scepter_like.solver.parallel import is_fsdp
 from scepter_like.utils.checkpoint import safetensors_ready
 from scepter_like.utils.distributed import all_reduce_sum
@@ -73,15 +73,6 @@ class ModeMapping(MutableMapping):
 
     def __repr__(self):
         return repr(dict(self))
-
-
-def _outputs_entry(value):
-    """A model output as ``iter_outputs`` holds it: a tensor outside autograd (a number as a 0-dim one)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return torch.tensor(float(value))
-    return None
 
 
 class StopOwnTrainLoop(BaseException):
@@ -172,8 +163,7 @@ class ScepterProtocol:
     def _set_iter_outputs(self, mode, outputs):
         if mode != self._mode:
             raise ValueError(f"only the current mode's outputs can be set (the solver is in {self._mode!r} mode)")
-        entries = ((key, _outputs_entry(value)) for key, value in outputs.items())
-        self.step.outputs = {key: value for key, value in entries if value is not None}
+        self.step.outputs = detached_outputs(outputs)
 
     def _reduce_scalar(self, data_dict):
         """scepter's: hand ``data_dict['loss']`` to the update; the outputs with 0-dim tensors averaged over ranks."""
