@@ -24,16 +24,16 @@ class CrossEntropyLoss(nn.Module):
         return f'label_smoothing={self.label_smoothing}'
 
     def forward(self, logits, target):
-        if target.is_floating_point():
-            if target.shape != logits.shape:  # probabilities have the logits' shape; anything else is a mistake
+        if target.dtype != torch.long:
+            if not target.is_floating_point():  # class indices of any integer width
+                target = target.long()
+            elif target.shape != logits.shape:  # probabilities have the logits' shape; anything else is a mistake
                 raise DataError(
                     f'CrossEntropyLoss: the labels are {target.dtype} {list(target.shape)} for logits'
                     f" {list(logits.shape)}; class indices are integers (save them as int64, or set the dataset's"
                     " DTYPES: {label: int64}), class probabilities have the logits' shape"
                 )
-        elif target.dtype != torch.long:  # class indices of any integer width
-            target = target.long()
-        if target.dim() == logits.dim() and target.shape[-1] == 1 and not target.is_floating_point():
+        if target.dim() == logits.dim() and target.shape[-1] == 1 and target.dtype == torch.long:
             target = target.squeeze(-1)  # a column of class indices [N, 1]
         return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
