@@ -26,7 +26,7 @@ class ProbingSolver(TrainValSolver):
                 'grey': ProbeImage(GREY),  # HxW uint8
                 'batch': ProbeImage(np.zeros((2, 4, 4, 1), np.float32)),  # NxHxWxC
                 'input': batch_data['img'],
-                'loss': self.loss.detach(),
+                'loss': results['loss'].detach(),
                 'note': f'batch {batch_idx}',
             }
         )

@@ -1128,3 +1128,70 @@ def test_a_run_eval_of_its_own_makes_its_metric_names_known_after_a_pass(tmp_pat
         SOLVERS._entries.pop('CompatOwnEvalSolver', None)
     best = torch.load(tmp_path / 'w' / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)
     assert 0 < best['solver']['epoch_outputs']['eval']['acc'] <= 1
+
+
+def test_what_run_step_train_and_run_step_eval_return_is_what_the_loop_uses(tmp_path):
+    """scepter's loop trains on run_step_train's returned loss and a scepter TrainValSolver's metrics see what the
+    model gives: overrides written scepter's way (with or without super()) change the run as they do there."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    class ScaledLoss(TrainValSolver):  # the returned loss, changed after super(), is what trains
+        def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+            results = super().run_step_train(batch_data, batch_idx, step, rank)
+            results['loss'] = results['loss'] * 10.0
+            return results
+
+    class OwnForward(TrainValSolver):  # scepter's way: the model called here, no super()
+        def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+            return self.model(**batch_data)
+
+        def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
+            results = self.model(**batch_data)
+            results['extra'] = torch.zeros(())
+            return results
+
+    npz = write_blobs(tmp_path / 'b.npz')
+
+    def run(name, lr=0.1, **keys):
+        cfg = blob_solver_cfg(npz, tmp_path / f'{name}-{lr}', MAX_EPOCHS=1, NAME=name, **keys)
+        cfg['SOLVER']['OPTIMIZER']['LEARNING_RATE'] = lr
+        solver = build_solver(cfg)
+        solver.solve()
+        return solver, torch.cat([p.detach().flatten() for p in solver.unwrapped_model.parameters()])
+
+    try:
+        for cls in (ScaledLoss, OwnForward):
+            SOLVERS.register_class(f'Compat{cls.__name__}')(cls)
+        plain, w_plain = run('TrainValSolver')
+        scaled, w_scaled = run('CompatScaledLoss')
+        _, w_tenfold = run('TrainValSolver', lr=1.0)  # plain SGD: loss x 10 is lr x 10
+        own, w_own = run('CompatOwnForward')
+    finally:
+        for cls in (ScaledLoss, OwnForward):
+            SOLVERS._entries.pop(f'Compat{cls.__name__}', None)
+    assert torch.allclose(w_scaled, w_tenfold, atol=1e-6) and not torch.allclose(w_scaled, w_plain)
+    assert own.progress.optimizer_steps == 6 and torch.equal(w_own, w_plain)  # it trained, the same way
+    assert own.epoch_outputs['eval']['accuracy'] == plain.epoch_outputs['eval']['accuracy'] > 0
+
+
+def test_scepters_own_run_train_loop_keeps_accumulate_step(tmp_path):
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+
+    npz = write_blobs(tmp_path / 'b.npz')
+    hooks = [{'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2, 'GRADIENT_CLIP': 0.05}]
+    weights = {}
+    try:
+        _hook_list_loop_solver('CompatAccumulatingLoop')
+        for name in ('TrainValSolver', 'CompatAccumulatingLoop'):
+            solver = build_solver(blob_solver_cfg(npz, tmp_path / name, hooks, MAX_EPOCHS=2, NAME=name))
+            solver.solve()
+            assert (solver.progress.total_iter, solver.progress.optimizer_steps) == (12, 6), name
+            weights[name] = torch.cat([p.detach().flatten() for p in solver.unwrapped_model.parameters()])
+    finally:
+        SOLVERS._entries.pop('CompatAccumulatingLoop', None)
+    assert torch.equal(weights['TrainValSolver'], weights['CompatAccumulatingLoop'])

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from scepter_like.data.loader import build_data
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
@@ -447,7 +447,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         group = progress.accumulation_group(updater.settings.accumulate_steps)
         step.begin(progress.total_iter, batch, *group, data_time=data_time)
         self.before_iter()
-        self.run_step_train(batch, batch_idx, progress.total_iter, self.rank)
+        self.take_step_results(self.run_step_train(batch, batch_idx, progress.total_iter, self.rank))
         self._finish_step('train', self._update(), self.after_iter)
         if step.steps_optimizer:
             self._agree_on_stop()
@@ -500,7 +500,9 @@ class BaseSolver(HookStages, ScepterProtocol):
             batch = self.transfer_data_to_device(batch)
         self.step.begin()
         self.before_iter()
-        step_fn(batch, batch_idx, self.progress.total_iter, self.rank)
+        results = step_fn(batch, batch_idx, self.progress.total_iter, self.rank)
+        self.take_step_results(results)
+        self.update_metrics(batch, results)
         self._finish_step(self._mode, False, self.after_iter)
 
     def finish_pass_iters(self) -> None:
@@ -530,11 +532,18 @@ class BaseSolver(HookStages, ScepterProtocol):
         }
 
     def run_step_train(self, batch_data: dict[str, Any], batch_idx: int = 0, step: Any = None, rank: Any = None):
-        """Forward one batch; leaves the loss in ``self.step.loss`` for the updater."""
-        results = self.train_forward(batch_data)
-        self.step.loss = self.updater.loss_of(results, self.step)
+        """Forward one batch: the model's train outputs.  The loop trains on what it returns (scepter's way: an
+        override that changes the loss, or calls the model itself, trains on its own results)."""
+        return self.train_forward(batch_data)
+
+    def take_step_results(self, results: dict[str, Any]) -> None:
+        """What ``run_step_*`` returned becomes the step's: its outputs and, in a train step the updater does, its
+        loss (the ``loss_*`` terms aggregated when there is no ``loss``)."""
+        if not isinstance(results, dict):
+            raise DataError(f'run_step_{self._mode} must return a dict of outputs, got {type(results).__name__}')
+        if self._mode == 'train' and self.updater.active:
+            self.step.loss = self.updater.loss_of(results, self.step)
         self.step.outputs = detached_outputs(results)
-        return results
 
     def train_forward(self, batch_data: dict[str, Any]) -> dict[str, Any]:
         """The model's train outputs for a batch, under the updater's forward context (no_sync, autocast)."""
@@ -544,9 +553,7 @@ class BaseSolver(HookStages, ScepterProtocol):
     def _eval_forward(self, batch_data: dict[str, Any]) -> dict[str, Any]:
         model = self.unwrapped_model if hasattr(self.model, 'no_sync') else self.model
         with self.updater.autocast():
-            results = forward_checked(model, batch_data)
-        self.step.outputs = detached_outputs(results)
-        return results
+            return forward_checked(model, batch_data)
 
     def run_step_eval(self, batch_data: dict[str, Any], batch_idx: int = 0, step: Any = None, rank: Any = None):
         return self._eval_forward(batch_data)
@@ -563,6 +570,9 @@ class BaseSolver(HookStages, ScepterProtocol):
         from scepter_like.solver.predict import predict
 
         return predict(self.unwrapped_model, inputs, batch_size, self.device, self.updater.autocast)
+
+    def update_metrics(self, batch_data: dict[str, Any], results: dict[str, Any]) -> None:
+        """Feed an eval / test step's results to the metrics (none in BaseSolver)."""
 
     def compute_epoch_outputs(self) -> dict[str, Any]:
         """The flat ``{name: float}`` summary of an eval / test epoch (none in BaseSolver)."""

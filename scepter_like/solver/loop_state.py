@@ -98,7 +98,7 @@ class TrainingProgress:
         """
         it = self.iters['train']
         group_start = it - it % n
-        size = min(n, self.train_stop - group_start)
+        size = max(min(n, self.train_stop - group_start), 1)  # (a loop of a subclass's own may run past the plan)
         return size, it + 1 >= group_start + size
 
     # -- the end of things ------------------------------------------------------------------

@@ -18,7 +18,8 @@ from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 
 def sanity_eval(solver, batches):
-    """Run up to ``batches`` eval batches through ``solver.run_step_eval`` and compute its metrics (every rank)."""
+    """Run up to ``batches`` eval batches through ``solver.run_step_eval`` and its metrics, as an eval pass's steps
+    do, and compute them (every rank)."""
     if batches <= 0 or 'eval' not in solver.datas:
         return
     rng, previous, ran = get_rng_state(), solver.mode, 0
@@ -29,7 +30,9 @@ def sanity_eval(solver, batches):
                 if solver.moves_batches:
                     batch = solver.transfer_data_to_device(batch)
                 solver.step.begin()
-                solver.run_step_eval(batch, ran - 1, solver.progress.total_iter, solver.rank)
+                results = solver.run_step_eval(batch, ran - 1, solver.progress.total_iter, solver.rank)
+                solver.take_step_results(results)
+                solver.update_metrics(batch, results)
                 solver.step.end()
             for metric in solver.metrics:
                 if isinstance(metric, Metric):  # a whole-pass metric needs the whole pass: its KEYS were read

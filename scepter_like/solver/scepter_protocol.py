@@ -23,6 +23,7 @@ import torch
 
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import description_metadata
+from scepter_like.model.loss_aggregators.base import loss_terms
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.loop_state import MODES, detached_outputs
@@ -166,8 +167,11 @@ class ScepterProtocol:
         self.step.outputs = detached_outputs(outputs)
 
     def _reduce_scalar(self, data_dict):
-        """scepter's: hand ``data_dict['loss']`` to the update; the outputs with 0-dim tensors averaged over ranks."""
-        if 'loss' in data_dict:
+        """scepter's: hand ``data_dict['loss']`` to the update (in train mode the ``loss_*`` terms aggregated, when
+        there is no ``loss``); the outputs with 0-dim tensors averaged over ranks."""
+        if self._mode == 'train' and ('loss' in data_dict or loss_terms(data_dict)):
+            self.step.loss = self.updater.loss_of(data_dict, self.step)
+        elif 'loss' in data_dict:
             self.step.loss = data_dict['loss']
         keys = data_dict.keys() if isinstance(data_dict, OrderedDict) else sorted(data_dict)  # one order on all ranks
         out = OrderedDict()
@@ -316,8 +320,10 @@ class ScepterProtocol:
     def _call_hook_list(self, stage, hooks):
         """scepter's loops call ``self.after_iter(self.hooks_dict[mode])`` and count in the stage methods.
 
-        So here: ``before_iter`` begins a step; ``after_iter`` runs the train step's update,
-        counts the step (before its hooks, as this project's loops do) and ends it after them.
+        So here: a train ``before_all_iter`` plans the epoch (its accumulation groups, ACCUMULATE_STEP);
+        ``before_iter`` begins a step, in its group; ``after_iter`` runs the train step's update, counts
+        the step (before its hooks, as this project's loops do), ends it after them and, at an
+        optimizer-step boundary, agrees on a stop.
         """
 
         def call_hooks():
@@ -325,12 +331,16 @@ class ScepterProtocol:
                 if not isinstance(hook, Hook) or hook.implements(stage):
                     getattr(hook, stage)(self)
 
-        if stage == 'before_iter':  # (a scepter loop plans no accumulation group: scepter's BackwardHook does)
-            self.step.begin(self.progress.total_iter)
+        train, progress = self._mode == 'train', self.progress
+        if stage == 'before_all_iter' and train:
+            progress.start_train_epoch(self.datas['train'].num_batches())
+        if stage == 'before_iter':
+            group = progress.accumulation_group(self.updater.settings.accumulate_steps) if train else ()
+            self.step.begin(progress.total_iter, None, *group)
         if stage != 'after_iter':
             return call_hooks()
-        self._finish_step(self._mode, self._mode == 'train' and self._update(), call_hooks)
-        if self._mode == 'train':  # an optimizer-step boundary, as the native loop's
+        self._finish_step(self._mode, train and self._update(), call_hooks)
+        if train and self.step.steps_optimizer:  # an optimizer-step boundary, as the native loop's
             self._agree_on_stop()
             if self.progress.stop_reason is not None:
                 raise StopOwnTrainLoop

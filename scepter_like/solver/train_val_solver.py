@@ -59,8 +59,9 @@ class TrainValSolver(BaseSolver):
             metric.reset()
         super().start_pass_iters()
 
-    def _update_metrics(self, batch_data, results):
-        """Feed the metrics the step's outputs and EXTRA_KEYS of its batch (the eval hooks see those keys too)."""
+    def update_metrics(self, batch_data, results):
+        """Feed the metrics what the step returned and EXTRA_KEYS of its batch (the eval hooks see those keys too):
+        a ``run_step_eval`` of a subclass's own, scepter's way, feeds them its results."""
         data = results
         if self.extra_keys:
             missing = [k for k in self.extra_keys if k not in batch_data]
@@ -71,16 +72,6 @@ class TrainValSolver(BaseSolver):
             data = {**results, **extras}
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.update(data)
-
-    def run_step_eval(self, batch_data, batch_idx=0, step=None, rank=None):
-        results = self._eval_forward(batch_data)
-        self._update_metrics(batch_data, results)
-        return results
-
-    def run_step_test(self, batch_data, batch_idx=0, step=None, rank=None):
-        results = self._eval_forward(batch_data)
-        self._update_metrics(batch_data, results)
-        return results
 
     def metric_names(self, mode='eval'):
         """The names ``epoch_outputs[mode]`` will hold; None while a scepter metric has not run yet, or when a
