@@ -179,10 +179,10 @@ class OptimizerPhases:
         for index in range(len(self)):
             optimizer, _ = self.build(index, params, logger)
             if takes_closure(optimizer):
-                self._check_closure(index, settings)
+                opt_cfg = self._check_closure(index, settings)
                 if epoch_steps > 1:
                     (logger or logging.getLogger(__name__)).warning(
-                        f'{self.optimizers[index].path}: {self.optimizers[index].NAME} keeps curvature pairs from'
+                        f'{opt_cfg.path}: {opt_cfg.NAME} keeps curvature pairs from'
                         f' step to step, and an epoch here is {epoch_steps} mini-batches, each a different loss:'
                         ' the pairs mix them and the steps can diverge; train it on the full batch (no BATCH_SIZE'
                         " on the point sets), as DeepXDE's L-BFGS does"
@@ -201,7 +201,8 @@ class OptimizerPhases:
                 raise ConfigError(f'{where}: phases must start in order, each after the one before')
             previous = start
 
-    def _check_closure(self, index: int, settings: UpdateSettings) -> None:
+    def _check_closure(self, index: int, settings: UpdateSettings) -> Any:
+        """A ConfigError when a closure optimizer cannot fit the loop's settings; else its config."""
         opt_cfg = self.optimizers[index]
         assert opt_cfg is not None
         where, name = opt_cfg.path, opt_cfg.NAME
@@ -214,6 +215,7 @@ class OptimizerPhases:
             raise ConfigError(
                 f'{where}: {name} cannot step through a GradScaler (fp16); use BackwardHook AMP_DTYPE: bf16 or no AMP'
             )
+        return opt_cfg
 
     def due(self, progress: TrainingProgress) -> int:
         """The phase the run should be in at ``progress``: the last one whose start it has reached."""
