@@ -189,3 +189,30 @@ def test_images_left_as_pil_images_are_one_error_at_batching(folder):
         DataError, match=r"sample key 'img' holds a PIL image \(RGB, 16x16\) \(an image: end TRANSFORMS"
     ):
         next(data.iterate())
+
+
+def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folder, tmp_path):
+    """A val folder without class_0 would number class_1 as 0: refused, unless every split gives CLASSES."""
+    import shutil
+
+    from helpers import build_solver
+
+    root, _ = folder
+    val = tmp_path / 'val'
+    for name in ('class_1', 'class_2'):
+        shutil.copytree(os.path.join(root, name), val / name)
+    data = {'NAME': 'ImageFolderDataset', 'BATCH_SIZE': 4, 'TRANSFORMS': [{'NAME': 'ImageToTensor'}]}
+    model = {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 768, 'HIDDEN_DIMS': [8], 'OUT_DIM': 3}}
+    solver_cfg = {
+        'NAME': 'TrainValSolver', 'WORK_DIR': str(tmp_path / 'w'), 'MAX_EPOCHS': 1, 'MODEL': model,
+        'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1}, 'METRICS': [{'NAME': 'AccuracyMetric'}],
+        'TRAIN_DATA': dict(data, DATA_ROOT=root), 'EVAL_DATA': dict(data, DATA_ROOT=str(val)),
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^SOLVER\.EVAL_DATA: its classes \['class_1', 'class_2'\] are numbered"):
+        build_solver({'SOLVER': solver_cfg})
+    classes = ['class_0', 'class_1', 'class_2']
+    solver_cfg['TRAIN_DATA']['CLASSES'] = solver_cfg['EVAL_DATA']['CLASSES'] = classes
+    solver = build_solver({'SOLVER': solver_cfg})
+    assert sorted({int(item['label']) for item in solver.datas['eval'].dataset}) == [1, 2]  # train's numbers
+    with pytest.raises(DataError, match=r"class folder\(s\) \['class_2'\] that CLASSES \['class_0', 'class_1'\] lacks"):
+        DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': root, 'CLASSES': ['class_0', 'class_1']})

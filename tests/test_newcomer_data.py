@@ -129,6 +129,25 @@ def test_a_csv_table_trains_without_code(tmp_path, capsys):
     assert ordered.arrays['petal'].shape == (150, 2) and ordered.arrays['sepal_length'].shape == (150,)
 
 
+def test_a_csv_split_lacking_a_class_is_refused_unless_both_give_classes(tmp_path, capsys):
+    csv_path = iris_like_csv(tmp_path / 'iris.csv')
+    rows = open(csv_path).read().splitlines()
+    val = tmp_path / 'val.csv'
+    val.write_text('\n'.join([rows[0]] + [r for r in rows[1:] if not r.endswith('setosa')]) + '\n')
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
+    assert run(run_train, ['--cfg', str(job), f'SOLVER.EVAL_DATA.PATH={val}']) == 2
+    line = one_error_line(capsys)
+    assert "SOLVER.EVAL_DATA: its classes ['versicolor', 'virginica'] are numbered otherwise than the train" in line
+    classes = 'SOLVER.{}.CLASSES=[setosa, versicolor, virginica]'
+    words = [f'SOLVER.EVAL_DATA.PATH={val}', classes.format('TRAIN_DATA'), classes.format('EVAL_DATA')]
+    assert run(run_train, ['--cfg', str(job), *words]) == 0, capsys.readouterr().err
+    accuracy = float(
+        re.search(r'eval epoch 5/5 \(\d+ samples\): accuracy: ([0-9.]+)', capsys.readouterr().out).group(1)
+    )
+    assert accuracy > 0.8  # measured against the train data's class numbers
+
+
 def test_csv_mistakes_are_one_line(tmp_path, capsys):
     csv_path = iris_like_csv(tmp_path / 'iris.csv')
     job = tmp_path / 'csv.yaml'
@@ -143,6 +162,7 @@ def test_csv_mistakes_are_one_line(tmp_path, capsys):
 def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_path, capsys):
     """pandas writes an int column holding a NaN as floats (``2.0``): the classes are still 0..11 by value."""
     from scepter_like.data.registry import DATASETS
+    from scepter_like.errors import DataError
 
     path = tmp_path / 'floats.csv'
     path.write_text('a,b,y\n' + ''.join(f'{i}.5,1.0,{i % 12}.0\n' for i in range(24)))
@@ -154,6 +174,10 @@ def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_
     line = one_error_line(capsys)
     assert "the LABEL_COLUMN 'a' holds 0.5, not a class (a whole number or a text)" in line, line
     assert 'COLUMNS: {y: a}' in line
+    holed = tmp_path / 'holed.csv'
+    holed.write_text(path.read_text().replace('\n5.5,1.0,5.0\n', '\n5.5,1.0,\n'))  # pandas writes NaN as ''
+    with pytest.raises(DataError, match=r"the LABEL_COLUMN 'y' is empty or NaN in 1 row\(s\), the first at row 5"):
+        DATASETS.build({'NAME': 'CsvDataset', 'PATH': str(holed), 'LABEL_COLUMN': 'y'})
 
 
 def test_targets_of_another_shape_are_aligned_or_refused_never_broadcast():
@@ -216,6 +240,10 @@ def test_a_key_map_naming_an_array_the_file_lacks_is_one_line(tmp_path, capsys):
     assert train(tmp_path, cfg) == 2
     line = one_error_line(capsys)
     assert 'SOLVER.TRAIN_DATA.KEY_MAP: ' in line and "has no array 'labels' (its arrays: ['x', 'y'])" in line, line
+    np.savez(tmp_path / 'both.npz', x=np.ones((4, 8), np.float32), img=np.zeros((4, 8), np.float32), y=np.zeros(4))
+    cfg['SOLVER']['TRAIN_DATA'].update(PATH=str(tmp_path / 'both.npz'), KEY_MAP={'x': 'img', 'y': 'label'})
+    assert train(tmp_path, cfg) == 2  # which 'img' would win depended on the order the file holds them
+    assert "arrays ['x', 'img'] of " in one_error_line(capsys)
 
 
 def test_weights_that_turned_nan_are_never_saved_as_latest_or_best(tmp_path, capsys):

@@ -509,3 +509,16 @@ def test_loader_takes_one_step_item_at_a_time_and_refuses_a_batch_size():
     keys = resolve_loader_keys(Config({'NAME': 'PointSets'}, path='SOLVER.TRAIN_DATA'), 'train')
     assert keys.BATCH_SIZE == 1 and keys.SHUFFLE is False
     assert isinstance(point_sets({'pde': {'KIND': 'interior', 'COUNT': 2}}), PointSets)
+
+
+@pytest.mark.parametrize('method', ['hammersley', 'uniform', 'sobol'])
+def test_rejection_sampling_covers_the_whole_region(method):
+    """Kept candidates are spread over, not cut: the first n of a Hammersley set (x sorted) missed the far arm."""
+    ell = Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]])  # area 3: the arm x > 1 is a third
+    inner = ell.sample_interior(600, draw_with(method))
+    assert abs((inner[:, 0] > 1).mean() - 1 / 3) < 0.04, method
+    disk = Ball([0.0, 0.0], 1.0).sample_interior(600, draw_with(method))
+    assert abs(disk[:, 0].mean()) < 0.05 and disk[:, 0].max() > 0.9, method
+    ell_union = Union([Box([0.0, 0.0], [1.0, 2.0]), Box([0.0, 0.0], [2.0, 1.0])])  # perimeter 8
+    edge, _ = ell_union.sample_boundary(800, draw_with(method))
+    assert abs(np.isclose(edge[:, 1], 2.0).sum() / 800 - 1 / 8) < 0.04, method  # the top edge, length 1

@@ -107,6 +107,14 @@ class NpzDataset(ArrayDataset):
                     f'{cfg.path_of("KEY_MAP")}: {path} has no array {missing[0]!r}{suggest(missing[0], data.files)}'
                     f' (its arrays: {data.files})'
                 )
-            arrays = {cfg.KEY_MAP.get(k, k): data[k] for k in data.files}
+            keys = [cfg.KEY_MAP.get(k, k) for k in data.files]
+            taken = sorted({k for k in keys if keys.count(k) > 1})
+            if taken:
+                sources = [name for name in data.files if cfg.KEY_MAP.get(name, name) == taken[0]]
+                raise DataError(
+                    f'{cfg.path_of("KEY_MAP")}: arrays {sources} of {path} would all become batch key {taken[0]!r};'
+                    ' rename the one it holds by that name too, or map another'
+                )
+            arrays = {key: data[name] for key, name in zip(keys, data.files)}
         super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

@@ -43,7 +43,7 @@ def _is_image(name):
 
 @DATASETS.register_class()
 class ImageFolderDataset(ImageFileDataset):
-    """DATA_ROOT/<class>/**/<image>: the classes are the sub-folders in sorted order (label = position)."""
+    """DATA_ROOT/<class>/**/<image>: the classes are the sub-folders in sorted order, or CLASSES (label = position)."""
 
     para_dict = {
         'DATA_ROOT': {
@@ -52,28 +52,39 @@ class ImageFolderDataset(ImageFileDataset):
             'required': True,
             'description': f'folder with one sub-folder of images per class ({", ".join(IMAGE_EXTENSIONS)})',
         },
+        'CLASSES': {
+            'value': [],
+            'description': 'folder names in class-index order ([]: the sub-folders, sorted); a split may lack one',
+        },
     }
 
     def __init__(self, cfg, logger=None):
-        self.classes, samples = list_image_folder(cfg.DATA_ROOT, cfg.path_of('DATA_ROOT'))
+        self.classes, samples = list_image_folder(cfg.DATA_ROOT, cfg.path_of('DATA_ROOT'), list(cfg.CLASSES))
         super().__init__(samples, cfg.path)
 
 
-def list_image_folder(root, where):
-    """(class names, [(path, class index), ...]) of ``root/<class>/**/<image>``, classes in sorted order."""
+def list_image_folder(root, where, classes=()):
+    """(class names, [(path, class index), ...]) of ``root/<class>/**/<image>``: the classes given (each folder must
+    be one of them), else the sub-folders in sorted order."""
     if not os.path.isdir(root):
         raise DataError(f'{where}: no folder {root}; give the folder that holds one sub-folder of images per class')
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    if not classes:
+    folders = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not folders:
         raise DataError(f'{where}: {root} has no sub-folders; put the images of each class in a folder of its own')
+    unknown = [name for name in folders if classes and name not in classes]
+    if unknown:
+        raise DataError(f'{where}: {root} has class folder(s) {unknown} that CLASSES {list(classes)} lacks; add them')
     samples = []
-    for label, name in enumerate(classes):
+    for name in folders:
         folder = os.path.join(root, name)
         files = sorted(os.path.join(path, f) for path, _, names in os.walk(folder) for f in names if _is_image(f))
         if not files:
-            raise DataError(f'{where}: class folder {folder} holds no image files; fill or remove it')
-        samples += [(f, label) for f in files]
-    return classes, samples
+            raise DataError(
+                f'{where}: class folder {folder} holds no image files; fill it (or remove it, and give'
+                ' every split the same CLASSES)'
+            )
+        samples += [(f, (classes or folders).index(name)) for f in files]
+    return list(classes or folders), samples
 
 
 @DATASETS.register_class()

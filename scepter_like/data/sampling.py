@@ -58,7 +58,10 @@ def unit_points(method, n, dim, rng, shift=False):
         return rng.random((n, dim))
     if method == 'hammersley':
         points = hammersley(n, dim)
-        return (points + rng.random(dim)) % 1.0 if shift else points
+        points = (points + rng.random(dim)) % 1.0 if shift else points
+        # rows in a random order: the set sorts its first coordinate, so the first k rows (what rejection
+        # sampling keeps from a larger draw) would cover only the low end of it
+        return points[rng.permutation(n)]
     if method in ('sobol', 'latin_hypercube'):
         return _scipy_qmc(method, n, dim, rng)
     raise ValueError(f'unknown sampling method {method!r}; one of {METHODS}')

@@ -44,6 +44,9 @@ def _number(text, path, line, column):
         ) from None
 
 
+MISSING_LABELS = ('', 'nan', 'na', 'n/a', 'null', 'none')  # how tables write a missing value (pandas: '' or NaN)
+
+
 def number_or_none(text):
     """``float(text)``, or None when it is not a number."""
     try:
@@ -53,8 +56,15 @@ def number_or_none(text):
 
 
 def class_indices(labels, classes, path, where, column):
-    """int64 class indices of ``labels`` (texts): whole numbers (``3``, ``3.0``) as they are, else their place in
-    ``classes``.  Numbers that are not whole are a regression target, not classes: a DataError."""
+    """``(int64 class indices, class names in index order)`` of ``labels`` (texts): whole numbers (``3``, ``3.0``) as
+    they are (names None), else their place in ``classes`` (default: the labels' sorted).  Numbers that are not
+    whole are a regression target, not classes: a DataError."""
+    missing = [row for row, label in enumerate(labels) if label.lower() in MISSING_LABELS]
+    if missing:
+        raise DataError(
+            f'{path}: the LABEL_COLUMN {column!r} is empty or NaN in {len(missing)} row(s), the first at row'
+            f' {missing[0]} (0-based); drop or fill those rows'
+        )
     numbers = [number_or_none(label) for label in labels]
     if not classes and all(n is not None for n in numbers):
         fraction = next((label for label, n in zip(labels, numbers) if not float(n).is_integer()), None)
@@ -63,13 +73,13 @@ def class_indices(labels, classes, path, where, column):
                 f'{path}: the LABEL_COLUMN {column!r} holds {fraction}, not a class (a whole number or a text);'
                 f' a regression target is a feature column: COLUMNS: {{y: {column}}}'
             )
-        return torch.tensor([int(n) for n in numbers], dtype=torch.int64)
+        return torch.tensor([int(n) for n in numbers], dtype=torch.int64), None
     order = [str(c) for c in classes] or sorted(set(labels))
     index = {name: i for i, name in enumerate(order)}
     unknown = sorted(set(labels) - set(index))
     if unknown:
         raise DataError(f'{path}: label(s) {unknown[:5]} are not in {where} {order}; add them there')
-    return torch.tensor([index[label] for label in labels], dtype=torch.int64)
+    return torch.tensor([index[label] for label in labels], dtype=torch.int64), order
 
 
 @DATASETS.register_class()
@@ -112,8 +122,11 @@ class CsvDataset(ArrayDataset):
             values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in enumerate(rows, 2)]
             tensor = torch.tensor(values, dtype=torch.float64)
             arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
+        self.classes = None  # text labels' names in class-index order (the solver compares the splits')
         if label:
             labels = [row[position[label]].strip() for row in rows]
-            arrays[cfg.LABEL_KEY] = class_indices(labels, cfg.CLASSES, path, cfg.path_of('CLASSES'), label)
+            arrays[cfg.LABEL_KEY], self.classes = class_indices(
+                labels, cfg.CLASSES, path, cfg.path_of('CLASSES'), label
+            )
         super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scepter_like.data.loader import build_data
+from scepter_like.data.loader import build_data, check_class_orders
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
@@ -203,15 +203,16 @@ class BaseSolver(HookStages, ScepterProtocol):
         )
 
     def construct_data(self) -> None:
-        """Build each mode's data; every mode's ``epoch_max_iter`` is known from here on."""
-        progress = self.progress
+        """Build each mode's data (its classes numbered as the train data's); every mode's ``epoch_max_iter`` is
+        known from here on."""
         for mode in MODES:
             data_cfg = self.cfg[DATA_KEYS[mode]]
             if data_cfg is not None:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
-                progress.epoch_iters[mode] = self.datas[mode].num_batches()
+                self.progress.epoch_iters[mode] = self.datas[mode].num_batches()
+        check_class_orders(self.datas, {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()})
         if 'train' in self.datas:
-            progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
+            self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
 
     def construct_model(self) -> None:
         if self.cfg.MODEL is None:
