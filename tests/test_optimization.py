@@ -244,6 +244,10 @@ ERRORS = {
         r'^error: SOLVER\.DTYPE: float64 cannot run under AMP',
     ),
     'unknown aggregator': (['SOLVER.LOSS_AGGREGATOR={NAME: Relobrallo}'], r'did you mean Relobralo'),
+    'strong_wolfe without max_eval': (
+        ['SOLVER.OPTIMIZER_PHASES.0.OPTIMIZER.LINE_SEARCH_FN=strong_wolfe'],
+        r'^error: SOLVER\.OPTIMIZER_PHASES\[0\]\.OPTIMIZER: LBFGS with LINE_SEARCH_FN strong_wolfe needs MAX_EVAL',
+    ),
     'both starts': (['SOLVER.OPTIMIZER_PHASES.0.AT_EPOCH=3'], r'give exactly one of AT_STEP and AT_EPOCH'),
     'swa_lr with phases': (
         ['SOLVER.TRAIN_HOOKS+={NAME: SWAHook, SWA_LR: 0.01}'],

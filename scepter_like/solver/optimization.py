@@ -215,6 +215,12 @@ class OptimizerPhases:
             raise ConfigError(
                 f'{where}: {name} cannot step through a GradScaler (fp16); use BackwardHook AMP_DTYPE: bf16 or no AMP'
             )
+        max_iter = opt_cfg.get('MAX_ITER', 20)
+        if opt_cfg.get('LINE_SEARCH_FN') == 'strong_wolfe' and opt_cfg.get('MAX_EVAL') is None and max_iter < 4:
+            raise ConfigError(
+                f"{where}: {name} with LINE_SEARCH_FN strong_wolfe needs MAX_EVAL (e.g. 25): torch's default,"
+                f' MAX_ITER * 5 // 4 = {max_iter * 5 // 4}, leaves the line search no evaluation and the weights stay'
+            )
         return opt_cfg
 
     def due(self, progress: TrainingProgress) -> int:
