@@ -283,6 +283,22 @@ def test_bad_time_domain_and_observation_files(tmp_path):
             geometry={'NAME': 'Interval'},
             time=[0, 1],
         )
+    import logging
+
+    stray = tmp_path / 'stray.csv'
+    stray.write_text('0.5,0.2,1.0\n5.0,0.2,1.0\n0.5,-3.0,1.0\n')
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger('scepter_like').addHandler(handler)
+    try:
+        point_sets({'d': {'KIND': 'observations', 'FILE': str(stray)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    finally:
+        logging.getLogger('scepter_like').removeHandler(handler)
+    assert [r.getMessage() for r in records] == [
+        'SOLVER.TRAIN_DATA.SETS.d.FILE: 2 of 3 observation(s) lie outside the domain (x, t), the first at row 1:'
+        ' [5.0, 0.2]; check the columns are the coordinates in that order'
+    ]
     empty = tmp_path / 'empty.csv'
     empty.write_text('x,t,u\n')
     with pytest.raises((ConfigError, DataError), match=r'SETS\.d\.FILE'):

@@ -53,6 +53,16 @@ class Domain:
     def space_dim(self):
         return self.geometry.dim
 
+    def outside(self, points, tolerance=1e-6):
+        """Row indices of ``points`` ``[n, dim]`` outside the region (beyond ``tolerance`` of its size) or its times."""
+        size = float(np.max(np.asarray(self.geometry.high) - np.asarray(self.geometry.low)))
+        out = self.geometry.sdf(points[:, : self.space_dim]) > tolerance * size
+        if self.time is not None:
+            t0, t1 = self.time
+            t = points[:, self.space_dim]
+            out |= (t < t0 - tolerance * (t1 - t0)) | (t > t1 + tolerance * (t1 - t0))
+        return np.flatnonzero(out)
+
     def _with_time(self, space, u_time):
         if self.time is None:
             return space

@@ -30,6 +30,7 @@ sees exactly the points the interrupted one saw.
 """
 
 import csv
+import logging
 import math
 import os
 from typing import NamedTuple
@@ -189,6 +190,13 @@ class PointSet:
         if len(points) == 0:
             raise ConfigError(f'{where}: a point set needs at least 1 point')
         reject_nonfinite(np.concatenate([points, values], axis=1), where)
+        outside = self.domain.outside(points)
+        if len(outside):  # noisy data may stray a little; far out, the columns are likely not the coordinates
+            logging.getLogger(__name__).warning(
+                f'{where}: {len(outside)} of {len(points)} observation(s) lie outside the domain'
+                f' ({", ".join(self.domain.names)}), the first at row {outside[0]}: {points[outside[0]].tolist()};'
+                ' check the columns are the coordinates in that order'
+            )
         return {self.x_key: _as_tensor(points), batch_key(self.name, 'values'): _as_tensor(values)}
 
     @property
