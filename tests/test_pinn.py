@@ -283,3 +283,28 @@ def test_lbfgs_on_mini_batched_point_sets_warns_before_the_first_step(tmp_path):
     res = run_cli('run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "b"}')  # full batch: nothing to say
     assert res.returncode == 0 and 'curvature pairs' not in res.stdout
     assert re.search(r'network +MLP +[\d,]+ +\[1, 1\]', res.stdout)  # the summary's sample forward takes eval points
+
+
+def test_field_plot_draws_one_output_of_a_field_with_several(tmp_path, monkeypatch):
+    """u [N, 2] of a system: the COMPONENT's column is drawn (its values were interleaved with the other's)."""
+    import logging
+    import types
+
+    from scepter_like.solver.hooks import field_plot
+    from scepter_like.solver.hooks.registry import HOOKS
+
+    drawn = []
+    monkeypatch.setattr(
+        field_plot, 'render_field', lambda coords, pred, exact, **kw: drawn.append((pred, exact)) or b''
+    )
+    x = np.linspace(0, 1, 5)[:, None]
+    u = np.concatenate([np.sin(x), np.cos(x)], axis=1)
+    hook = HOOKS.build({'NAME': 'FieldPlotHook', 'COMPONENT': 1})
+    hook.parts = [[x, u, u + 1]]
+    solver = types.SimpleNamespace(
+        is_main=True, mode='eval', work_dir=str(tmp_path), progress=types.SimpleNamespace(total_iter=3),
+        logger=logging.getLogger('scepter_like.test'),
+    )  # fmt: skip
+    hook.after_all_iter(solver)
+    np.testing.assert_array_equal(drawn[0][0], np.cos(x[:, 0]))
+    np.testing.assert_array_equal(drawn[0][1], np.cos(x[:, 0]) + 1)

@@ -9,6 +9,9 @@ each step's outputs, gathers them from every rank, and rank 0 writes
   scatter;
 - 1-D coordinates: prediction and reference as lines, and |error| beside them.
 
+A field of several outputs per point (NETWORK.OUT_DIM > 1) is drawn one output at a time:
+COMPONENT (0 by default); list the hook once per output, each with a PREFIX of its own, to see each.
+
 Axes carry the coordinate names of the evaluation data (``x``, ``t`` of a GridPoints over a
 space-time domain; ``x``, ``y`` otherwise).  The prediction and the reference may be model
 outputs or batch keys listed in SOLVER.EXTRA_KEYS (a reference stored with the data).
@@ -44,6 +47,7 @@ class FieldPlotHook(Hook):
             'description': 'output keys: coordinates [N, 1 or 2], prediction, then optionally the reference',
         },
         'PREFIX': {'value': 'field', 'description': 'file name prefix'},
+        'COMPONENT': {'value': 0, 'description': 'the output plotted, of a field with several (OUT_DIM > 1)', 'min': 0},
     }
 
     def __init__(self, cfg, logger=None):
@@ -54,6 +58,7 @@ class FieldPlotHook(Hook):
             )
         self.keys = list(cfg.KEYS)
         self.prefix = cfg.PREFIX
+        self.component = cfg.COMPONENT
         self.parts = []
         self.last_path = None
         self.axes = DEFAULT_AXES
@@ -87,6 +92,13 @@ class FieldPlotHook(Hook):
             )
         coords = np.asarray(available[self.keys[0]])
         dim = coords.reshape(len(coords), -1).shape[1]
+        for key in self.keys[1:]:
+            outputs = np.asarray(available[key]).reshape(len(coords), -1).shape[1]
+            if self.component >= outputs:
+                raise ConfigError(
+                    f'{self.cfg.path_of("COMPONENT")}: {key!r} has {outputs} output(s) per point, counted from 0;'
+                    f' COMPONENT {self.component} is not one of them'
+                )
         if dim not in (1, 2):
             raise ConfigError(
                 f'{self.cfg.path_of("KEYS")}: FieldPlotHook plots fields over 1-D or 2-D coordinates; {self.keys[0]!r}'
@@ -113,6 +125,7 @@ class FieldPlotHook(Hook):
             solver.work_dir, PLOTS_DIR, f'{self.prefix}-{solver.mode}-step{solver.progress.total_iter}.png'
         )
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        fields = [f.reshape(len(coords), -1)[:, self.component] for f in fields]  # one output of each point
         pred, exact = fields[0], fields[1] if len(fields) > 1 else None  # KEYS: points, prediction[, reference]
         png = render_field(
             coords, pred, exact, title=f'{solver.mode}, step {solver.progress.total_iter}', axes=self.axes
