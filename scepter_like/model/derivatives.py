@@ -44,7 +44,8 @@ class Derivatives:
     def _axis(self, coordinate):
         if isinstance(coordinate, str):
             if self.names is None or coordinate not in self.names:
-                raise ValueError(f'no coordinate {coordinate!r}: the coordinates are {self.names or "unnamed"}')
+                hint = ' (a time-dependent problem gives its data TIME: [t0, t1])' if coordinate == TIME else ''
+                raise ValueError(f'no coordinate {coordinate!r}: the coordinates are {self.names or "unnamed"}{hint}')
             return self.names.index(coordinate)
         if not 0 <= coordinate < self.x.shape[1]:
             raise ValueError(f'coordinate {coordinate} is out of range for x of shape {tuple(self.x.shape)}')
