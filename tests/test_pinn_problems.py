@@ -538,3 +538,19 @@ def test_rejection_sampling_covers_the_whole_region(method):
     ell_union = Union([Box([0.0, 0.0], [1.0, 2.0]), Box([0.0, 0.0], [2.0, 1.0])])  # perimeter 8
     edge, _ = ell_union.sample_boundary(800, draw_with(method))
     assert abs(np.isclose(edge[:, 1], 2.0).sum() / 800 - 1 / 8) < 0.04, method  # the top edge, length 1
+
+
+def test_a_boundary_set_on_one_side_of_an_axis():
+    """DeepXDE's on_boundary filter (x = 0 only): FACES x_low; x names both faces of the axis."""
+    wall = {'KIND': 'boundary', 'COUNT': 40, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 0}]}
+    for faces, expect in [(['x_low'], {(0, 0.0)}), (['x_high', 'y_low'], {(0, 1.0), (1, 0.0)})]:
+        batch = point_sets({'w': {**wall, 'FACES': faces}}, geometry={'NAME': 'Rectangle'}).take([0])
+        x, n = batch['w.x'].numpy(), batch['w.normal'].numpy()
+        on = set()
+        for point, normal in zip(x, n):
+            (axis,) = np.flatnonzero(normal)  # one face, its outward normal
+            assert normal[axis] == (1.0 if point[axis] == 1.0 else -1.0)
+            on.add((int(axis), float(point[axis])))
+        assert on == expect, faces
+    with pytest.raises(ConfigError, match=r"FACES: \['x_lo'\] name no faces; choose from .*did you mean x_low"):
+        point_sets({'w': {**wall, 'FACES': ['x_lo']}}, geometry={'NAME': 'Rectangle'})

@@ -79,14 +79,14 @@ class Domain:
 
         return rejection_sample(n, candidates)
 
-    def boundary(self, n, draw, axes=None):
-        """``(points, outward normals)``; ``axes``: a box's faces of these (space) axes only."""
+    def boundary(self, n, draw, faces=None):
+        """``(points, outward normals)``; ``faces``: a box's faces of these indices only (``Box.face_measures``)."""
         g = self.geometry
 
         def candidates(m):
             u = draw(m, self.dim)
-            if axes is not None:
-                space, normals = g.boundary_points(u[:, : g.dim], axes)
+            if faces is not None:
+                space, normals = g.boundary_points(u[:, : g.dim], faces)
                 keep = np.ones(m, dtype=bool)
             else:
                 space, normals, keep = g.boundary_from_unit(u[:, : g.dim])

@@ -121,13 +121,13 @@ class Box(Geometry):
             )
         self.low, self.high, self.dim = low, high, low.size
 
-    def face_measures(self, axes=None):
-        """Measure of each of the ``2 * dim`` faces (axis 0 low, axis 0 high, axis 1 low, ...); faces of axes
-        not in ``axes`` (when given) count 0."""
+    def face_measures(self, faces=None):
+        """Measure of each of the ``2 * dim`` faces (face ``2a``: axis a's low one, ``2a + 1``: its high one);
+        faces not in ``faces`` (when given) count 0."""
         extent = self.high - self.low
         areas = np.repeat([np.prod(np.delete(extent, a)) for a in range(self.dim)], 2)
-        if axes is not None:
-            areas = areas * np.repeat(np.isin(np.arange(self.dim), axes), 2)
+        if faces is not None:
+            areas = areas * np.isin(np.arange(2 * self.dim), faces)
         return areas
 
     @property
@@ -139,9 +139,9 @@ class Box(Geometry):
         q = np.abs(points - center) - half
         return np.linalg.norm(np.maximum(q, 0.0), axis=1) + np.minimum(q.max(axis=1), 0.0)
 
-    def boundary_points(self, u, axes=None):
-        """Unit points ``[m, dim]`` on the faces (of ``axes`` only, when given): first column picks the face."""
-        face, u0 = pick_piece(u[:, 0], self.face_measures(axes))
+    def boundary_points(self, u, faces=None):
+        """Unit points ``[m, dim]`` on the faces (``faces`` only, when given): first column picks the face."""
+        face, u0 = pick_piece(u[:, 0], self.face_measures(faces))
         axis, upper = face // 2, face % 2 == 1
         rest = np.concatenate([u0[:, None], u[:, 1:]], axis=1)[:, : self.dim - 1]
         points = np.empty_like(u)

@@ -46,7 +46,7 @@ from scepter_like.data.geometry import Box
 from scepter_like.data.registry import CONDITIONS, DATASETS, GEOMETRIES
 from scepter_like.data.sampling import METHODS, unit_points
 from scepter_like.data.tables import number_or_none
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError, DataError, suggest
 from scepter_like.registry import resolve_params
 from scepter_like.utils.distributed import get_world_size
 
@@ -65,13 +65,18 @@ SET_PARA_DICT = {
         'min': 0,
     },
     'RESAMPLE_EVERY': {'value': 0, 'description': 'draw anew every this many passes (0: one draw)', 'min': 0},
-    'FACES': {'value': [], 'description': "boundary sets of a box: only the faces of these axes, e.g. ['x']"},
+    'FACES': {
+        'value': [],
+        'description': "boundary sets of a box: only these faces: an axis (both faces, e.g. 'x') or one side ('x_low')",
+    },
     'CONDITIONS': {'value': [], 'description': 'CONDITIONS configs on the points (boundary and initial sets)'},
     'FILE': {'value': '', 'description': 'observations: .csv rows (coordinates, then values) or .npz (x, u)'},
     'POINTS': {'value': None, 'description': 'observations given inline: [[coordinates], ...]'},
     'VALUES': {'value': None, 'description': 'observations given inline: the values at POINTS'},
     'COMPONENTS': {'value': [0], 'description': 'observations: the network outputs the value columns observe'},
 }
+SIDES = ('low', 'high')  # FACES: x_low is the face at LOW's x, x_high the one at HIGH's
+
 _KEYS_OF = {  # the set keys each kind reads (KIND and BATCH_SIZE: every kind)
     'interior': ('COUNT', 'SAMPLING', 'RESAMPLE_EVERY'),
     'boundary': ('COUNT', 'SAMPLING', 'RESAMPLE_EVERY', 'FACES', 'CONDITIONS'),
@@ -161,15 +166,22 @@ class PointSet:
         )
 
     def _faces(self):
+        """The box faces the set is drawn on (``Box.face_measures`` indices), or None: all of the boundary.
+        ``x`` names both faces of an axis, ``x_low`` / ``x_high`` one of them."""
         faces = list(self.cfg.FACES or [])
         space = list(self.domain.names[: self.domain.space_dim])
         if faces and not isinstance(self.domain.geometry, Box):
             raise ConfigError(f'{self.cfg.path_of("FACES")}: only a box-shaped GEOMETRY has faces to choose')
-        bad = [f for f in faces if f not in space]
+        index = {name: [2 * a, 2 * a + 1] for a, name in enumerate(space)}
+        index.update({f'{name}_{side}': [2 * a + k] for a, name in enumerate(space) for k, side in enumerate(SIDES)})
+        bad = [f for f in faces if f not in index]
         if bad:
-            raise ConfigError(f'{self.cfg.path_of("FACES")}: {bad} are not space coordinates; choose from {space}')
+            raise ConfigError(
+                f'{self.cfg.path_of("FACES")}: {bad} name no faces; choose from {list(index)}'
+                f'{suggest(bad[0], list(index))}'
+            )
         check_periodic_faces(self.conditions, faces, self.cfg.path)
-        return [space.index(f) for f in faces] or None
+        return sorted({face for name in faces for face in index[name]}) or None
 
     def _observations(self):
         cfg, dim = self.cfg, self.domain.dim
