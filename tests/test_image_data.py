@@ -216,3 +216,16 @@ def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folde
     assert sorted({int(item['label']) for item in solver.datas['eval'].dataset}) == [1, 2]  # train's numbers
     with pytest.raises(DataError, match=r"class folder\(s\) \['class_2'\] that CLASSES \['class_0', 'class_1'\] lacks"):
         DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': root, 'CLASSES': ['class_0', 'class_1']})
+
+
+def test_images_of_another_size_in_a_batch_name_the_file_and_the_fix(tmp_path):
+    write_png_folder(str(tmp_path), classes=2, per_class=3)
+    odd = tmp_path / 'class_1' / 'odd.png'
+    Image.fromarray(np.zeros((20, 24, 3), np.uint8)).save(odd)
+    cfg = data_cfg(
+        NAME='ImageFolderDataset', DATA_ROOT=str(tmp_path), BATCH_SIZE=8, TRANSFORMS=[{'NAME': 'ImageToTensor'}]
+    )
+    with pytest.raises(
+        DataError, match=r"differ in the shape of 'img': \[3, 16, 16\] and \[3, 20, 24\] \(.*odd\.png\);"
+    ):
+        next(iter(bundle(cfg, mode='eval').iterate()))

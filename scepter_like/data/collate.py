@@ -34,6 +34,8 @@ class DictCollate:
             batch = default_collate(samples)
         except TypeError:
             raise self._unbatchable(samples) from None
+        except RuntimeError as e:  # torch.stack of items of different shapes
+            raise self._uneven(samples) or e from None
         if self.dtype is not None:
             for key, value in batch.items():
                 if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != self.dtype:
@@ -52,6 +54,20 @@ class DictCollate:
                     ' turn it into a tensor, array or number (TRANSFORMS ImageToTensor / ToTensor), or drop it (Select)'
                 )
         return DataError(f'{self.source}: torch cannot batch these samples; give tensors, arrays and numbers')
+
+    def _uneven(self, samples):
+        """The error naming the first key whose items differ in shape (images of other sizes), or None."""
+        for key, value in samples[0].items():
+            shapes = [tuple(getattr(sample[key], 'shape', ())) for sample in samples]
+            if hasattr(value, 'shape') and len(set(shapes)) > 1:
+                other = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
+                meta = samples[other].get('meta')
+                where = f' ({meta["img_path"]})' if isinstance(meta, Mapping) and 'img_path' in meta else ''
+                return DataError(
+                    f'{self.source}: the items of a batch differ in the shape of {key!r}: {list(shapes[0])} and'
+                    f' {list(shapes[other])}{where}; give them one size (TRANSFORMS Resize / CenterCrop for images)'
+                )
+        return None
 
 
 def not_a_dict(source, item):
