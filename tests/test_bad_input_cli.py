@@ -10,6 +10,7 @@ import os
 import re
 import textwrap
 
+import numpy as np
 import pytest
 import yaml
 from conftest import DIGITS_CFG, run_cli
@@ -23,6 +24,18 @@ def blob_cfg(tmp_path_factory):
     cfg = blob_solver_cfg(write_blobs(root / 'blobs.npz'), root / 'unused', MAX_STEPS=1)
     cfg['ENV']['NUM_THREADS'] = 1
     path = root / 'blobs.yaml'
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _negative_labels(tmp_path, blob_cfg):
+    """The blob job's config on a copy of its data whose labels are -1 / 1 (an SVM's convention)."""
+    cfg = yaml.safe_load(open(blob_cfg))
+    with np.load(cfg['SOLVER']['TRAIN_DATA']['PATH']) as data:
+        np.savez(tmp_path / 'pm.npz', x=data['x'], y=np.where(data['y'] > 0, 1, -1))
+    for key in ('TRAIN_DATA', 'EVAL_DATA'):
+        cfg['SOLVER'][key]['PATH'] = str(tmp_path / 'pm.npz')
+    path = tmp_path / 'pm.yaml'
     path.write_text(yaml.safe_dump(cfg))
     return str(path)
 
@@ -144,7 +157,13 @@ CASES = {
     'model output size': (
         lambda t, b: ['--cfg', b, _work(t), 'SOLVER.MODEL.BACKBONE.OUT_DIM=2'],
         r'the model Classifier \(SOLVER\.MODEL\) does not fit the batch \(img: \[16, 8\] float32, .*\) at its output:'
-        r' Target 2 is out of bounds; set SOLVER\.MODEL\.BACKBONE\.OUT_DIM \(now 2\)',
+        r' Target 2 is out of bounds; set SOLVER\.MODEL\.BACKBONE\.OUT_DIM \(now 2\) to fit the data \(class'
+        r' labels are indices 0 \.\. classes - 1: labels counted from 1 take label - 1\)',
+    ),
+    'negative class labels': (
+        lambda t, b: ['--cfg', _negative_labels(t, b), _work(t)],
+        r'at its output: Target -1 is out of bounds; class labels are indices 0, 1, \.\.\., classes - 1: remap the'
+        r' labels \(e\.g\. -1 / 1 to 0 / 1\)$',
     ),
     'import with a syntax error': (
         lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', '--import', _write(t, 'broken.py', 'x = 1\ndef f(:\n')],

@@ -21,6 +21,9 @@ _SIDES = (
 )
 
 
+_LABEL = re.compile(r'Target (-?\d+) is out of bounds')
+
+
 def _side(message):
     for side, pattern in _SIDES:
         if pattern.search(message):
@@ -63,10 +66,15 @@ def explain(model, batch, error, trained=False):
     keys = _size_keys(inner, side)
     if side == 'input or output' and not keys:  # any broadcast error: a model's own bug keeps its traceback
         return None
-    if trained:
+    target = _LABEL.search(message)
+    if target and int(target.group(1)) < 0:  # no size fixes a negative label
+        fix = 'class labels are indices 0, 1, ..., classes - 1: remap the labels (e.g. -1 / 1 to 0 / 1)'
+    elif trained:
         fix = 'give inputs of the sizes the model takes' + (f' ({", ".join(keys)})' if keys else '')
     elif keys:
         fix = f'set {" or ".join(keys)} to fit the data'
     else:
         fix = f"make the model's {side} sizes fit the data"
+    if target and int(target.group(1)) >= 0:
+        fix += ' (class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1)'
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'
