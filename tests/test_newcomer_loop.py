@@ -202,7 +202,7 @@ def test_a_broken_eval_fails_before_the_first_train_step(blobs, tmp_path, capsys
     cfg = bad_metric_cfg(blobs, tmp_path / 'run', STEP_INTERVAL=1)
     assert train(tmp_path, cfg) == 2
     line = one_error_line(capsys)
-    assert "AccuracyMetric needs keys ['logit']" in line
+    assert "AccuracyMetric needs keys ['logit'] in the model outputs; " in line and 'SOLVER.EXTRA_KEYS lists it' in line
     assert not glob.glob(str(tmp_path / 'run' / 'checkpoints' / '*.pth'))  # not one step trained
     cfg['SOLVER']['METRICS'][0]['KEYS'] = ['logits', 'label']  # fixed: the same command in the same WORK_DIR
     assert train(tmp_path, cfg) == 0, capsys.readouterr().err

@@ -55,6 +55,10 @@ def test_predict_needs_no_grad(solver):
             {'img': np.zeros((3, 5), np.float32)},
             r'at its input: .*; give inputs of the sizes the model takes \(.*IN_DIM',
         ),
+        (
+            {'img': [[1, 2, 3, 4, 5, 6, 7, 8]]},
+            r"img: int64: .*; set their dtypes in the inputs you give \(numpy: x\.astype\('float32'\)\)",
+        ),
     ],
 )
 def test_predict_bad_inputs_are_data_errors(solver, inputs, pattern):

@@ -31,9 +31,7 @@ class Metric:
     def inputs(self, data):
         missing = [k for k in self.keys if k not in data]
         if missing:
-            raise DataError(
-                f'{type(self).__name__} needs keys {missing} in the model outputs or batch; it has {sorted(data)}'
-            )
+            raise missing_keys(type(self).__name__, missing, data)
         return [data[k] for k in self.keys]
 
     def accumulate(self, sums):
@@ -73,6 +71,14 @@ class Metric:
 
     def finish(self, sums):
         raise NotImplementedError
+
+
+def missing_keys(owner, missing, data):
+    """The DataError of a metric whose KEYS name what a step's outputs lack."""
+    return DataError(
+        f'{owner} needs keys {missing} in the model outputs; it has {sorted(data)} (a batch key reaches the metrics'
+        ' when SOLVER.EXTRA_KEYS lists it)'
+    )
 
 
 def checked_metric(metric, cfg):

@@ -10,6 +10,7 @@ so TrainValSolver runs both shapes side by side.
 import torch
 
 from scepter_like.errors import DataError
+from scepter_like.metric.base import missing_keys
 from scepter_like.utils.distributed import all_gather_object
 
 
@@ -27,7 +28,7 @@ class PassCollector:
     def update(self, data):
         missing = [k for k in self.keys if k not in data]
         if missing:
-            raise DataError(f'{self.owner} needs keys {missing} in the model outputs or batch; it has {sorted(data)}')
+            raise missing_keys(self.owner, missing, data)
         for key in self.keys:
             value = data[key]
             self.parts[key].append(value.detach().cpu() if isinstance(value, torch.Tensor) else value)

@@ -33,8 +33,11 @@ def model_dtype(model):
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
-def explain(model, batch, error):
-    """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about dtypes."""
+def explain(model, batch, error, trained=False):
+    """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about dtypes.
+
+    ``trained``: inference on given inputs (predict, run_inference), which read no data config.
+    """
     lines = str(error).strip().splitlines()
     message = lines[0].rstrip('.') if lines else ''
     if not _DTYPE_MESSAGE.search(message):
@@ -52,7 +55,9 @@ def explain(model, batch, error):
     example = ', '.join(
         f'{k}: {_name(want) if v.is_floating_point() or v.dim() > 1 else "int64"}' for k, v in odd.items()
     )
+    where = f"the data config's DTYPES (NpzDataset, CsvDataset: DTYPES: {{{example}}}) or in your dataset"
+    if trained:
+        where = f"the inputs you give (numpy: x.astype('{_name(want)}'))"
     return (
-        f'the model {name} ({_name(want)}) cannot take the batch key(s) {keys}: {message}; set their dtypes'
-        f" in the data config's DTYPES (NpzDataset, CsvDataset: DTYPES: {{{example}}}) or in your dataset"
+        f'the model {name} ({_name(want)}) cannot take the batch key(s) {keys}: {message}; set their dtypes in {where}'
     )

@@ -57,7 +57,7 @@ def forward_checked(model, batch, trained=False):
     except (RuntimeError, IndexError, ValueError) as e:  # torch's word for sizes or dtypes that do not fit the data
         from scepter_like.model import dtype_mismatch, size_mismatch
 
-        why = size_mismatch.explain(model, batch, e, trained) or dtype_mismatch.explain(model, batch, e)
+        why = size_mismatch.explain(model, batch, e, trained) or dtype_mismatch.explain(model, batch, e, trained)
         if why is not None:
             raise DataError(why) from e  # --debug shows where in the model
         raise
