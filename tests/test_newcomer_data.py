@@ -173,7 +173,7 @@ def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_
     assert run(run_train, ['--cfg', str(job)]) == 2
     line = one_error_line(capsys)
     assert "the LABEL_COLUMN 'a' holds 0.5, not a class (a whole number or a text)" in line, line
-    assert 'COLUMNS: {y: a}' in line
+    assert 'COLUMNS: {x: [b, y], y: a} (COLUMNS replaces the default x, so it names the features too)' in line
     holed = tmp_path / 'holed.csv'
     holed.write_text(path.read_text().replace('\n5.5,1.0,5.0\n', '\n5.5,1.0,\n'))  # pandas writes NaN as ''
     with pytest.raises(DataError, match=r"the LABEL_COLUMN 'y' is empty or NaN in 1 row\(s\), the first at row 5"):

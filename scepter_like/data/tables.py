@@ -55,10 +55,10 @@ def number_or_none(text):
         return None
 
 
-def class_indices(labels, classes, path, where, column):
+def class_indices(labels, classes, path, where, column, features=()):
     """``(int64 class indices, class names in index order)`` of ``labels`` (texts): whole numbers (``3``, ``3.0``) as
     they are (names None), else their place in ``classes`` (default: the labels' sorted).  Numbers that are not
-    whole are a regression target, not classes: a DataError."""
+    whole are a regression target, not classes: a DataError showing the COLUMNS that read it with ``features``."""
     missing = [row for row, label in enumerate(labels) if label.lower() in MISSING_LABELS]
     if missing:
         raise DataError(
@@ -71,7 +71,8 @@ def class_indices(labels, classes, path, where, column):
         if fraction is not None:
             raise DataError(
                 f'{path}: the LABEL_COLUMN {column!r} holds {fraction}, not a class (a whole number or a text);'
-                f' a regression target is a feature column: COLUMNS: {{y: {column}}}'
+                f' a regression target is a column of its own: COLUMNS: {{x: [{", ".join(features)}], y: {column}}}'
+                ' (COLUMNS replaces the default x, so it names the features too)'
             )
         return torch.tensor([int(n) for n in numbers], dtype=torch.int64), None
     order = [str(c) for c in classes] or sorted(set(labels))
@@ -126,7 +127,7 @@ class CsvDataset(ArrayDataset):
         if label:
             labels = [row[position[label]].strip() for row in rows]
             arrays[cfg.LABEL_KEY], self.classes = class_indices(
-                labels, cfg.CLASSES, path, cfg.path_of('CLASSES'), label
+                labels, cfg.CLASSES, path, cfg.path_of('CLASSES'), label, [name for name in header if name != label]
             )
         super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))
