@@ -77,6 +77,14 @@ def test_random_crop_pads_then_crops(rgb):
     assert padded.size == (40, 30)
 
 
+def test_normalize_with_0_255_values_warns_with_the_values_to_use(caplog):
+    build('Normalize', MEAN=[0.485, 0.456, 0.406], STD=[0.229, 0.224, 0.225])
+    assert 'look like 0-255' not in caplog.text
+    build('Normalize', MEAN=[127.5, 127.5, 127.5], STD=[63.75, 63.75, 63.75])  # an mmcv / cv2 config's
+    assert 'MEAN [127.5, 127.5, 127.5] and STD [63.75, 63.75, 63.75] look like 0-255 pixel values' in caplog.text
+    assert 'divide them by 255 (MEAN [0.5, 0.5, 0.5], STD [0.25, 0.25, 0.25])' in caplog.text
+
+
 def test_image_to_tensor_and_normalize(rgb):
     tensor = build('ImageToTensor')({'img': rgb})['img']
     assert tensor.dtype == torch.float32 and tensor.shape == (3, 24, 40)

@@ -6,6 +6,7 @@ from the generator the pipeline passes them, the sample's own (``random`` when c
 without one); each key draws its own parameters, as in scepter.
 """
 
+import logging
 import math
 import random
 
@@ -284,6 +285,12 @@ class Normalize(ImageTransform):
             )
         if any(s == 0 for s in std):
             raise ConfigError(f'{cfg.path_of("STD")}: a standard deviation of 0 divides by zero, got {std}')
+        if max(abs(v) for v in mean + std) > 1:  # mmcv / cv2 configs give them on the 0-255 scale
+            (logger or logging.getLogger(__name__)).warning(
+                f'{cfg.path_of("MEAN")}: MEAN {mean} and STD {std} look like 0-255 pixel values, but ImageToTensor'
+                f' gives [0, 1] floats: divide them by 255 (MEAN {[round(v / 255, 4) for v in mean]},'
+                f' STD {[round(v / 255, 4) for v in std]})'
+            )
         self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
 
