@@ -299,6 +299,11 @@ def load_yaml_with_base(path, _seen=()):
     merged = {}
     for base in bases:
         base_path = os.path.join(os.path.dirname(path), base)
+        if not os.path.isfile(base_path):
+            raise ConfigError(
+                f'{path}: its {BASE_KEY} {base!r} is not a file ({base_path}); a base path is relative'
+                ' to the file that names it'
+            )
         merged = merge_dicts(merged, load_yaml_with_base(base_path, _seen + (path,)))
     merged = merge_dicts(merged, data)
     return merged if _seen else _drop_delete_keys(merged)

@@ -196,14 +196,17 @@ def check_range(value, spec, path):
                 raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
 
 
+ALIASES = {'LR': 'LEARNING_RATE', 'BS': 'BATCH_SIZE', 'EPOCHS': 'MAX_EPOCHS'}  # the short names users type
+
+
 def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: tuple[str, ...] = (NAME_KEY,)) -> Any:
     """Fill defaults from ``para`` into ``cfg`` in place, reject unknown keys, check values."""
     if strict:
         for key in cfg.keys():
             if key not in para and key not in skip:
+                hint = suggest(key, para) or (f'; did you mean {ALIASES[key]}?' if ALIASES.get(key) in para else '')
                 raise ConfigError(
-                    f'{cfg.path_of(key)}: unknown key for {owner}{suggest(key, para)}'
-                    f' (its keys: {", ".join(sorted(para)) or "none"})'
+                    f'{cfg.path_of(key)}: unknown key for {owner}{hint} (its keys: {", ".join(sorted(para)) or "none"})'
                 )
     for key, spec in para.items():
         if key not in cfg or (cfg[key] is None and spec.get('required')):  # a null is no value for it

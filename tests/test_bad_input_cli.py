@@ -160,6 +160,18 @@ CASES = {
         r' Target 2 is out of bounds; set SOLVER\.MODEL\.BACKBONE\.OUT_DIM \(now 2\) to fit the data \(class'
         r' labels are indices 0 \.\. classes - 1: labels counted from 1 take label - 1\)',
     ),
+    'top-k past the classes': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.METRICS.0.TOPK=[1, 5]'],
+        r'SOLVER\.METRICS\[0\]\.TOPK: top-5 accuracy of 3 classes is 1 by definition; give TOPK values up to 3$',
+    ),
+    'lr for learning_rate': (
+        lambda t, b: ['--cfg', b, '--print-config', 'SOLVER.OPTIMIZER.LR=0.1'],
+        r'SOLVER\.OPTIMIZER\.LR: unknown key for OPTIMIZERS\.SGD; did you mean LEARNING_RATE\?',
+    ),
+    'a missing base file': (
+        lambda t, b: ['--cfg', _write(t, 'child.yaml', '_BASE_: nothere.yaml\n'), '--print-config'],
+        r"child\.yaml: its _BASE_ 'nothere\.yaml' is not a file \(.*nothere\.yaml\); a base path is relative to",
+    ),
     'negative class labels': (
         lambda t, b: ['--cfg', _negative_labels(t, b), _work(t)],
         r'at its output: Target -1 is out of bounds; class labels are indices 0, 1, \.\.\., classes - 1: remap the'

@@ -51,6 +51,16 @@ def test_a_train_run_without_optimizer_is_an_error(blobs, tmp_path, capsys):
     assert ' step ' not in capsys.readouterr().out
 
 
+def test_eval_data_without_metrics_warns_that_it_reports_nothing(blobs, tmp_path, caplog):
+    build_solver(blob_solver_cfg(blobs, tmp_path / 'a', METRICS=[]))
+    assert (
+        'SOLVER.EVAL_DATA is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation reports' in caplog.text
+    )
+    caplog.clear()
+    build_solver(blob_solver_cfg(blobs, tmp_path / 'b'))
+    assert 'reports nothing' not in caplog.text
+
+
 def test_log_hook_is_added_by_default_and_a_key_turns_it_off(blobs, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger='scepter_like'):
         solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'a', hooks=[{'NAME': 'BackwardHook'}]))

@@ -2,6 +2,7 @@
 
 import torch
 
+from scepter_like.errors import ConfigError
 from scepter_like.metric.base import Metric
 from scepter_like.metric.registry import METRICS
 
@@ -22,7 +23,12 @@ class AccuracyMetric(Metric):
 
     def update(self, data):
         logits, label = self.inputs(data)
-        k_max = min(max(self.topk), logits.shape[-1])
+        if self.topk[-1] > logits.shape[-1]:  # every label is among all classes: a top-k of 1.0 says nothing
+            raise ConfigError(
+                f'{self.cfg.path_of("TOPK")}: top-{self.topk[-1]} accuracy of {logits.shape[-1]} classes is 1 by'
+                f' definition; give TOPK values up to {logits.shape[-1]}'
+            )
+        k_max = max(self.topk)
         top = logits.topk(k_max, dim=-1).indices
         hit = top.eq(label.view(-1, 1))
         correct = [hit[:, : min(k, k_max)].any(dim=1).sum() for k in self.topk]

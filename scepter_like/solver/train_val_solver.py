@@ -38,6 +38,12 @@ class TrainValSolver(BaseSolver):
         self.metrics = [self._metric(entry, metric) for entry, metric in zip(entries, self.metrics)]
         if not self.cfg.DO_FINAL_EVAL:
             self.metrics = []
+        cfg = self.cfg
+        if cfg.EVAL_DATA is not None and not entries and not cfg.EVAL_HOOKS and not self.runs_own_pass('eval'):
+            self.logger.warning(
+                f'{cfg.path_of("EVAL_DATA")} is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation'
+                ' reports nothing; add METRICS, e.g. [{NAME: AccuracyMetric}]'
+            )
         self.eval_data = None
         if self.cfg.SAVE_EVAL_DATA:
             keys = list(dict.fromkeys([k for entry in entries for k in entry.get('KEYS') or []] + self.extra_keys))
