@@ -950,6 +950,7 @@ def test_scepter_hook_list_stage_calls_count_and_reduce_scalar_hands_over_the_lo
     assert sorted(solver.iter_outputs) == ['logits', 'loss', 'n'] and solver.iter_outputs['n'].dim() == 0
     solver.after_iter(hooks)  # BackwardHook steps; the counts advance after the hooks, scepter's way
     assert solver.loss is None and (solver.iter, solver.total_iter, solver.progress.optimizer_steps) == (1, 1, 1)
+    assert solver.collect_log_vars() == {'pg0_lr': 0.1}  # scepter's keys, in train mode
     solver.eval_mode()
     assert solver.is_eval_mode and not solver.model.training and solver._epoch_outputs['eval'] == {}
     assert dict(solver._total_iter) == {'train': 1, 'eval': 1, 'test': 1} and solver._epoch_max_iter['eval'] == 6

@@ -241,10 +241,11 @@ class ScepterProtocol:
         return is_fsdp(self.model)
 
     def collect_log_vars(self):
-        """Scalars of this step for the log: the model's scalar outputs and the learning rate."""
-        ret = OrderedDict((k, v) for k, v in self.step.outputs.items() if v.dim() == 0)
-        if self.optimizer is not None:
-            ret['lr'] = self.optimizer.param_groups[0]['lr']
+        """scepter's: in train mode, each parameter group's learning rate as ``pg{index}_lr``."""
+        ret = OrderedDict()
+        if self._mode == 'train' and self.optimizer is not None:
+            for index, group in enumerate(self.optimizer.param_groups):
+                ret[f'pg{index}_lr'] = group['lr']
         return ret
 
     # -- probes: what a step hands to ProbeDataHook -------------------------------------------------
