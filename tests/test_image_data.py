@@ -229,3 +229,12 @@ def test_images_of_another_size_in_a_batch_name_the_file_and_the_fix(tmp_path):
         DataError, match=r"differ in the shape of 'img': \[3, 16, 16\] and \[3, 20, 24\] \(.*odd\.png\);"
     ):
         next(iter(bundle(cfg, mode='eval').iterate()))
+
+
+def test_an_image_batch_of_another_size_than_the_model_takes_points_at_resize_too():
+    from scepter_like.model.registry import MODELS
+    from scepter_like.solver.model_call import forward_checked
+
+    model = MODELS.build({'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 768, 'OUT_DIM': 3}}).eval()
+    with pytest.raises(DataError, match=r'IN_DIM \(now 768\) to fit the data; images of another size than the rest'):
+        forward_checked(model, {'img': torch.zeros(1, 3, 20, 24)})

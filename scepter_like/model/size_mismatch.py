@@ -77,4 +77,6 @@ def explain(model, batch, error, trained=False):
         fix = f"make the model's {side} sizes fit the data"
     if target and int(target.group(1)) >= 0:
         fix += ' (class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1)'
+    if side == 'input' and any(isinstance(v, torch.Tensor) and v.dim() == 4 for v in batch.values()):
+        fix += '; images of another size than the rest need TRANSFORMS Resize / CenterCrop instead'
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'
