@@ -64,7 +64,8 @@ def refuse_nonfinite_weights(solver: SolverSurface, name):
     params = [p.detach() for p in solver.unwrapped_model.parameters()]
     if not params:
         return
-    bad = torch.stack([~torch.isfinite(p).all() for p in params]).any().to(torch.int32)
+    shards = [p.to_local() if hasattr(p, 'to_local') else p for p in params]  # FSDP: each rank's own DTensor shard
+    bad = torch.stack([~torch.isfinite(p).all() for p in shards]).any().to(torch.int32)
     if int(all_reduce_max(bad)):
         raise TrainingError(
             f'the model weights hold NaN or inf after step {solver.progress.total_iter}; {name} is not written,'
