@@ -262,3 +262,34 @@ def test_a_description_never_makes_a_tool_import_a_file_it_names(trained, tmp_pa
         res, r'describes a EvilModel, registered by .*evil\.py: a \.py path the file names is never imported'
     )
     assert not marker.exists()
+
+
+def test_inference_imports_a_users_model_file_by_its_path_when_the_checkpoint_names_its_module(tmp_path):
+    """Trained with IMPORTS: [my_net] in its folder; inferred from elsewhere with --import path/my_net.py."""
+    import yaml
+    from helpers import blob_solver_cfg, write_blobs
+
+    train_dir, other = tmp_path / 'project', tmp_path / 'elsewhere'
+    train_dir.mkdir()
+    other.mkdir()
+    (train_dir / 'my_net.py').write_text(
+        'from scepter_like.model.classifier import Classifier\n'
+        'from scepter_like.model.registry import MODELS\n\n\n'
+        '@MODELS.register_class()\nclass MyNetClassifier(Classifier):\n    pass\n'
+    )
+    npz = write_blobs(train_dir / 'blobs.npz')
+    cfg = blob_solver_cfg(npz, train_dir / 'run', [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}], MAX_EPOCHS=1)
+    cfg['IMPORTS'] = ['my_net']
+    cfg['SOLVER']['MODEL']['NAME'] = 'MyNetClassifier'
+    (train_dir / 'job.yaml').write_text(yaml.safe_dump(cfg))
+    res = run_cli('run_train.py', '--cfg', train_dir / 'job.yaml', cwd=train_dir)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(npz) as data:
+        np.savez(other / 'x.npz', img=data['x'][:5])
+    res = run_cli(
+        'run_inference.py', '--checkpoint', train_dir / 'run', '--input', other / 'x.npz', '--output',
+        other / 'y.npz', '--import', train_dir / 'my_net.py', cwd=other,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(other / 'y.npz') as y:
+        assert y['logits'].shape == (5, 3)

@@ -92,14 +92,16 @@ def model_from_description(desc, source):
     """The model ``desc`` describes, in its dtype, built after importing its ``imports``; fresh weights.
 
     Only module names are imported (modules installed or under the working directory, as a
-    config's IMPORTS are); a ``.py`` path the file names is not, so a file cannot make a tool
-    run a file of its choosing: give such a module with ``--import``.
+    config's IMPORTS are), and only when the architecture is not registered yet; a ``.py`` path
+    the file names is not, so a file cannot make a tool run a file of its choosing: give such a
+    module with ``--import``.
     """
     from scepter_like.utils.dtypes import DTYPES, default_dtype
 
     paths = [m for m in desc['imports'] if m.endswith('.py') or '/' in m or os.sep in m]
-    import_user_modules([m for m in desc['imports'] if m not in paths])
     name = desc['architecture']
+    if name not in MODELS:  # (an --import of the same module by its path registered it already)
+        import_user_modules([m for m in desc['imports'] if m not in paths])
     if name not in MODELS:
         where = (
             f'registered by {", ".join(paths)}: a .py path the file names is never imported'
