@@ -1196,3 +1196,30 @@ def test_scepters_own_run_train_loop_keeps_accumulate_step(tmp_path):
     finally:
         SOLVERS._entries.pop('CompatAccumulatingLoop', None)
     assert torch.equal(weights['TrainValSolver'], weights['CompatAccumulatingLoop'])
+
+
+def test_a_backward_hook_of_scepters_steps_the_native_loop_on_the_returned_loss(tmp_path):
+    """scepter's BackwardHook (a class of that name that is not this project's) backpropagates solver.loss."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver.hooks import HOOKS, Hook
+    from scepter_like.solver.hooks.backward import BackwardHook as OwnBackwardHook
+
+    class BackwardHook(Hook):  # scepter's after_iter, as its hooks/backward.py does it (no accumulation, no AMP)
+        def after_iter(self, solver):
+            if solver.optimizer is not None and solver.is_train_mode and solver.loss is not None:
+                solver.loss.backward()
+                solver.optimizer.step()
+                solver.optimizer.zero_grad()
+                solver.loss = None
+
+    HOOKS.register_class('BackwardHook')(BackwardHook)
+    try:
+        cfg = blob_solver_cfg(write_blobs(tmp_path / 'b.npz'), tmp_path / 'w', [{'NAME': 'BackwardHook'}], MAX_EPOCHS=1)
+        solver = build_solver(cfg)
+        before = [p.detach().clone() for p in solver.unwrapped_model.parameters()]
+        solver.solve()
+    finally:
+        HOOKS.register_class('BackwardHook')(OwnBackwardHook)
+    assert not solver.updater.active and solver.progress.optimizer_steps == 6
+    assert all(not torch.equal(a, b) for a, b in zip(before, solver.unwrapped_model.parameters()))

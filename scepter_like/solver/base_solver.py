@@ -538,11 +538,11 @@ class BaseSolver(HookStages, ScepterProtocol):
         return self.train_forward(batch_data)
 
     def take_step_results(self, results: dict[str, Any]) -> None:
-        """What ``run_step_*`` returned becomes the step's: its outputs and, in a train step the updater does, its
-        loss (the ``loss_*`` terms aggregated when there is no ``loss``)."""
+        """What ``run_step_*`` returned becomes the step's: its outputs and, in a train step, its loss (the ``loss_*``
+        terms aggregated when there is no ``loss``), for the updater or a BackwardHook of scepter's."""
         if not isinstance(results, dict):
             raise DataError(f'run_step_{self._mode} must return a dict of outputs, got {type(results).__name__}')
-        if self._mode == 'train' and self.updater.active:
+        if self._mode == 'train' and (self.updater.active or 'loss' in results):
             self.step.loss = self.updater.loss_of(results, self.step)
         self.step.outputs = detached_outputs(results)
 
