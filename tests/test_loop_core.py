@@ -30,6 +30,18 @@ def test_accumulation_groups_close_at_the_epoch_end_with_a_short_last_group():
     assert progress.optimizer_steps == 3 and progress.total_iter == 7
 
 
+def test_a_resume_inside_a_group_averages_the_rest_of_that_group_over_its_own_length():
+    """On another world size the checkpoint's group end maps to iteration 3 of groups of 2: (3), then (4, 5), ..."""
+    progress = TrainingProgress(max_epochs=1)
+    progress.iters['train'] = 3  # where the resume placed the epoch
+    progress.start_train_epoch(8)
+    groups = []
+    for _ in range(5):
+        groups.append(progress.accumulation_group(2))
+        progress.count_step('train', groups[-1][1])
+    assert groups == [(1, True), (2, False), (2, True), (2, False), (2, True)]
+
+
 def test_max_steps_cuts_the_epoch_and_the_accumulation_group():
     progress = TrainingProgress(max_epochs=3, max_steps=5)
     assert progress.start_train_epoch(4) == (0, 4)

@@ -157,6 +157,29 @@ def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
     assert solver.lr_scheduler.last_epoch == 3  # stepped once per epoch boundary, never twice
 
 
+def test_a_per_step_warmup_keeps_its_length_in_steps_across_a_resume_with_other_batches(blobs, tmp_path):
+    """Resumed on another world size (here: another batch size) the epoch has other step counts; the warmup, fixed
+    in optimizer steps when the run began, goes on where it was instead of restarting lower."""
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'LrHook', 'SET_BY_EPOCH': False, 'WARMUP_EPOCHS': 2, 'WARMUP_START_LR': 0.01},
+        {'NAME': 'CheckpointHook'},
+    ]
+    first = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None))
+    first.solve()
+    steps = first.progress.optimizer_steps
+    lr_at_end = first.optimizer.param_groups[0]['lr']
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None, RESUME_FROM='auto')
+    cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 32
+    resumed = build_solver(cfg)
+    lrs = _lr_recorder(resumed)
+    resumed.solve()
+    lr_hook = next(h for h in resumed.hooks_dict['train'] if type(h).__name__ == 'LrHook')
+    assert lr_hook._warmup_steps == 2 * steps  # not 2 epochs of the larger batches
+    assert resumed.progress.optimizer_steps == steps + steps // 2
+    assert lrs[0][0] == pytest.approx(lr_at_end) and lrs[1][0] > lrs[0][0]  # it goes on rising from there
+
+
 def test_warmup_func_null_is_no_warmup_as_in_scepter(blobs, tmp_path):
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_FUNC': None, 'WARMUP_START_LR': 0.02}]
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2)

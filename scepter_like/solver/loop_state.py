@@ -34,6 +34,7 @@ class TrainingProgress:
         self.iters = dict.fromkeys(MODES, 0)
         self.epoch_iters = dict.fromkeys(MODES, 0)  # batches in this mode's epoch (a fold of a train pass)
         self.train_stop = 0  # the train iteration this epoch stops at: its end, or earlier by MAX_STEPS
+        self.train_start = 0  # the train iteration this epoch (re)started at: 0, or where a resume placed it
         self.total_iter = 0
         self.optimizer_steps = 0
         self.epoch_finished = False  # the current train epoch ran to its end
@@ -71,6 +72,7 @@ class TrainingProgress:
         if self.max_steps > 0:
             self.train_stop = min(self.train_stop, self.iters['train'] + self.max_steps - self.total_iter)
         self.train_stop = max(self.train_stop, self.iters['train'])
+        self.train_start = self.iters['train']
         return start + self.iters['train'], start + self.train_stop
 
     def steps_left(self) -> int:
@@ -94,11 +96,13 @@ class TrainingProgress:
         """``(size, closes)`` of the group of ``n`` micro-batches the next train step belongs to.
 
         Groups count from the epoch's start; the last group of an epoch (or before
-        MAX_STEPS) may be shorter and is averaged over its own length.
+        MAX_STEPS) may be shorter and is averaged over its own length, and so is the rest of
+        a group a resume lands in (on another number of processes, the checkpoint's group end
+        maps inside one).
         """
         it = self.iters['train']
-        group_start = it - it % n
-        size = max(min(n, self.train_stop - group_start), 1)  # (a loop of a subclass's own may run past the plan)
+        group_start = max(it - it % n, self.train_start)
+        size = max(min(n - group_start % n, self.train_stop - group_start), 1)  # (an own loop may run past the plan)
         return size, it + 1 >= group_start + size
 
     # -- the end of things ------------------------------------------------------------------

@@ -49,7 +49,7 @@ class LrHook(Hook):
         self.last_epoch = 0
         self.seen_steps = 0
         self.phase = 0  # the optimizer phase sched_lrs belong to
-        self._warmup_steps = 0
+        self._warmup_steps = None  # optimizer steps of a per-step warmup: fixed by the run's start, kept on resume
 
     def before_solve(self, solver: SolverSurface):
         optimizer = solver.optimizer
@@ -68,7 +68,7 @@ class LrHook(Hook):
         if self.sched_lrs is None:  # fresh start (a resume restores these)
             self.sched_lrs = [g['lr'] for g in optimizer.param_groups]
             self.start_ratio = self.warmup_start_lr / self.sched_lrs[0] if self.sched_lrs[0] else 1.0
-        if 'train' in solver.datas:
+        if 'train' in solver.datas and self._warmup_steps is None:  # (a resume on another world size keeps it)
             batches = solver.datas['train'].num_batches() / solver.progress.num_folds
             self._warmup_steps = round(
                 self.warmup_epochs * math.ceil(batches / solver.updater.settings.accumulate_steps)
@@ -140,6 +140,7 @@ class LrHook(Hook):
             'last_epoch': self.last_epoch,
             'seen_steps': self.seen_steps,
             'phase': self.phase,
+            'warmup_steps': self._warmup_steps,
         }
 
     def load_state_dict(self, state):
@@ -148,3 +149,4 @@ class LrHook(Hook):
         self.last_epoch = state['last_epoch']
         self.seen_steps = state['seen_steps']
         self.phase = state.get('phase', 0)
+        self._warmup_steps = state.get('warmup_steps')  # (None in checkpoints from before: computed anew)
