@@ -30,6 +30,7 @@ from test_distributed import (
     torchrun,
 )
 
+from scepter_like.errors import DistributedError
 from scepter_like.utils.checkpoint import latest_checkpoint
 from scepter_like.utils.launch_env import first_host, read_launch_env
 
@@ -154,6 +155,24 @@ def test_launch_env_reads_slurm_and_prefers_torchrun():
     assert read_launch_env(torchrun_env).launcher == 'torchrun' and read_launch_env(torchrun_env).rank == 1
     assert read_launch_env({'SLURM_PROCID': '0', 'SLURM_NTASKS': '1'}).world_size == 1  # one task: no group
     assert first_host('node5') == 'node5' and first_host('a[1-2]') == 'a1'
+    with pytest.raises(DistributedError, match=r'^SLURM_PROCID 3 is not below SLURM_NTASKS 2; the launch gives'):
+        read_launch_env({**slurm, 'SLURM_NTASKS': '2', 'SLURM_NODELIST': 'a1'})  # (it waited out DIST_TIMEOUT)
+    with pytest.raises(DistributedError, match=r'^RANK 2 is not below WORLD_SIZE 2'):
+        read_launch_env({'RANK': '2', 'WORLD_SIZE': '2'})
+
+
+def test_nccl_without_cuda_and_a_timeout_of_zero_are_one_line_each(monkeypatch):
+    from scepter_like.config import Config
+    from scepter_like.errors import ConfigError
+    from scepter_like.solver.environment import resolve_env
+    from scepter_like.utils.distributed import init_distributed
+
+    monkeypatch.setenv('RANK', '0')
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    with pytest.raises(DistributedError, match=r'^ENV.BACKEND nccl runs on CUDA devices, and this process has cpu;'):
+        init_distributed(backend='nccl', device='cpu')
+    with pytest.raises(ConfigError, match=r'^ENV\.DIST_TIMEOUT: must be above 0, got 0'):
+        resolve_env(Config({'ENV': {'DIST_TIMEOUT': 0}, 'SOLVER': {}}).SOLVER)
 
 
 # -- 2 processes ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ ENV_PARA_DICT = {
     'DETERMINISTIC': {'value': False, 'description': 'torch.use_deterministic_algorithms and no cudnn autotuning'},
     'BACKEND': {'value': '', 'description': "process-group backend; '' picks nccl on CUDA, gloo on CPU"},
     'DEVICE': {'value': '', 'description': "'' picks cuda:LOCAL_RANK when CUDA is available, else cpu"},
-    'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait'},
+    'DIST_TIMEOUT': {'value': 1800, 'description': 'seconds a collective (and the rendezvous) may wait', 'above': 0},
     'NUM_THREADS': {
         'value': 1,
         'description': "torch intra-op threads per process (0: torch's default, one per core)",

@@ -72,6 +72,10 @@ def init_distributed(backend='', timeout_s=1800, device=''):
             )
         torch.cuda.set_device(dev)
     backend = backend or ('nccl' if dev.type == 'cuda' else 'gloo')
+    if world_size > 1 and backend == 'nccl' and dev.type != 'cuda':
+        raise DistributedError(
+            f'ENV.BACKEND nccl runs on CUDA devices, and this process has {dev}; use gloo, or leave ENV.BACKEND empty'
+        )
     if world_size > 1 and not dist.is_initialized():
         try:
             timeout = datetime.timedelta(seconds=timeout_s)

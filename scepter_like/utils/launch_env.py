@@ -51,13 +51,17 @@ def first_host(nodelist):
 def read_launch_env(env=None):
     env = os.environ if env is None else env
     if env.get('RANK') not in (None, '') or env.get('WORLD_SIZE') not in (None, ''):
-        return LaunchEnv(
-            _int(env, 'RANK', 0),
-            _int(env, 'WORLD_SIZE', 1),
-            _int(env, 'LOCAL_RANK', 0),
-            env.get('MASTER_ADDR', ''),
-            env.get('MASTER_PORT', ''),
-            'torchrun',
+        return _rank_checked(
+            LaunchEnv(
+                _int(env, 'RANK', 0),
+                _int(env, 'WORLD_SIZE', 1),
+                _int(env, 'LOCAL_RANK', 0),
+                env.get('MASTER_ADDR', ''),
+                env.get('MASTER_PORT', ''),
+                'torchrun',
+            ),
+            'RANK',
+            'WORLD_SIZE',
         )
     if env.get('SLURM_PROCID') in (None, '') or _int(env, 'SLURM_NTASKS', 1) < 2:
         return LaunchEnv()
@@ -68,14 +72,21 @@ def read_launch_env(env=None):
             raise DistributedError('SLURM gives no SLURM_LAUNCH_NODE_IPADDR nor SLURM_NODELIST; set MASTER_ADDR')
         addr = first_host(nodelist)
     port = env.get('MASTER_PORT') or str(DEFAULT_PORT + 1 + _int(env, 'SLURM_JOB_ID', 0) % 20000)
-    return LaunchEnv(
-        _int(env, 'SLURM_PROCID', 0),
-        _int(env, 'SLURM_NTASKS', 1),
-        _int(env, 'SLURM_LOCALID', 0),
-        addr,
-        port,
-        'slurm',
+    launch = LaunchEnv(
+        _int(env, 'SLURM_PROCID', 0), _int(env, 'SLURM_NTASKS', 1), _int(env, 'SLURM_LOCALID', 0), addr, port, 'slurm'
     )
+    return _rank_checked(launch, 'SLURM_PROCID', 'SLURM_NTASKS')
+
+
+def _rank_checked(launch, rank_name, size_name):
+    """``launch``, or a DistributedError when its rank is not one of the world's (the rendezvous would wait out
+    its whole timeout for a rank that never comes)."""
+    if not 0 <= launch.rank < launch.world_size:
+        raise DistributedError(
+            f'{rank_name} {launch.rank} is not below {size_name} {launch.world_size}; the launch gives each'
+            f' process a rank from 0 to {size_name} - 1'
+        )
+    return launch
 
 
 def process_rank():
