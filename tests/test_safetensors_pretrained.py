@@ -41,6 +41,13 @@ def test_safetensors_hook_writes_every_interval_and_at_the_end(tmp_path):
     assert read_safetensors_metadata(folder / 'w-step-8.safetensors')['step'] == '8'
 
 
+def test_a_save_due_inside_an_accumulation_group_waits_for_its_optimizer_step(tmp_path):
+    hooks = [{'NAME': 'BackwardHook', 'ACCUMULATE_STEP': 2}, {'NAME': 'SafetensorsHook', 'INTERVAL': 3}]
+    build_solver(blob_cfg(tmp_path, hooks, MAX_EPOCHS=1)).solve()  # 6 steps: groups (1,2) (3,4) (5,6)
+    names = sorted(os.listdir(tmp_path / 'run' / 'safetensors'))
+    assert names == ['weights-final.safetensors', 'weights-step-4.safetensors', 'weights-step-6.safetensors']
+
+
 class Tied(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -1,7 +1,8 @@
 """SafetensorsHook: the model's weights as ``.safetensors`` files others can load safely.
 
 Rank 0 writes ``WORK_DIR/safetensors/{prefix}-step-{S}.safetensors`` every INTERVAL train
-steps and ``{prefix}-final.safetensors`` when training ends.  The weights are those of the
+steps (one due inside a gradient accumulation group at the end of that group, as
+CheckpointHook does) and ``{prefix}-final.safetensors`` when training ends.  The weights are those of the
 unwrapped model (no ``module.`` prefix); tensors that share memory (tied weights) are
 written as separate copies.  The file's metadata (``solver.save_safetensors()``) holds the step,
 the epoch, the run's config and the model's description (JSON: ``scepter_like.model.description``),
@@ -31,6 +32,7 @@ class SafetensorsHook(Hook):
         self.interval = cfg.INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
         self.folder = None
+        self._due = False  # a save due inside an accumulation group waits for the group's optimizer step
 
     def before_solve(self, solver: SolverSurface):
         self.folder = os.path.join(solver.work_dir, SAFETENSORS_DIR)
@@ -39,7 +41,11 @@ class SafetensorsHook(Hook):
             remove_temp_files(self.folder)
 
     def after_iter(self, solver: SolverSurface):
-        if self.interval > 0 and solver.mode == 'train' and solver.progress.total_iter % self.interval == 0:
+        if self.interval <= 0 or solver.mode != 'train':
+            return
+        self._due = self._due or solver.progress.total_iter % self.interval == 0
+        if self._due and not solver.step.in_accumulation:  # the weights of a whole optimizer step
+            self._due = False
             self.save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.safetensors')
 
     def after_solve(self, solver: SolverSurface):
