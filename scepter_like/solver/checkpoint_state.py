@@ -181,7 +181,8 @@ def save_preempted(solver):
     if solver.is_main:
         write_latest_pointer(folder, name)
     stop = Preempted(solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name))
-    solver.logger.warning(str(stop))
+    if solver.is_main:  # one line for the job, not one per rank
+        solver.logger.warning(str(stop))
     return stop
 
 
