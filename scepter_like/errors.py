@@ -87,7 +87,8 @@ def suggest(word, candidates, n=3, cutoff=0.6):
     """Return ``"; did you mean X?"`` for the closest candidates (a candidate that differs only in case first:
     ``batch_size`` for BATCH_SIZE), or ``""``."""
     same = [str(c) for c in candidates if str(c).lower() == str(word).lower() and str(c) != str(word)]
-    close = same or difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=cutoff)
+    names = list(dict.fromkeys(str(c) for c in candidates))  # (a registry may list a name twice)
+    close = same or difflib.get_close_matches(str(word), names, n=n, cutoff=cutoff)
     if not close:
         return ''
     return '; did you mean ' + ' or '.join(close) + '?'

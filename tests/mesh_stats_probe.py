@@ -1,4 +1,5 @@
-"""Run under torchrun by test_mesh_regression: set up a MeshRegressionSolver, write this rank's model statistics.
+"""Run under torchrun by test_mesh_regression: set up a MeshRegressionSolver (and begin its training), write this
+rank's model statistics.
 
 ``python tests/mesh_stats_probe.py CONFIG.yaml OUT_DIR`` writes ``OUT_DIR/rank{r}.json``
 with the normalisation buffers the rank's model holds after set-up.
@@ -21,6 +22,7 @@ def main(cfg_path, out_dir):
     try:
         solver.set_up_pre()
         solver.set_up()
+        solver.before_solve()  # training begins: rank 0 writes WORK_DIR/stats.json
         stats = solver.unwrapped_model.normaliser.stats().to_dict()
         with open(os.path.join(out_dir, f'rank{solver.rank}.json'), 'w') as f:
             json.dump(stats, f)

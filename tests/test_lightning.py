@@ -178,7 +178,11 @@ def one_line_error(res):
         ),
         (
             'ENV.PL.STRATEGY=dpp',
-            "error: ENV.PL.STRATEGY: Lightning has no strategy 'dpp'; did you mean ddp",
+            "error: ENV.PL.STRATEGY: Lightning has no strategy 'dpp'; did you mean ddp?",  # (once: was 'ddp or ddp')
+        ),
+        (
+            'ENV.PL.NUM_NODES=2',
+            'error: ENV.PL.NUM_NODES: 2 nodes, but nothing started the others (no torchrun, srun or NODE_RANK)',
         ),
         (
             'ENV.PL.STRATEGY=ddp_spawn',

@@ -4,6 +4,7 @@ import glob
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -332,6 +333,25 @@ def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_p
     assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), 'normalisation statistics', '6 per vertex')
 
 
+def test_eval_targets_of_another_width_are_one_error_line_and_a_refused_run_writes_no_statistics(
+    tiny_manifest, tmp_path
+):
+    folder = copy_dataset(tiny_manifest, tmp_path)
+    for line in (folder / 'manifest.csv').read_text().splitlines()[1:]:
+        *_, split, name = line.split(',')
+        if split == 'val':
+            with np.load(folder / name) as f:
+                arrays = dict(f)
+            arrays['target'] = arrays['target'][:, :1]  # one channel of three
+            np.savez(folder / name, **arrays)
+    cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
+    assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), 'SOLVER.EVAL_DATA: its targets have 1 value(s)')
+    assert not (tmp_path / 'run' / 'stats.json').exists()
+    metric = MeshRMSEMetric(Config({'KEYS': ['pred', 'target']}))
+    with pytest.raises(DataError, match=r'the prediction is \[4, 3\] and the target \[4, 1\]'):
+        metric.update({'pred': torch.zeros(4, 3), 'target': torch.zeros(4, 1)})
+
+
 def test_evaluation_from_a_checkpoint_reproduces_the_training_rmse(tiny_manifest, tmp_path):
     """run_eval has no TRAIN_DATA: the model takes the run's stats.json, the checkpoint its weights."""
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
@@ -376,6 +396,7 @@ def trained_mesh(tiny_manifest, tmp_path_factory):
     path = write_config(tmp / 'cfg.yaml', cfg)
     res = run_tool('run_train.py', '--cfg', path)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert re.search(r'decoder +Sequential +[\d,]+ +\[\d+, 3\]', res.stdout)  # the summary's sample is a graph batch
     return path, tmp / 'run'
 
 
@@ -524,3 +545,24 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
         assert (r['total_iter'], r['optimizer_steps'], r['allreduces'], r['failed']) == (8, 3, 4, None)
     assert_same(ranks[0]['weights'], ranks[1]['weights'], 'weights')
     assert all(torch.isfinite(v).all() for v in ranks[0]['weights'].values())
+
+
+@pytest.mark.parametrize(
+    'change, message',
+    [
+        ({'stage': np.full(4, 0.5, np.float32)}, r'stage must be one number'),
+        ({'edges': np.array([[0, 1, 1], [1, 2, 0]])}, r'1 edge\(s\) are listed twice \(e\.g\. in both directions\)'),
+        ({'edges': np.array([[0.0, 1.0], [1.0, 2.0]])}, r'edges must be integer vertex indices; got float64'),
+        ({'target': np.array([[0.0], [np.nan], [1.0], [2.0]])}, r'target holds NaN or inf at vertex 1'),
+    ],
+)
+def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
+    from tasks.mesh_regression.dataset import sample_from_arrays
+
+    arrays = {
+        'points': np.zeros((4, 3), np.float32), 'coefficients': np.zeros(2, np.float32), 'stage': np.float32(0.5),
+        'edges': np.array([[0, 1, 2], [1, 2, 3]]), 'target': np.zeros((4, 1), np.float32),
+    }  # fmt: skip
+    sample_from_arrays(arrays, 's.npz')  # as given: fine
+    with pytest.raises(DataError, match=rf'^s\.npz: {message}'):
+        sample_from_arrays({**arrays, **change}, 's.npz')

@@ -45,7 +45,9 @@ def _sample_batch(solver):
     for mode in ('eval', 'test', 'train'):
         bundle = solver.datas.get(mode)
         if bundle is not None and len(bundle.dataset):
-            batch = bundle.loader.collate_fn([bundle.dataset[0]])
+            dataset = bundle.dataset  # a dataset that batches itself (graphs: __getitems__) makes its own batch
+            items = dataset.__getitems__([0]) if hasattr(dataset, '__getitems__') else [dataset[0]]
+            batch = bundle.loader.collate_fn(items)
             return solver.transfer_data_to_device(batch) if solver.moves_batches else batch
     return None
 

@@ -72,8 +72,15 @@ def sample_from_arrays(arrays, source, need_target=True):
         raise DataError(f'{source}: points must be [V, 3]; got {points.shape}')
     if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
         raise DataError(f'{source}: edges must be [2, E] vertex indices below {n}')
+    if not np.issubdtype(edges.dtype, np.integer):
+        raise DataError(f'{source}: edges must be integer vertex indices; got {edges.dtype}')
+    twice = edges.shape[1] - np.unique(np.sort(edges, axis=0), axis=1).shape[1]
+    if twice:  # PyG's edge_index lists both directions; the reverse is added here, so each would count twice
+        raise DataError(f'{source}: {twice} edge(s) are listed twice (e.g. in both directions); give each edge once')
     coefficients = np.asarray(arrays['coefficients'], dtype=np.float32).reshape(-1)
-    stage = np.full((n, 1), float(arrays['stage']), dtype=np.float32)
+    if np.asarray(arrays['stage']).size != 1:
+        raise DataError(f"{source}: stage must be one number (the sample's phase); got {np.shape(arrays['stage'])}")
+    stage = np.full((n, 1), float(np.asarray(arrays['stage']).reshape(())), dtype=np.float32)
     features = np.concatenate(
         [points.astype(np.float32), np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1
     )
@@ -82,6 +89,10 @@ def sample_from_arrays(arrays, source, need_target=True):
         target = np.asarray(arrays['target'])
         if target.ndim != 2 or len(target) != n:
             raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
+        if not np.isfinite(target).all():
+            raise DataError(
+                f'{source}: target holds NaN or inf at vertex {int(np.argwhere(~np.isfinite(target))[0, 0])}'
+            )
         sample['target'] = target.astype(np.float32)
     return sample
 

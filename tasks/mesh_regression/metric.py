@@ -2,6 +2,7 @@
 
 import torch
 
+from scepter_like.errors import DataError
 from scepter_like.metric.base import Metric
 from scepter_like.metric.registry import METRICS
 
@@ -20,6 +21,11 @@ class MeshRMSEMetric(Metric):
 
     def update(self, data):
         pred, target = self.inputs(data)
+        if pred.shape != target.shape:  # [V, 2] against [V, 1] would broadcast to a meaningless error
+            raise DataError(
+                f'MeshRMSEMetric: the prediction is {list(pred.shape)} and the target {list(target.shape)}; the data'
+                " needs targets of the channels the model predicts (the training data's)"
+            )
         diff = pred.detach().to(torch.float64) - target.detach().to(torch.float64)
         points = torch.tensor(float(len(diff)), dtype=torch.float64, device=diff.device)
         self.accumulate(torch.stack([diff.pow(2).sum(), points]))

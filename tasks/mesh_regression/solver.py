@@ -1,8 +1,9 @@
 """MeshRegressionSolver: TrainValSolver that hands the training split's statistics to the model.
 
 Before the model is built, the statistics of TRAIN_DATA are computed on rank 0, sent to
-every rank (identical everywhere), written to ``WORK_DIR/stats.json`` and put into the
-model config as ``MODEL.STATS`` (so the run's config records them too).  The log shows,
+every rank (identical everywhere), put into the model config as ``MODEL.STATS`` (so the
+run's config records them too) and, when training starts (once the run may use WORK_DIR),
+written to ``WORK_DIR/stats.json``.  Eval / test targets of another width are an error.  The log shows,
 beside them, the eval / test RMSE of predicting the training mean: the figure to beat.
 A model config that already gives STATS or STATS_FILE keeps its own.  Without
 TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR/stats.json``.
@@ -10,7 +11,8 @@ TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR
 
 import os
 
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, DataError
+from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.train_val_solver import TrainValSolver
 from tasks.mesh_regression.stats import STATS_FILE, mean_baseline_rmse, save_stats, shared_stats
@@ -38,16 +40,30 @@ class MeshRegressionSolver(TrainValSolver):
 
     def _training_stats(self, dataset, path):
         stats = shared_stats(dataset)
-        if self.is_main:
-            save_stats(stats, path)
-        self.logger.info(
-            f'normalisation statistics from {stats.samples} training samples ({stats.vertices} vertices)'
-            f' written to {path}'
-        )
+        self._unsaved_stats = (stats, path)  # written by before_solve, once the run may use WORK_DIR
+        self.logger.info(f'normalisation statistics from {stats.samples} training samples ({stats.vertices} vertices)')
+        width = len(stats.target_mean)
         for mode in ('eval', 'test'):
             samples = getattr(self.datas[mode].dataset, 'samples', None) if mode in self.datas else None
             if samples:
+                other = next((s['target'].shape for s in samples if s['target'].shape[-1] != width), None)
+                if other is not None:
+                    raise DataError(
+                        f'{self.cfg.path_of(DATA_KEYS[mode])}: its targets have {other[-1]} value(s) per vertex, the'
+                        f" training data's {width}; give it targets of the same channels"
+                    )
                 self.logger.info(
                     f'{mode} rmse of predicting the training mean: {mean_baseline_rmse(samples, stats):.4f}'
                 )
         return stats
+
+    def before_solve(self, hooks=None):
+        """The training statistics go to WORK_DIR/stats.json once the run has claimed WORK_DIR (a run refused
+        there, an earlier run's folder, writes nothing)."""
+        unsaved = getattr(self, '_unsaved_stats', None)
+        if hooks is None and unsaved is not None:
+            self._unsaved_stats = None
+            if self.is_main:
+                save_stats(*unsaved)
+            self.logger.info(f'normalisation statistics written to {unsaved[1]}')
+        super().before_solve(hooks)

@@ -113,6 +113,12 @@ class LightningBackend:
                 f'{pl_cfg.path_of("DEVICES")} ({devices}) x {pl_cfg.path_of("NUM_NODES")} ({num_nodes}) does not'
                 f' match the {world} processes torchrun / srun started; leave both auto'
             )
+        if joined is None and isinstance(num_nodes, int) and num_nodes > 1 and 'NODE_RANK' not in os.environ:
+            raise ConfigError(
+                f'{pl_cfg.path_of("NUM_NODES")}: {num_nodes} nodes, but nothing started the others (no torchrun, srun'
+                ' or NODE_RANK): the run would wait for them until ENV.DIST_TIMEOUT; launch it with torchrun / srun'
+                ' on every node, or leave NUM_NODES auto'
+            )
         arguments = passed_through(pl_cfg, set(inspect.signature(pl.Trainer.__init__).parameters) - {'self'})
         strategy = self.strategy
         if not isinstance(count, int) or count > 1 or num_nodes != 1:  # several processes: DDP, the native keys'
