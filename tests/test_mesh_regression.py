@@ -553,7 +553,10 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
         ({'stage': np.full(4, 0.5, np.float32)}, r'stage must be one number'),
         ({'edges': np.array([[0, 1, 1], [1, 2, 0]])}, r'1 edge\(s\) are listed twice \(e\.g\. in both directions\)'),
         ({'edges': np.array([[0.0, 1.0], [1.0, 2.0]])}, r'edges must be integer vertex indices; got float64'),
-        ({'target': np.array([[0.0], [np.nan], [1.0], [2.0]])}, r'target holds NaN or inf at vertex 1'),
+        (
+            {'target': np.array([[0.0], [np.nan], [1.0], [2.0]])},
+            r'target: NaN or inf in 1 row\(s\), the first at row 1 ',
+        ),
     ],
 )
 def test_a_malformed_sample_is_one_data_error_naming_it(change, message):

@@ -67,7 +67,7 @@ def class_indices(labels, classes, path, where, column, features=()):
         )
     numbers = [number_or_none(label) for label in labels]
     if not classes and all(n is not None for n in numbers):
-        fraction = next((label for label, n in zip(labels, numbers) if not float(n).is_integer()), None)
+        fraction = next((label for label, n in zip(labels, numbers) if not n.is_integer()), None)
         if fraction is not None:
             raise DataError(
                 f'{path}: the LABEL_COLUMN {column!r} holds {fraction}, not a class (a whole number or a text);'

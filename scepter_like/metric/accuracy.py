@@ -28,10 +28,8 @@ class AccuracyMetric(Metric):
                 f'{self.cfg.path_of("TOPK")}: top-{self.topk[-1]} accuracy of {logits.shape[-1]} classes is 1 by'
                 f' definition; give TOPK values up to {logits.shape[-1]}'
             )
-        k_max = max(self.topk)
-        top = logits.topk(k_max, dim=-1).indices
-        hit = top.eq(label.view(-1, 1))
-        correct = [hit[:, : min(k, k_max)].any(dim=1).sum() for k in self.topk]
+        hit = logits.topk(self.topk[-1], dim=-1).indices.eq(label.view(-1, 1))  # topk is sorted
+        correct = [hit[:, :k].any(dim=1).sum() for k in self.topk]
         count = torch.tensor(label.numel(), device=logits.device)
         self.accumulate(torch.stack(correct + [count]))
 

@@ -309,7 +309,7 @@ class ScepterProtocol:
     def _overrides_scepter_way(self, name):
         """Whether a subclass replaces the solver's own ``name`` with scepter's signature
         (``save_checkpoint(self)`` / ``load_checkpoint(self, checkpoint)``)."""
-        if not self._replaces(name):
+        if not self.overrides(name):
             return False
         try:
             inspect.signature(getattr(type(self), name)).bind(self, *(() if name == 'save_checkpoint' else ({},)))
@@ -350,9 +350,9 @@ class ScepterProtocol:
         """Whether a subclass replaces the ``run_eval`` / ``run_test`` loop of ``mode`` with its own (scepter's way,
         filling ``_epoch_outputs[mode]`` itself): the names it reports are known after a pass."""
         name = {'eval': 'run_eval', 'test': 'run_test'}.get(mode)
-        return name is not None and self._replaces(name)
+        return name is not None and self.overrides(name)
 
-    def _replaces(self, name):
+    def overrides(self, name):
         """Whether a subclass replaces the solver's own method ``name`` (as BaseSolver introduced it)."""
         introduced_by = next(c for c in reversed(type(self).__mro__) if name in vars(c))  # BaseSolver
         return getattr(type(self), name) is not vars(introduced_by)[name]

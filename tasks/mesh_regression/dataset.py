@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from scepter_like.data.collate import BatchDict
+from scepter_like.data.datasets import reject_nonfinite
 from scepter_like.data.registry import COLLATES, DATASETS
 from scepter_like.errors import ConfigError, DataError
 from tasks.mesh_regression import generate
@@ -89,10 +90,7 @@ def sample_from_arrays(arrays, source, need_target=True):
         target = np.asarray(arrays['target'])
         if target.ndim != 2 or len(target) != n:
             raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
-        if not np.isfinite(target).all():
-            raise DataError(
-                f'{source}: target holds NaN or inf at vertex {int(np.argwhere(~np.isfinite(target))[0, 0])}'
-            )
+        reject_nonfinite(target, f'{source}: target')  # rows are vertices
         sample['target'] = target.astype(np.float32)
     return sample
 

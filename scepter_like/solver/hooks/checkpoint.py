@@ -38,6 +38,7 @@ from scepter_like.solver.hooks.hook import (
     PRIORITY_CHECKPOINT,
     Hook,
     SolverSurface,
+    StepInterval,
     eval_metric,
     greater_is_better,
 )
@@ -130,7 +131,7 @@ class CheckpointHook(Hook):
         self.best_value = None
         self.best_epoch = None
         self.checked_eval = None
-        self._step_due = False
+        self._steps = StepInterval(self.step_interval)
         self._registered = False
         self._saved_step = None  # the train step the newest periodic checkpoint of this run holds
 
@@ -220,10 +221,7 @@ class CheckpointHook(Hook):
                 os.remove(old_path)
 
     def _after_train_step(self, solver: SolverSurface):
-        if solver.progress.total_iter % self.step_interval == 0:
-            self._step_due = True
-        if self._step_due and not solver.step.in_accumulation:
-            self._step_due = False
+        if self._steps.reached(solver):
             self._save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.pth')
 
     def _after_train_epoch(self, solver: SolverSurface):
@@ -311,7 +309,7 @@ class CheckpointHook(Hook):
             'best_value': self.best_value,
             'best_epoch': self.best_epoch,
             'checked_eval': self.checked_eval,
-            'step_due': self._step_due,
+            'step_due': self._steps.due,
             'top': [list(entry) for entry in self.top],
         }
 
@@ -320,5 +318,5 @@ class CheckpointHook(Hook):
         self.best_value = state['best_value']
         self.best_epoch = state['best_epoch']
         self.checked_eval = state['checked_eval']
-        self._step_due = state['step_due']
+        self._steps.due = state['step_due']
         self.top = [list(entry) for entry in state.get('top', [])]

@@ -223,6 +223,24 @@ def check_eval_metric(hook: Hook, solver: SolverSurface, key: str, job: str) -> 
         )
 
 
+class StepInterval:
+    """Every ``interval`` train steps, at the end of the accumulation group a due step falls inside, so what is
+    saved then holds the weights of a whole optimizer step (CheckpointHook, SafetensorsHook).  ``due`` is the
+    state to carry across a resume."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+        self.due = False
+
+    def reached(self, solver: SolverSurface) -> bool:
+        """Called in each train step's after_iter: whether to save now."""
+        self.due = self.due or solver.progress.total_iter % self.interval == 0
+        if self.due and not solver.step.in_accumulation:
+            self.due = False
+            return True
+        return False
+
+
 def greater_is_better(solver: SolverSurface, name: str) -> bool:
     """Whether a greater eval metric ``name`` is better: not when the metric reporting it says less is
     (``Metric.lower_is_better``: MSE, errors), else yes (scepter's default for an unsigned SAVE_BEST_BY)."""

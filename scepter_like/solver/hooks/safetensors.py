@@ -12,7 +12,7 @@ so the tools can build the model from the file alone.  Each file is written atom
 
 import os
 
-from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook, SolverSurface
+from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook, SolverSurface, StepInterval
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import remove_temp_files, save_safetensors
 
@@ -32,7 +32,7 @@ class SafetensorsHook(Hook):
         self.interval = cfg.INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
         self.folder = None
-        self._due = False  # a save due inside an accumulation group waits for the group's optimizer step
+        self._steps = StepInterval(self.interval)
 
     def before_solve(self, solver: SolverSurface):
         self.folder = os.path.join(solver.work_dir, SAFETENSORS_DIR)
@@ -41,11 +41,7 @@ class SafetensorsHook(Hook):
             remove_temp_files(self.folder)
 
     def after_iter(self, solver: SolverSurface):
-        if self.interval <= 0 or solver.mode != 'train':
-            return
-        self._due = self._due or solver.progress.total_iter % self.interval == 0
-        if self._due and not solver.step.in_accumulation:  # the weights of a whole optimizer step
-            self._due = False
+        if self.interval > 0 and solver.mode == 'train' and self._steps.reached(solver):
             self.save(solver, f'{self.prefix}-step-{solver.progress.total_iter}.safetensors')
 
     def after_solve(self, solver: SolverSurface):

@@ -51,12 +51,11 @@ class LightningBackend:
     """Lightning's Trainer and the ``SolverModule`` that runs ``solver``'s steps and stages in it."""
 
     def __init__(self, solver):
-        base = next(c for c in type(solver).__mro__ if c.__module__ == 'scepter_like.solver.base_solver')
         self.solver = solver
         self.env = solver.env_cfg
         cfg = solver.cfg
         for name in LOOP_METHODS:
-            if getattr(type(solver), name) is not getattr(base, name):
+            if solver.overrides(name):
                 raise ConfigError(
                     f"{cfg.path_of('NAME')}: {type(solver).__name__} overrides {name}, which Lightning's loop"
                     ' replaces under ENV.USE_PL; do that work in run_step_* or a hook, or set ENV.USE_PL false'
