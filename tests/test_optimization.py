@@ -72,6 +72,46 @@ def test_lbfgs_through_backward_hook_equals_a_hand_written_lbfgs_loop_in_float64
     assert solver.optimizer.state_dict()['state'][0]['func_evals'] == opt.state_dict()['state'][0]['func_evals']
 
 
+def test_lbfgs_line_search_evaluates_the_loss_an_override_of_run_step_train_defines(tmp_path):
+    """L-BFGS calls its closure several times a step: every evaluation goes through run_step_train, so a subclass
+    that weights the terms itself trains on its loss (the re-evaluations once took the model's default sum)."""
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    @SOLVERS.register_class('BcWeightedSolver')
+    class BcWeightedSolver(TrainValSolver):
+        def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+            out = super().run_step_train(batch_data, batch_idx, step, rank)
+            return dict(out, loss=out['loss_pde'] + 10 * out['loss_bc'])
+
+    try:
+        solver = build_solver(
+            poisson_cfg(tmp_path / 'run', 4, OPTIMIZER=LBFGS, DTYPE='float64', NAME='BcWeightedSolver')
+        )
+        hand = copy.deepcopy(solver.unwrapped_model)
+        batch = full_batch(solver)
+        solver.solve()
+        solver.close()
+    finally:
+        SOLVERS._entries.pop('BcWeightedSolver', None)
+
+    opt = torch.optim.LBFGS(hand.parameters(), lr=1.0, max_iter=1, max_eval=10, line_search_fn='strong_wolfe')
+    hand.train()
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        out = hand(**batch)
+        loss = out['loss_pde'] + 10 * out['loss_bc']
+        loss.backward()
+        return loss.detach()
+
+    for _ in range(4):
+        opt.step(closure)
+    assert opt.state_dict()['state'][0]['func_evals'] > 4  # the line search evaluated the closure again
+    for mine, theirs in zip(solver.unwrapped_model.parameters(), hand.parameters()):
+        assert torch.equal(mine, theirs)
+
+
 def test_float64_casts_float32_data_and_trains(tmp_path):
     npz = write_blobs(tmp_path / 'blobs.npz')  # float32 arrays
     solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', DTYPE='float64', MAX_EPOCHS=1))

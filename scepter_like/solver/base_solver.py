@@ -466,9 +466,11 @@ class BaseSolver(HookStages, ScepterProtocol):
         return self.step.steps_optimizer and self.optimizer is not None
 
     def _recompute_loss(self) -> torch.Tensor:
-        """The current step's loss evaluated again (a closure optimizer's later evaluations)."""
+        """The current step's loss evaluated again (a closure optimizer's later evaluations), through
+        ``run_step_train``: an override's own loss is the one L-BFGS's line search evaluates."""
         assert self.step.batch is not None  # a train step's batch, kept for this
-        return self.updater.loss_of(self.train_forward(self.step.batch), self.step)
+        results = self.run_step_train(self.step.batch, self.progress.iters['train'], self.step.index, self.rank)
+        return self.updater.loss_of(results, self.step)
 
     def _finish_step(self, mode: str, optimizer_step: bool, call_after_iter: Callable[[], Any]) -> None:
         """A step's end, the same in every loop: count it, run its after_iter hooks, end it."""
@@ -479,8 +481,7 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def _agree_on_stop(self) -> None:
         """At an optimizer-step boundary: stop when every rank has agreed on a stop signal (preemption.py)."""
-        signal = self.stop_signals.agreed()
-        if signal:
+        if signal := self.stop_signals.agreed():
             self.progress.stop_signal = signal
             self.request_stop(f'signal {signal}')
 
