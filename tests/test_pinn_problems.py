@@ -461,17 +461,39 @@ class SlipPINN(PhysicsInformedModel):
             return d('x', 'x') - u, (d('y') - u).squeeze(1).unsqueeze(0)  # the second is [1, N]
         if slip == 'component':
             return d('x', component=1) - u  # the network has one output
+        if slip == 'constant':
+            return d('x', 'x') - self.cfg.PARAMETERS.D * u  # the initial number, not the trainable self.D
+        if slip == 'parameter':
+            return d('x', 'x') - self.D * u
         return d('x', 'x') - u
 
 
-def slip_model(slip, out_dim=1):
+def slip_model(slip, out_dim=1, **keys):
     return MODELS.build(
         {
             'NAME': 'SlipPINN',
             'SLIP': slip,
             'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': out_dim},
+            **keys,
         }
     )
+
+
+def test_a_pde_parameter_no_loss_depends_on_is_named_once_at_the_first_step(caplog):
+    batch = point_sets({'pde': {'KIND': 'interior', 'COUNT': 6}}).take([0])
+    model = slip_model('constant', PARAMETERS={'D': 0.5, 'k': 1.0})
+    with caplog.at_level('WARNING'):
+        model(**batch)
+        model(**batch)
+    warned = [r.getMessage() for r in caplog.records if 'no loss term depends on' in r.getMessage()]
+    assert warned == [
+        'PARAMETERS: no loss term depends on D, k, so they stay at the initial value; use self.D (the trainable'
+        ' tensor) in pde_residual or a condition'
+    ]
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+        slip_model('parameter', PARAMETERS={'D': 0.5})(**batch)
+    assert not caplog.records
 
 
 def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_errors():

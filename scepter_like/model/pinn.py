@@ -33,6 +33,7 @@ Options, all in the config:
 """
 
 import inspect
+import logging
 import math
 
 import torch
@@ -92,6 +93,7 @@ class PhysicsInformedModel(BaseModel):
                 raise ConfigError(f'{cfg.PARAMETERS.path_of(name)}: an initial value is one number, got {value!r}')
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(float(value))))
             self.parameter_names.append(name)
+        self._parameters_checked = not self.parameter_names
 
     def _fourier_features(self, features, cfg):
         where = cfg.path_of('FOURIER_FEATURES')
@@ -160,9 +162,24 @@ class PhysicsInformedModel(BaseModel):
             for condition in point_set.conditions:
                 condition.check_components(u.shape[1])
                 losses[f'loss_{condition.term}'] = mean_square(condition.residual(u, d, batch, self.field))
+        if not self._parameters_checked:
+            self._warn_untrained_parameters(losses)
         for name in self.parameter_names:
             losses[name] = getattr(self, name)
         return losses
+
+    def _warn_untrained_parameters(self, losses):
+        """Once, at the first train forward: a PARAMETERS entry that no loss term depends on never trains (the
+        residual read ``self.cfg.PARAMETERS.D``, a number, or a misspelt name) and would be logged unchanged all run."""
+        self._parameters_checked = True
+        reached = leaf_ids([v for k, v in losses.items() if k.startswith('loss')])
+        untrained = [n for n in self.parameter_names if id(getattr(self, n)) not in reached]
+        if untrained:
+            (self.logger or logging.getLogger(__name__)).warning(
+                f'{self.cfg.path_of("PARAMETERS")}: no loss term depends on {", ".join(untrained)}, so'
+                f' {"they stay" if len(untrained) > 1 else "it stays"} at the initial value; use self.{untrained[0]}'
+                ' (the trainable tensor) in pde_residual or a condition'
+            )
 
     def _fields(self, problem, batch):
         """``(point set, x, u)`` of each set: its points (requiring grad where derivatives are taken) and the field
@@ -181,6 +198,21 @@ class PhysicsInformedModel(BaseModel):
                 yield point_set, x, self.field(x)
             else:
                 yield point_set, x, fields[point_set.name]
+
+
+def leaf_ids(tensors):
+    """``id`` of every leaf tensor (parameter) the autograd graphs of ``tensors`` reach."""
+    found, seen = set(), set()
+    stack = [t.grad_fn for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, 'variable'):  # AccumulateGrad: the node of a leaf
+            found.add(id(node.variable))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
 
 
 def add_terms(losses, name, residual, points, model):
