@@ -19,7 +19,6 @@ from scepter_like.errors import ConfigError
 
 SPACE_NAMES = ('x', 'y', 'z')
 TIME_NAME = 't'
-DRAW_KINDS = ('interior', 'boundary', 'initial')
 
 
 def space_names(dim):
