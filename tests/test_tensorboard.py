@@ -60,3 +60,28 @@ def test_error_run_leaves_closed_readable_events(tmp_path):
     ev = _events(tmp_path / 'w' / 'tensorboard')
     assert [s for s, _ in ev['train/loss']] == [4, 6, 8, 12]
     assert [s for s, _ in ev['eval/accuracy']] == [6]
+
+
+def test_log_and_tensorboard_hooks_listed_in_eval_hooks_log_the_pass_and_write_no_train_scalars(tmp_path, caplog):
+    """scepter's configs list LogHook (and TensorboardLogHook) in EVAL_HOOKS too: the eval pass's scalars once went
+    out as train records (metrics.jsonl, train/* in a second event file)."""
+    from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
+
+    cfg = _cfg(tmp_path, MAX_EPOCHS=2)
+    solver_cfg = cfg['SOLVER']
+    solver_cfg['TRAIN_HOOKS'].append({'NAME': 'LogHook', 'LOG_INTERVAL': 4})
+    solver_cfg['EVAL_HOOKS'] = [{'NAME': 'LogHook', 'LOG_INTERVAL': 4}, {'NAME': 'TensorboardLogHook'}]
+    solver_cfg['MODEL']['METRIC'] = {'NAME': 'AccuracyMetric'}  # eval steps output a scalar accuracy
+    solver = build_solver(cfg)
+    with caplog.at_level('INFO'):
+        solver.solve()
+    ev = _events(tmp_path / 'w' / 'tensorboard')  # one event file
+    assert [s for s, _ in ev['train/accuracy']] == [s for s, _ in ev['train/loss']] == [4, 6, 8, 12]
+    assert [s for s, _ in ev['eval/accuracy']] == [6, 12]
+    train_records = [r for r in read_metrics(tmp_path / 'w' / METRICS_FILE) if r['kind'] == 'train']
+    assert [(r['step'], r['iter']) for r in train_records] == [(4, 4), (6, 6), (10, 4), (12, 6)]
+    lines = caplog.text.splitlines()
+    assert sum('eval iter 4/6 accuracy: ' in line for line in lines) == 2  # each eval pass, its own iterations
+    assert sum('eval iter 6/6 accuracy: ' in line for line in lines) == 2
+    assert sum(' trained in ' in line for line in lines) == 2  # one per train epoch, none per eval pass
+    assert 'a TensorboardLogHook listed again writes nothing' in caplog.text

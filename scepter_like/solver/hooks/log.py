@@ -9,6 +9,12 @@ training) count their steps across epochs instead: a line every LOG_INTERVAL tra
 of the run and one for the steps left at the end, no line per epoch.  On a terminal
 or in a Jupyter notebook (PROGRESS: auto) rank 0 shows a live bar per epoch instead of those lines on the console;
 the log file still gets them.
+
+Listed in EVAL_HOOKS or TEST_HOOKS (as scepter's configs do), it logs that pass's progress
+instead: ``eval iter 20/63 ...`` with this rank's means of the step scalars every
+LOG_INTERVAL iterations of the pass and at its end (no collective: the ranks' passes may
+differ in length), and nothing else -- no train record in ``metrics.jsonl``, no ``trained in``
+line; the pass's metrics are logged by the solver.
 """
 
 import math
@@ -54,6 +60,8 @@ class LogHook(Hook):
         self._paused_at = None  # short epochs: when the last one's steps ended (evaluations do not count as steps)
 
     def before_solve(self, solver: SolverSurface):
+        if self not in solver.hooks_dict['train']:  # a pass's LogHook: no bar
+            return
         if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and live_display(sys.stdout))):
             self._bar = ProgressBar(sys.stdout)
             self._bar.attach(solver.logger)
@@ -64,6 +72,8 @@ class LogHook(Hook):
             self._bar = None
 
     def before_epoch(self, solver: SolverSurface):
+        if solver.mode != 'train':
+            return
         self._epoch_start = now = time.perf_counter()
         self._per_epoch = solver.progress.epoch_iters['train'] >= self.interval
         if self._per_epoch:
@@ -76,11 +86,19 @@ class LogHook(Hook):
             self._since += now - self._paused_at  # the time between two epochs' steps is not step time
 
     def before_all_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':  # a pass starts: its own sums and clock
+            self._scalars, self._since = ScalarSums(), time.perf_counter()
+            return
         if self._bar is not None:
             label = f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs}'
             self._bar.start(label, solver.progress.train_stop, solver.progress.iters[solver.mode])
 
     def after_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':
+            self._scalars.add(solver.step.outputs)
+            if self.interval > 0 and solver.progress.iters[solver.mode] % self.interval == 0:
+                self._write_pass_line(solver)
+            return
         if self._bar is not None:
             self._bar.tick(solver.progress.iters[solver.mode])
         if self.interval <= 0:
@@ -92,6 +110,10 @@ class LogHook(Hook):
             self._write_line(solver)
 
     def after_all_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':
+            if self.interval > 0 and self._scalars.count:
+                self._write_pass_line(solver)
+            return
         progress = solver.progress
         # MAX_STEPS, a stop or the epoch's end cut an interval (a short epoch's end only at the end of training)
         ends = self._per_epoch or progress.steps_left() == 0 or progress.stop_reason is not None
@@ -102,11 +124,22 @@ class LogHook(Hook):
             self._bar.finish(solver.progress.iters[solver.mode])
 
     def after_epoch(self, solver: SolverSurface):
-        if self._per_epoch:
+        if self._per_epoch and solver.mode == 'train':
             seconds = time.perf_counter() - self._epoch_start
             solver.logger.info(
                 f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s'
             )
+
+    def _write_pass_line(self, solver: SolverSurface):
+        """An eval / test pass's line: this rank's means since the last line, and the time per iteration."""
+        now, count = time.perf_counter(), self._scalars.count
+        means = self._scalars.take()
+        mode, progress = solver.mode, solver.progress
+        text = f'{mode} iter {progress.iters[mode]}/{progress.epoch_iters[mode]}' + ''.join(
+            f' {k}: {v:.4g}' for k, v in means.items()
+        )
+        solver.logger.info(f'{text} time: {(now - self._since) / count * 1e3:.2f}ms')
+        self._since = now
 
     def _write_line(self, solver: SolverSurface):
         now = time.perf_counter()

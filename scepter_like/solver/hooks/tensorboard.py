@@ -8,12 +8,18 @@ groups) at the train step count.  Eval and test metrics go out as ``eval/{metric
 ``test/{metric}`` after each pass, at the train step count; a hook's epoch scalars (``log_scalar``
 outside a step) as ``{mode}/{name}``.  Only rank 0 opens a writer;
 it is flushed and closed in ``after_solve``, which also runs when training fails.
+
+One hook writes all of that, wherever it is listed: a second TensorboardLogHook (scepter's
+configs list one in EVAL_HOOKS too) stands aside and says so, where it would write every
+scalar twice into a second event file.  Listed only in EVAL_HOOKS or TEST_HOOKS, it writes
+the metrics, the learning rate aside (no train steps reach it).
 """
 
 import os
 
 from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.loop_state import MODES
 from scepter_like.utils.scalars import ScalarSums
 
 
@@ -34,6 +40,12 @@ class TensorboardLogHook(Hook):
         self._attached = False
 
     def before_solve(self, solver: SolverSurface):
+        first = next(h for mode in MODES for h in solver.hooks_dict[mode] if isinstance(h, TensorboardLogHook))
+        if first is not self:
+            if not self._attached:
+                solver.logger.info('a TensorboardLogHook listed again writes nothing: the first one writes every mode')
+                self._attached = True
+            return
         self.log_dir = self.log_dir or os.path.join(solver.work_dir, 'tensorboard')
         if solver.is_main and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter
@@ -49,12 +61,14 @@ class TensorboardLogHook(Hook):
             self._attached = True
 
     def after_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':
+            return
         self._scalars.add(solver.step.outputs)
         if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
             self._write_train(solver)
 
     def after_all_iter(self, solver: SolverSurface):
-        if self._scalars.count:
+        if solver.mode == 'train' and self._scalars.count:
             self._write_train(solver)
 
     def _write_train(self, solver: SolverSurface):
