@@ -71,15 +71,17 @@ def test_save_safetensors_handles_shared_and_strided_tensors(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp.')]
 
 
-@pytest.mark.parametrize('fmt', ['safetensors', 'pth'])
+@pytest.mark.parametrize('fmt', ['safetensors', 'pth', 'scepter_ddp'])
 def test_pretrained_model_loads_safetensors_and_pth(tmp_path, fmt):
     source = build_solver(blob_cfg(tmp_path / 'a'))
     weights = source.unwrapped_model.state_dict()
     path = tmp_path / f'weights.{fmt}'
     if fmt == 'safetensors':
         save_safetensors(weights, path)
-    else:  # a full training checkpoint: its 'model' entry is used
+    elif fmt == 'pth':  # a full training checkpoint: its 'model' entry is used
         source.save_checkpoint(str(path))
+    else:  # scepter's checkpoint dict from a DDP-wrapped model: 'state_dict', keys under 'module.'
+        torch.save({'epoch': 1, 'state_dict': {f'module.{k}': v for k, v in weights.items()}}, path)
     cfg = blob_cfg(tmp_path / 'b')
     cfg['ENV']['SEED'] = 1  # a different init, so equality below proves the load
     cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = str(path)

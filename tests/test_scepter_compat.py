@@ -887,6 +887,11 @@ def test_scepter_style_solver_metric_scheduler_and_hook_train_and_resume_through
     assert record['steps'] == [8, 12] and record['epochs'] == [[2, 6, 6, 12]]  # epoch 2 only, steps 7..12
     assert record['lr'] == [pytest.approx(0.2)] * 6  # the scheduler's state came back
     assert torch.load(tmp_path / 'b' / 'checkpoints' / 'checkpoint-epoch-2.pth', weights_only=True)['epoch'] == 2
+    # its weights sit under 'state_dict', scepter's key: evaluating the file reads them there
+    epoch_2 = tmp_path / 'b' / 'checkpoints' / 'checkpoint-epoch-2.pth'
+    evaluated = run_cli('run_eval.py', '--cfg', cfg, '--import', code, '--checkpoint', str(epoch_2))
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert f'loaded model weights from {epoch_2}' in evaluated.stdout
 
 
 # -- scepter's components in this project's TrainValSolver ---------------------------------------------------

@@ -172,16 +172,24 @@ def load_weights_and_description(path, eval_weights=False):
     return state, data.get(MODEL_DESCRIPTION_KEY) if state is not data else None
 
 
+WRAPPER_PREFIXES = ('module.', '_orig_mod.')  # what DDP and torch.compile put before a wrapped model's keys
+
+
 def weights_in(data, path, eval_weights=False):
     """The state dict a loaded torch file ``data`` holds: a checkpoint's ``model`` (with ``eval_weights``
-    its ``eval_model`` when it has one), or ``data`` itself when it is a bare state dict."""
-    if eval_weights and isinstance(data, dict) and isinstance(data.get('eval_model'), dict):
-        return data['eval_model']
-    if isinstance(data, dict) and isinstance(data.get('model'), dict):
-        return data['model']
-    if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
-        return data
-    raise CheckpointError(f'{path} holds no model weights (expected a state dict or a checkpoint with "model")')
+    its ``eval_model`` when it has one), the ``state_dict`` of scepter's checkpoints, or ``data`` itself when it
+    is a bare state dict.  Keys a wrapper prefixed (``module.`` of a DDP model's ``state_dict()``) lose the prefix."""
+    keys = ('eval_model', 'model', 'state_dict') if eval_weights else ('model', 'state_dict')
+    state = next((data[k] for k in keys if isinstance(data, dict) and isinstance(data.get(k), dict)), None)
+    if state is None and isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
+        state = data
+    if state is None:
+        raise CheckpointError(
+            f'{path} holds no model weights (expected a state dict, or a checkpoint with "model" or "state_dict")'
+        )
+    while state and (prefix := next((p for p in WRAPPER_PREFIXES if all(k.startswith(p) for k in state)), None)):
+        state = {k[len(prefix) :]: v for k, v in state.items()}
+    return state
 
 
 def load_state_dict_checked(model, state, source, strict=True):
