@@ -440,3 +440,20 @@ def test_log_lines_up_to_a_failure_reach_metrics_jsonl(blobs, tmp_path):
         solver.solve()
     steps = [r['step'] for r in read_metrics(tmp_path / 'w' / 'metrics.jsonl') if r['kind'] == 'train']
     assert steps == [1, 2, 3]  # written out by after_solve
+
+
+def test_a_config_without_train_data_evaluates_and_tests_the_model_once(tmp_path, caplog):
+    """scepter's solve() runs the eval pass of an evaluation-only config; it was skipped without a word."""
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks=[])
+    solver_cfg = cfg['SOLVER']
+    solver_cfg['TEST_DATA'] = dict(solver_cfg.pop('TRAIN_DATA'), SHUFFLE=False)
+    del solver_cfg['OPTIMIZER']
+    solver = build_solver(cfg)
+    with caplog.at_level('INFO'):
+        solver.solve()
+    solver.close()
+    kinds = [r['kind'] for r in read_metrics(tmp_path / 'run' / 'metrics.jsonl') if r['kind'] in ('eval', 'test')]
+    assert kinds == ['eval', 'test']
+    assert set(solver.epoch_outputs) == {'eval', 'test'} and solver.progress.total_iter == 0
+    assert 'no best checkpoint' not in caplog.text  # nothing trained: the model's own weights, no word about it

@@ -59,13 +59,10 @@ from scepter_like.utils.blame import describe_caller
 from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 from scepter_like.utils.dtypes import DTYPES, default_dtype
+from scepter_like.utils.scalars import is_scalar
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
 _CPU = torch.device('cpu')  # the device of a run without torch.distributed (one object, not one per step)
-
-
-def _is_scalar(value):
-    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
 
 
 @SOLVERS.register_class()
@@ -245,13 +242,11 @@ class BaseSolver(HookStages, ScepterProtocol):
         cfg = self.cfg
         if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
             raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
-        if cfg.OPTIMIZER is None and self.updater.active and self._listed_hook('BackwardHook'):
+        backward_hook = any(type(h).__name__ == 'BackwardHook' for h in self.hooks_dict['train'])
+        if cfg.OPTIMIZER is None and self.updater.active and backward_hook:
             raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
         train = self.progress if 'train' in self.datas else None
         self.updater.set_up(self.train_parameters(), self.device, train)
-
-    def _listed_hook(self, name: str) -> bool:
-        return any(type(h).__name__ == name for h in self.hooks_dict['train'])
 
     # -- what hooks read (docs/extending.md, "The hook surface") --------------------------------------
     optimizer = state_view('updater', 'optimizer', 'The optimizer of the current phase.')
@@ -318,6 +313,8 @@ class BaseSolver(HookStages, ScepterProtocol):
             if 'train' in self.datas and not progress.train_finished():
                 sanity_eval(self, self.cfg.SANITY_EVAL_BATCHES)
             with self.stop_signals.training_loop(self.env_cfg.STOP_CHECK_SECONDS):
+                if 'train' not in self.datas:  # evaluation only: one eval pass (scepter's solve runs it), the test
+                    self.solve_eval()
                 run = self.lightning.run if self.lightning is not None else self._run_epochs
                 run(every_epoch, test)
         except BaseException as e:
@@ -348,8 +345,9 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.solve_final_test()
 
     def solve_final_test(self) -> None:
-        """The test after training, with the weights TEST_WITH names (the best checkpoint's by default)."""
-        with weights_for_test(self, self.cfg.TEST_WITH):
+        """The test after training, with the weights TEST_WITH names (the best checkpoint's by default); without
+        train data, with the model's own (PRETRAINED_MODEL, a resumed checkpoint)."""
+        with weights_for_test(self, self.cfg.TEST_WITH if 'train' in self.datas else 'last'):
             self.solve_test()
 
     def eval_due(self) -> bool:
@@ -411,7 +409,7 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def record_epoch_outputs(self, outputs: dict[str, Any]) -> None:
         """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""
-        self.epoch_outputs[self._mode] = {k: float(v) if _is_scalar(v) else v for k, v in outputs.items()}
+        self.epoch_outputs[self._mode] = {k: float(v) if is_scalar(v) else v for k, v in outputs.items()}
         self._outputs_recorded = True
         if self.metrics_log is not None:
             self.metrics_log.write_epoch_outputs(self, self._mode)

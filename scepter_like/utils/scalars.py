@@ -8,6 +8,11 @@ import torch
 from scepter_like.utils.distributed import all_reduce_sum
 
 
+def is_scalar(value):
+    """A number or a one-element tensor: what an epoch's outputs keep as a float."""
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)
+
+
 class ScalarSums:
     """Each key's mean over the steps since the last ``take``, over all ranks.
 
