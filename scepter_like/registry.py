@@ -214,7 +214,8 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
                 raise ConfigError(
                     f'{cfg.path_of(key)}: {owner} needs this key; {spec.get("description", "")}'.rstrip('; ')
                 )
-            cfg[key] = spec.get('value')
+            if spec.get('fill', True):  # 'fill': False -- accepted, left out when not written
+                cfg[key] = spec.get('value')
             continue
         path = cfg.path_of(key)
         value = coerce_value(cfg[key], spec, path)
@@ -222,6 +223,17 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
         if value is not cfg[key]:
             cfg[key] = value
     return cfg
+
+
+def _warn_undeclared(cfg, para, owner):
+    """A class without a ``para_dict`` of its own takes any key (scepter's way: it reads them with ``cfg.get``); a
+    key that no class in its line declares is named in a warning, since a misspelt one would go unread."""
+    for key in cfg.keys():
+        if key not in para and key != NAME_KEY:
+            logging.getLogger(__name__).warning(
+                f'{cfg.path_of(key)}: not a key {owner} declares, passed on as written{suggest(key, para)}'
+                ' (give the class a para_dict of its own to make such a key an error)'
+            )
 
 
 def _check_call(obj, cfg, logger, kwargs, owner):
@@ -326,7 +338,10 @@ class Registry:
             )
         obj = self.get(cfg[NAME_KEY], cfg.path_of(NAME_KEY))
         para, strict = declared_params(obj)
-        resolve_params(cfg, para, f'{self.name}.{cfg[NAME_KEY]}', strict)
+        owner = f'{self.name}.{cfg[NAME_KEY]}'
+        if not strict:
+            _warn_undeclared(cfg, para, owner)
+        resolve_params(cfg, para, owner, strict)
         return obj, cfg
 
     def build(self, cfg: Any, logger: Any = None, **kwargs: Any) -> Any:

@@ -131,3 +131,30 @@ def test_a_stage_method_the_solver_cannot_call_is_an_error_and_a_misspelled_one_
         'SOLVER.EVAL_HOOKS[0]: TypoHook.after_itr is not a stage, so the solver never calls it;'
         ' did you mean after_iter?'
     ]
+
+
+@HOOKS.register_class()
+class ScepterPriorityHook(Hook):
+    """scepter's way: a para_dict without PRIORITY, and the hook's own default read with cfg.get."""
+
+    para_dict = [{'SCALE': {'value': 2.0, 'description': 'a key of its own'}}]
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger=logger)
+        self.priority = cfg.get('PRIORITY', 50)
+
+    def after_iter(self, solver):
+        pass
+
+
+def test_a_scepter_hook_that_declares_no_priority_keeps_its_own_default(tmp_path):
+    npz = write_blobs(tmp_path / 'd.npz', n=32)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'ScepterPriorityHook'}, {'NAME': 'OnlyAfterIterHook'}]
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks))
+    order = [(type(h).__name__, h.priority) for h in solver.hooks_dict['train']]
+    # before LogHook (100), as in scepter; the base's PRIORITY (500) once filled the config and overrode the 50
+    assert order[:3] == [('BackwardHook', 0), ('ScepterPriorityHook', 50), ('LogHook', 100)]
+    assert ('OnlyAfterIterHook', 500) in order  # a hook of this project's style still gets Hook's default
+    hooks[1]['PRIORITY'] = 700
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w2', hooks=hooks))
+    assert [h.priority for h in solver.hooks_dict['train'] if type(h).__name__ == 'ScepterPriorityHook'] == [700]

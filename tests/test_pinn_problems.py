@@ -241,6 +241,10 @@ BAD = {
         {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Periodic', 'AXIS': 'x'}]}},
         r'AXIS: a periodic condition pairs the two faces of x; draw its set there only: .*FACES: \[x\]',
     ),
+    'a misspelt condition key': (
+        {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALEU': 1.0}]}},
+        r'CONDITIONS\[0\]\.VALEU: unknown key for CONDITIONS\.Dirichlet; did you mean VALUE\?',
+    ),
     'two terms of one name': (
         {
             'bc': {'KIND': 'interior', 'COUNT': 3},

@@ -55,10 +55,32 @@ def test_logger_and_kwargs_are_passed(reg):
     assert value == 14 and logger == 'L'
 
 
-def test_alias_and_class_without_para_dict_accepts_extra_keys(reg):
-    obj = reg.build({'NAME': 'Legacy', 'ANYTHING': 1})
-    assert obj.cfg.ANYTHING == 1
+def test_alias_and_class_without_para_dict_accepts_extra_keys_and_names_them(reg, caplog):
+    with caplog.at_level('WARNING'):
+        obj = reg.build({'NAME': 'Legacy', 'ANYTHING': 1, 'PRIORTY': 2})
+    assert obj.cfg.ANYTHING == 1 and obj.cfg.PRIORTY == 2
     assert obj.cfg.PRIORITY == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        'ANYTHING: not a key THINGS.Legacy declares, passed on as written (give the class a para_dict of its own to'
+        ' make such a key an error)',
+        'PRIORTY: not a key THINGS.Legacy declares, passed on as written; did you mean PRIORITY? (give the class a'
+        ' para_dict of its own to make such a key an error)',
+    ]
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+        reg.build({'NAME': 'Legacy', 'PRIORITY': 1})
+    assert not caplog.records
+
+
+def test_a_key_declared_not_to_fill_is_left_out_until_written():
+    r = Registry('THINGS')
+
+    @r.register_class()
+    class Quiet(Base):
+        para_dict = {'ORDER': {'value': 5, 'description': 'order', 'fill': False}}
+
+    assert 'ORDER' not in r.build({'NAME': 'Quiet'}).cfg  # cfg.get('ORDER', own default) reads the class's default
+    assert r.build({'NAME': 'Quiet', 'ORDER': 2}).cfg.ORDER == 2
 
 
 def test_unknown_name_suggests_closest_and_path(reg):

@@ -117,6 +117,8 @@ class ValueCondition(Condition):
 class DirichletCondition(ValueCondition):
     """u = g."""
 
+    para_dict = {}  # the inherited keys, and only those: a misspelt key is an error
+
     def residual(self, u, d, batch, field):
         return self.output(u) - batch[self.value_key()]
 
@@ -125,6 +127,7 @@ class DirichletCondition(ValueCondition):
 class InitialValueCondition(DirichletCondition):
     """u(x, t0) = g, on an initial set."""
 
+    para_dict = {}  # the inherited keys, and only those: a misspelt key is an error
     SET_KINDS = ('initial',)
 
 
@@ -132,6 +135,7 @@ class InitialValueCondition(DirichletCondition):
 class InitialDerivativeCondition(ValueCondition):
     """du/dt(x, t0) = g, on an initial set (a wave equation's second initial condition)."""
 
+    para_dict = {}  # the inherited keys, and only those: a misspelt key is an error
     SET_KINDS = ('initial',)
     NEEDS_GRAD = True
 
@@ -148,6 +152,7 @@ def normal_derivative(d, batch, point_set, component):
 class NeumannCondition(ValueCondition):
     """du/dn = g along the outward normal."""
 
+    para_dict = {}  # the inherited keys, and only those: a misspelt key is an error
     SET_KINDS = ('boundary',)
     NEEDS_NORMALS = NEEDS_GRAD = True
 

@@ -147,7 +147,8 @@ STAGES = (
 
 class Hook:
     para_dict: dict[str, Any] = {
-        'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first; ties keep config order'}
+        # left out when not written: a scepter hook declaring no PRIORITY reads its own, cfg.get('PRIORITY', 50)
+        'PRIORITY': {'value': PRIORITY_NORMAL, 'description': 'lower runs first; ties keep config order', 'fill': False}
     }
 
     def __init__(self, cfg: Any, logger: logging.Logger | None = None):
