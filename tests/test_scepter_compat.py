@@ -1101,6 +1101,13 @@ def test_a_scepter_run_train_loop_is_one_epoch_and_stops_on_a_signal_after_its_s
         state = torch.load(tmp_path / 'b' / 'checkpoints' / 'preempted-step-3.pth', weights_only=True)
         assert (state['solver']['total_iter'], state['solver']['epoch'], state['solver']['iter']) == (3, 0, 3)
         solver.close()
+
+        cls.signal_at = 0  # MAX_STEPS ends the loop at its step, as it ends the native one (it ran the epoch out)
+        cfg = blob_solver_cfg(npz, tmp_path / 'c', hooks, NAME='CompatHookListLoopSolver', MAX_STEPS=8)
+        solver = build_solver(cfg)
+        solver.solve()
+        assert (solver.progress.total_iter, solver.progress.optimizer_steps) == (8, 8)
+        solver.close()
     finally:
         SOLVERS._entries.pop('CompatHookListLoopSolver', None)
 

@@ -343,7 +343,7 @@ class ScepterProtocol:
         self._finish_step(self._mode, train and self._update(), call_hooks)
         if train and self.step.steps_optimizer:  # an optimizer-step boundary, as the native loop's
             self._agree_on_stop()
-            if self.progress.stop_reason is not None:
+            if progress.train_finished():  # a stop, or MAX_STEPS reached (the epoch's plan ends a group there)
                 raise StopOwnTrainLoop
 
     def runs_own_pass(self, mode):
