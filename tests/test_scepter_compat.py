@@ -1235,3 +1235,27 @@ def test_a_backward_hook_of_scepters_steps_the_native_loop_on_the_returned_loss(
         HOOKS.register_class('BackwardHook')(OwnBackwardHook)
     assert not solver.updater.active and solver.progress.optimizer_steps == 6
     assert all(not torch.equal(a, b) for a, b in zip(before, solver.unwrapped_model.parameters()))
+
+
+def test_a_scepter_run_eval_without_its_construct_metrics_is_told_where_its_state_comes_from(tmp_path):
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    @SOLVERS.register_class('CompatRunEvalOnly')
+    class RunEvalOnly(TrainValSolver):
+        def run_eval(self):  # the first lines of scepter's TrainValSolver.run_eval
+            self.before_all_iter(self.hooks_dict[self._mode])
+            if self.do_final_eval or self.save_eval_data:
+                pass
+
+    try:
+        npz = write_blobs(tmp_path / 'blobs.npz')
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', NAME='CompatRunEvalOnly', MAX_EPOCHS=1))
+        with pytest.raises(AttributeError, match=r"RunEvalOnly\.do_final_eval is set by scepter's TrainValSolver\."):
+            solver.solve()
+        solver.close()
+        assert not hasattr(solver, 'no_such_name')
+    finally:
+        SOLVERS._entries.pop('CompatRunEvalOnly', None)

@@ -81,8 +81,22 @@ class StopOwnTrainLoop(BaseException):
     ``break`` for it).  A BaseException, so the loop's ``except Exception`` does not swallow it."""
 
 
+# what scepter's TrainValSolver.construct_metrics sets, and its run_eval reads
+SCEPTER_METRIC_STATE = ('do_final_eval', 'save_eval_data', '_collect_keys')
+
+
 class ScepterProtocol:
     """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
+
+    def __getattr__(self, name):
+        """Only for names not found: scepter's metric state says where it comes from (a ``run_eval`` ported from
+        scepter's TrainValSolver without its ``construct_metrics`` read it)."""
+        if name in SCEPTER_METRIC_STATE:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is set by scepter's TrainValSolver.construct_metrics (its run_eval reads"
+                ' it): port construct_metrics with run_eval (docs/porting_from_scepter.md)'
+            )
+        raise AttributeError(f'{type(self).__name__!r} object has no attribute {name!r}')
 
     use_pl = property(lambda self: self.lightning is not None, doc="Lightning's Trainer runs the loop (ENV.USE_PL).")
 
