@@ -158,3 +158,14 @@ def test_a_scepter_hook_that_declares_no_priority_keeps_its_own_default(tmp_path
     hooks[1]['PRIORITY'] = 700
     solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w2', hooks=hooks))
     assert [h.priority for h in solver.hooks_dict['train'] if type(h).__name__ == 'ScepterPriorityHook'] == [700]
+
+
+def test_an_after_iter_hook_ordered_before_backward_hook_is_told_the_update_has_run(tmp_path, caplog):
+    """scepter runs such a hook before the backward (it may add to solver.loss); here that change would be lost."""
+    npz = write_blobs(tmp_path / 'd.npz', n=32)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'OnlyAfterIterHook', 'PRIORITY': -10}, recorder('after', 10)]
+    with caplog.at_level('WARNING'):
+        build_solver(blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks))
+    warned = [r.getMessage() for r in caplog.records if 'runs after_iter before BackwardHook' in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith('OnlyAfterIterHook(-10) runs after_iter before BackwardHook(0)')
+    assert 'change the loss in run_step_train or the model' in warned[0]

@@ -127,7 +127,27 @@ def build_hooks(cfg, logger):
             check_stage_methods(hook, where, logger)
             keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
         hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
+    warn_hooks_meant_before_the_update(hooks_dict['train'], logger)
     return hooks_dict, keys
+
+
+def warn_hooks_meant_before_the_update(train_hooks, logger):
+    """A train ``after_iter`` hook ordered before this project's BackwardHook: in scepter's order it ran before the
+    backward and could change ``solver.loss``; here the update runs before every ``after_iter`` hook (hooks observe),
+    so such a change would be lost without a word.  Named once, with where the loss can change."""
+    backward = next((h for h in train_hooks if isinstance(h, BackwardHook)), None)
+    if backward is None:
+        return
+    for hook in train_hooks:
+        if (
+            hook.priority < backward.priority
+            and getattr(type(hook), 'after_iter', Hook.after_iter) is not Hook.after_iter
+        ):
+            logger.warning(
+                f'{type(hook).__name__}({hook.priority}) runs after_iter before BackwardHook({backward.priority}), as'
+                " in scepter's order where it could still change solver.loss; here the step's update has run by"
+                ' after_iter (solver.loss is None there): change the loss in run_step_train or the model'
+            )
 
 
 CHECKPOINT_STAGES = ('before_save_checkpoint', 'after_load_checkpoint')  # called with (solver, checkpoint)
