@@ -73,3 +73,34 @@ def test_register_probe_keeps_nothing_without_the_hook(tmp_path):
     solver.solve()
     assert solver._probes == {}
     assert not (tmp_path / 'w' / 'train_probe').exists()
+
+
+@SOLVERS.register_class()
+class PassProbingSolver(ProbingSolver):
+    """scepter's LatentDiffusionSolver.run_eval: the loop, then register_probe of the whole pass, then after_all_iter."""
+
+    para_dict = {}
+
+    @torch.no_grad()
+    def run_eval(self):
+        self.before_all_iter(self.hooks_dict[self._mode])
+        preds = []
+        for batch_idx, batch in enumerate(self.datas[self._mode].dataloader):
+            self.before_iter(self.hooks_dict[self._mode])
+            preds.append(self.run_step_eval(batch, batch_idx)['logits'].argmax(-1))
+            self.after_iter(self.hooks_dict[self._mode])
+        self.register_probe({'pass_pred': torch.cat(preds)})
+        self.after_all_iter(self.hooks_dict[self._mode])
+
+
+def test_a_pass_probe_registered_after_a_scepter_eval_loop_is_written_with_the_first_batch(tmp_path):
+    npz = write_blobs(tmp_path / 'd.npz', n=96)
+    cfg = blob_solver_cfg(
+        npz, tmp_path / 'w', NAME='PassProbingSolver', MAX_EPOCHS=1, EVAL_HOOKS=[{'NAME': 'ProbeDataHook'}]
+    )
+    solver = build_solver(cfg)
+    solver.solve()
+    meta = json.loads((tmp_path / 'w' / 'eval_probe' / 'probe-6' / 'meta.json').read_text())
+    assert meta['entries']['pass_pred']['shape'] == [96]  # the whole pass (it was dropped)
+    assert meta['entries']['logits']['shape'] == [16, 3]  # the first batch's, in the same folder
+    assert solver._probes == {}

@@ -264,8 +264,9 @@ class ScepterProtocol:
 
     # -- probes: what a step hands to ProbeDataHook -------------------------------------------------
     def register_probe(self, probe_data):
-        """Keep ``{name: value}`` of this step for ProbeDataHook; a no-op on steps it does not dump."""
-        if self.step.probe_wanted:
+        """Keep ``{name: value}`` for ProbeDataHook: on the steps it dumps, and outside a step (after an eval loop,
+        scepter's ``run_eval`` registers the pass's probes); a no-op on the other steps."""
+        if self.step.probe_wanted or not self.step.running:
             self._probes.update(probe_data)
 
     def pop_probes(self):

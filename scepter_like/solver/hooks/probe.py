@@ -13,7 +13,9 @@ done):
 - ``meta.json``: the index (mode, step, epoch, and per name its kind, files, shape, dtype),
   written last, so a folder with ``meta.json`` is complete.
 
-On other steps ``register_probe`` returns at once and keeps nothing.
+On other steps ``register_probe`` returns at once and keeps nothing.  Outside a step it keeps
+what it is given: an eval / test pass's probes (its first batch's, and those a ``run_eval`` of
+scepter's registers after its loop) are written together at the pass's ``after_all_iter``.
 """
 
 import io
@@ -102,11 +104,21 @@ class ProbeDataHook(Hook):
         if due:
             solver.request_probes()
 
+    def before_all_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':
+            solver.pop_probes()  # a pass starts from nothing
+
     def after_iter(self, solver: SolverSurface):
-        if not solver.step.probe_wanted:
-            return
+        if solver.mode == 'train' and solver.step.probe_wanted:
+            self._dump_popped(solver)
+
+    def after_all_iter(self, solver: SolverSurface):
+        if solver.mode != 'train':  # the pass's first batch, and what was registered after its loop
+            self._dump_popped(solver)
+
+    def _dump_popped(self, solver: SolverSurface):
         probes = solver.pop_probes()
-        if probes:
+        if probes and solver.is_main:
             step, epoch = solver.progress.total_iter, solver.progress.epoch
             folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{step}')
             self.dump(probes, folder, {'mode': solver.mode, 'step': step, 'epoch': epoch})
