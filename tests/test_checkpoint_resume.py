@@ -7,6 +7,7 @@ KEEP_LAST, SAVE_BEST, SAVE_LAST and a user hook with state.  The train dataset r
 the batches it serves, which proves that a resumed run never loads the skipped ones.
 """
 
+import math
 import os
 import re
 
@@ -133,3 +134,27 @@ def test_kill_and_resume_is_bit_exact(tmp_path, workers):
         torch.load(alone / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)['model'],
         torch.load(chain / 'checkpoints' / 'checkpoint-best.pth', weights_only=True)['model'],
     )
+
+
+def test_resuming_before_a_per_epoch_schedule_steps_again_raises_no_torch_order_warning(tmp_path):
+    """torch warns of lr_scheduler.step() before optimizer.step() when only the resumed process is seen."""
+    import warnings
+
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'SAVE_BEST': False}]
+    sched = {'NAME': 'CosineAnnealingLR', 'T_MAX': 3}
+    first = build_solver(blob_solver_cfg(npz, tmp_path / 'a', hooks, MAX_EPOCHS=1, LR_SCHEDULER=sched))
+    first.solve()
+    first.close()
+    resume = str(tmp_path / 'a' / 'checkpoints' / 'checkpoint-epoch-1.pth')
+    second = build_solver(
+        blob_solver_cfg(npz, tmp_path / 'b', hooks, MAX_EPOCHS=2, LR_SCHEDULER=sched, RESUME_FROM=resume)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        second.solve()
+    second.close()
+    assert not [w for w in caught if 'lr_scheduler.step()' in str(w.message)]
+    assert second.optimizer.param_groups[0]['lr'] == pytest.approx(0.1 * (1 + math.cos(math.pi / 3)) / 2)

@@ -14,6 +14,7 @@ or optimizer steps of the whole run, still applies while it lasts.
 """
 
 import math
+import warnings
 
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
@@ -106,6 +107,12 @@ class LrHook(Hook):
                     value is not None and solver.progress.last_eval_epoch == solver.progress.epoch - 1
                 ):  # a fresh evaluation only
                     sched.step(value)
+            elif getattr(sched, '_step_count', 0) == 1 and solver.progress.optimizer_steps:
+                # resumed before the schedule's first step: torch's "lr_scheduler.step() before optimizer.step()"
+                # warning sees only this process, whose optimizer has not stepped yet; the run's has
+                with warnings.catch_warnings():
+                    warnings.filterwarnings('ignore', 'Detected call of `lr_scheduler')
+                    sched.step()
             else:
                 sched.step()
             self.sched_lrs = [g['lr'] for g in solver.optimizer.param_groups]
