@@ -196,3 +196,18 @@ def test_a_steps_outputs_are_detached_tensors_and_plain_numbers_join_them():
     with torch.no_grad():
         weight.add_(1.0)
     assert out['weight'].item() == 2.0  # fixed at this step's value
+
+
+def test_max_epochs_minus_one_trains_as_many_epochs_as_max_steps_needs(blobs, tmp_path):
+    """scepter's (and Lightning's) -1: no epoch limit, MAX_STEPS ends training; it was an error."""
+    from scepter_like.errors import ConfigError
+    from scepter_like.solver.loop_state import TrainingProgress
+
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=-1, MAX_STEPS=14))  # 4 batches an epoch
+    assert solver.progress.max_epochs == 4
+    solver.solve()
+    assert (solver.progress.total_iter, solver.progress.epoch) == (14, 3)
+    solver.close()
+    for epochs, steps in [(-1, 0), (0, 5)]:
+        with pytest.raises(ConfigError, match=rf'^SOLVER\.MAX_EPOCHS: {epochs} would never end training'):
+            TrainingProgress(epochs, steps)

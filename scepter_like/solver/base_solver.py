@@ -72,7 +72,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         'WORK_DIR': {'value': './work_dir', 'description': 'folder for logs, checkpoints and run records'},
         'LOG_FILE': {'value': 'std_log.txt', 'description': 'log file name inside WORK_DIR'},
         'RESUME_FROM': {'value': '', 'description': "checkpoint to resume from; 'auto': the newest in WORK_DIR"},
-        'MAX_EPOCHS': {'value': 10, 'description': 'training epochs', 'min': 1},
+        'MAX_EPOCHS': {'value': 10, 'description': 'training epochs (-1: as many as MAX_STEPS needs)', 'min': -1},
         'MAX_STEPS': {'value': 0, 'description': 'stop after this many train steps (0: no limit)', 'min': 0},
         'ACCU_STEP': {'value': 1, 'description': 'gradient accumulation (= BackwardHook.ACCUMULATE_STEP)', 'min': 1},
         'NUM_FOLDS': {'value': 1, 'description': 'epochs per pass over the train data', 'min': 1},

@@ -8,6 +8,7 @@ PRIORITY orders its work, never what it sees.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -26,7 +27,12 @@ class TrainingProgress:
     """
 
     def __init__(self, max_epochs: int, max_steps: int = 0, num_folds: int = 1, eval_interval: int = 1):
-        self.max_epochs = max_epochs
+        if max_epochs == 0 or (max_epochs == -1 and max_steps <= 0):
+            raise ConfigError(
+                f'SOLVER.MAX_EPOCHS: {max_epochs} would never end training; give a number of epochs, or -1 (as many'
+                ' as MAX_STEPS needs) with MAX_STEPS'
+            )
+        self.max_epochs = max_epochs  # -1 until plan_folds knows an epoch's length
         self.max_steps = max_steps  # 0: no limit
         self.num_folds = num_folds
         self.eval_interval = eval_interval
@@ -63,6 +69,8 @@ class TrainingProgress:
             )
         start, stop = self.fold_window(pass_batches)
         self.epoch_iters['train'] = stop - start
+        if self.max_epochs == -1:  # no epoch limit (scepter's and Lightning's -1): the epochs MAX_STEPS needs
+            self.max_epochs = math.ceil(self.max_steps / (pass_batches // self.num_folds))
 
     def start_train_epoch(self, pass_batches: int) -> tuple[int, int]:
         """Plan this train epoch; returns the pass's batch range ``[first, stop)`` still to run."""
