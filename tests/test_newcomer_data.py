@@ -148,6 +148,30 @@ def test_a_csv_split_lacking_a_class_is_refused_unless_both_give_classes(tmp_pat
     assert accuracy > 0.8  # measured against the train data's class numbers
 
 
+def test_a_csv_split_whose_header_orders_the_features_otherwise_is_refused_until_columns_name_them(tmp_path, capsys):
+    csv_path = iris_like_csv(tmp_path / 'iris.csv')
+    with open(csv_path) as f:
+        table = list(csv.reader(f))
+    swapped = tmp_path / 'swapped.csv'  # the same rows, the first two feature columns the other way round
+    with open(swapped, 'w', newline='') as f:
+        csv.writer(f).writerows([[r[1], r[0], *r[2:]] for r in table])
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
+    assert run(run_train, ['--cfg', str(job), f'SOLVER.EVAL_DATA.PATH={swapped}']) == 2
+    features = table[0][:4]
+    line = one_error_line(capsys)
+    assert line == (
+        f"error: SOLVER.EVAL_DATA: its 'x' is read from the columns {[features[1], features[0], *features[2:]]}, the"
+        f" train data's from {features} (features are matched by place); give both data configs COLUMNS: {{x:"
+        f' {features}}}'
+    )
+    columns = f'SOLVER.{{}}.COLUMNS={{{{x: [{", ".join(features)}]}}}}'
+    words = [f'SOLVER.EVAL_DATA.PATH={swapped}', columns.format('TRAIN_DATA'), columns.format('EVAL_DATA')]
+    assert run(run_train, ['--cfg', str(job), *words]) == 0, capsys.readouterr().err
+    accuracy = float(re.search(r'eval epoch 5/5 \(150 samples\): accuracy: ([0-9.]+)', capsys.readouterr().out)[1])
+    assert accuracy > 0.8  # the named columns: the features in the train data's order
+
+
 def test_csv_mistakes_are_one_line(tmp_path, capsys):
     csv_path = iris_like_csv(tmp_path / 'iris.csv')
     job = tmp_path / 'csv.yaml'

@@ -46,13 +46,14 @@ def _seed_worker(worker_id):
 class DataBundle:
     """A dataset with its sampler and DataLoader, and the per-epoch iteration plan."""
 
-    def __init__(self, dataset, loader, sampler, batch_size, seed, classes=None):
+    def __init__(self, dataset, loader, sampler, batch_size, seed, classes=None, columns=None):
         self.dataset = dataset
         self.loader = loader
         self.sampler = sampler
         self.batch_size = batch_size
         self.seed = seed
         self.classes = classes  # class names in label order, where the dataset numbers them by name
+        self.columns = columns  # batch key -> the table columns behind it, where the dataset reads a table
 
     def set_epoch(self, pass_index):
         """Shuffle for pass ``pass_index``, and let a dataset that redraws its samples (``set_epoch``) do so."""
@@ -153,19 +154,27 @@ def check_data_keys(ds_cfg):
             )
 
 
-def check_class_orders(bundles, where):
-    """A ConfigError when the eval / test data number their classes otherwise than the train data (``bundles``:
-    mode -> DataBundle; ``where``: mode -> config path): a split lacking a class numbers the others anew by name,
-    and its accuracy would be measured against the wrong classes."""
+def check_splits_agree(bundles, where):
+    """A ConfigError when the eval / test data number their classes, or place their table columns, otherwise than
+    the train data (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  A split lacking a class
+    numbers the others anew by name; a file whose header orders the columns otherwise stacks the features in that
+    order: either way the model would be measured on inputs or labels it was not trained on."""
     train = bundles.get('train')
-    if train is None or train.classes is None:
+    if train is None:
         return
     for mode, bundle in bundles.items():
-        if bundle.classes is not None and list(bundle.classes) != list(train.classes):
+        if None not in (train.classes, bundle.classes) and list(bundle.classes) != list(train.classes):
             raise ConfigError(
                 f"{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than the train data's"
                 f' {list(train.classes)} (a split lacking a class); give both data configs the same CLASSES'
             )
+        for key, names in (bundle.columns or {}).items():
+            trained = (train.columns or {}).get(key)
+            if trained is not None and names != trained:
+                raise ConfigError(
+                    f"{where[mode]}: its {key!r} is read from the columns {names}, the train data's from {trained}"
+                    f' (features are matched by place); give both data configs COLUMNS: {{{key}: {trained}}}'
+                )
 
 
 def build_data(cfg, mode, dist_info, seed, logger=None):
@@ -178,7 +187,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     ds_cfg = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
     check_data_keys(ds_cfg)
     dataset = DATASETS.build(ds_cfg, logger=logger)
-    classes = getattr(dataset, 'classes', None)
+    classes, columns = getattr(dataset, 'classes', None), getattr(dataset, 'columns', None)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
         cfg[key] = value
     source = _dataset_name(dataset, ds_cfg)
@@ -212,4 +221,4 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         worker_init_fn=_seed_worker if workers > 0 else None,
         generator=torch.Generator(),
     )
-    return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes)
+    return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes, columns)

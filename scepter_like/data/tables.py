@@ -116,6 +116,7 @@ class CsvDataset(ArrayDataset):
         if label:
             column(label, cfg.path_of('LABEL_COLUMN'))
         mapping = cfg.COLUMNS.to_dict() if cfg.COLUMNS else {'x': [name for name in header if name != label]}
+        self.columns = mapping  # batch key -> its column(s), by name (the solver compares the splits')
         arrays = {}
         for key, names in mapping.items():
             where = cfg.COLUMNS.path_of(key) if cfg.COLUMNS else cfg.path_of('COLUMNS')

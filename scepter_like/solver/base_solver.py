@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scepter_like.data.loader import build_data, check_class_orders
+from scepter_like.data.loader import build_data, check_splits_agree
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
@@ -207,7 +207,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             if data_cfg is not None:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
                 self.progress.epoch_iters[mode] = self.datas[mode].num_batches()
-        check_class_orders(self.datas, {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()})
+        check_splits_agree(self.datas, {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()})
         if 'train' in self.datas:
             self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
 
