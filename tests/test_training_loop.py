@@ -221,6 +221,12 @@ def test_reduce_on_plateau_gets_the_eval_metric(blobs, tmp_path):
     cfg['SOLVER']['TRAIN_HOOKS'][1]['PLATEAU_METRIC'] = 'acc'
     with pytest.raises(ConfigError, match="PLATEAU_METRIC.*'acc'.*\\['accuracy'\\]"):
         build_solver(cfg).solve()
+    # torch's MODE min on accuracy would lower the rate while accuracy climbs: the metric's direction decides
+    cfg['SOLVER']['TRAIN_HOOKS'][1]['PLATEAU_METRIC'] = 'accuracy'
+    del cfg['SOLVER']['LR_SCHEDULER']['MODE']
+    message = r'^ReduceLROnPlateau \(SOLVER\.LR_SCHEDULER\): MODE min waits for accuracy to stop falling, and accuracy'
+    with pytest.raises(ConfigError, match=message + r' is better greater; set MODE: max$'):
+        build_solver(cfg).solve()
 
 
 def _early_cfg(npz, work_dir, **keys):

@@ -19,7 +19,8 @@ import warnings
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, SolverSurface, eval_metric
+from scepter_like.registry import BUILT_FROM
+from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, SolverSurface, eval_metric, greater_is_better
 from scepter_like.solver.hooks.registry import HOOKS
 
 
@@ -66,6 +67,7 @@ class LrHook(Hook):
                     f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric;'
                     f' got {self.plateau_metric!r}, the metrics give {names}'
                 )
+            self._check_plateau_mode(solver, sched)
         if self.sched_lrs is None:  # fresh start (a resume restores these)
             self.sched_lrs = [g['lr'] for g in optimizer.param_groups]
             self.start_ratio = self.warmup_start_lr / self.sched_lrs[0] if self.sched_lrs[0] else 1.0
@@ -75,6 +77,20 @@ class LrHook(Hook):
                 self.warmup_epochs * math.ceil(batches / solver.updater.settings.accumulate_steps)
             )
         self._apply(solver)
+
+    def _check_plateau_mode(self, solver: SolverSurface, sched: ReduceLROnPlateau):
+        """A ConfigError when ReduceLROnPlateau's MODE goes against the direction the metric reporting
+        PLATEAU_METRIC declares (MODE min on accuracy lowers the rate while accuracy climbs)."""
+        reporting = [m for m in solver.metrics if self.plateau_metric in _output_names(m)]
+        if not reporting:  # a metric that declares no direction (scepter's): MODE as written
+            return
+        mode = 'min' if greater_is_better(solver, self.plateau_metric) is False else 'max'
+        if sched.mode != mode:
+            metric, trend = self.plateau_metric, 'falling' if sched.mode == 'min' else 'rising'
+            raise ConfigError(
+                f'{getattr(sched, BUILT_FROM, "LR_SCHEDULER")}: MODE {sched.mode} waits for {metric} to stop {trend},'
+                f' and {metric} is better {"lower" if mode == "min" else "greater"}; set MODE: {mode}'
+            )
 
     def _warmup_fraction(self, solver: SolverSurface):
         if self.by_epoch:
@@ -157,3 +173,9 @@ class LrHook(Hook):
         self.seen_steps = state['seen_steps']
         self.phase = state.get('phase', 0)
         self._warmup_steps = state.get('warmup_steps')  # (None in checkpoints from before: computed anew)
+
+
+def _output_names(metric):
+    """The names a metric of this project reports (``Metric.output_names``); none for others."""
+    names = getattr(metric, 'output_names', None)
+    return names() if callable(names) else ()
