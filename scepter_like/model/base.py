@@ -53,6 +53,11 @@ class BaseModel(torch.nn.Module):
         self.cfg = cfg
         self.logger = logger
 
+    def logged_state(self):
+        """``{name: number}`` each train log line shows as it is at that line, not as a mean over the interval (a
+        PINN's identified PDE parameters): none here."""
+        return {}
+
     def describe(self):
         """A plain dict (JSON-able): the MODELS name, the modules that register it, its config without PRETRAINED*.
 

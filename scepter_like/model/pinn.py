@@ -24,7 +24,8 @@ Options, all in the config:
 
 - ``PARAMETERS: {D: 0.5}``: trainable PDE parameters (inverse problems), attributes of the
   model (``self.D``), trained by the same optimizer as the network, saved in checkpoints and
-  logged with every train log line (and metrics.jsonl) under their names;
+  logged at their current value with every train log line (and metrics.jsonl, TensorBoard)
+  under their names (``logged_state``);
 - ``FOURIER_FEATURES: {NUM: 64, SCALE: 1.0}``: the network sees [cos 2 pi x B, sin 2 pi x B]
   with B ~ N(0, SCALE^2) of shape [dim, NUM], fixed at construction (a buffer; NETWORK.IN_DIM
   is the number of coordinates, the network gets 2 NUM inputs);
@@ -164,9 +165,12 @@ class PhysicsInformedModel(BaseModel):
                 losses[f'loss_{condition.term}'] = mean_square(condition.residual(u, d, batch, self.field))
         if not self._parameters_checked:
             self._warn_untrained_parameters(losses)
-        for name in self.parameter_names:
-            losses[name] = getattr(self, name)
         return losses
+
+    def logged_state(self):
+        """The PDE parameters as they are now, for every train log line (DeepXDE's VariableValue prints the
+        current value; a mean over the log interval would lag behind it)."""
+        return {name: getattr(self, name).item() for name in self.parameter_names}
 
     def _warn_untrained_parameters(self, losses):
         """Once, at the first train forward: a PARAMETERS entry that no loss term depends on never trains (the

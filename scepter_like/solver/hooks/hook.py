@@ -242,6 +242,13 @@ class StepInterval:
         return False
 
 
+def model_state(solver: SolverSurface) -> dict[str, float]:
+    """The model's ``logged_state()`` (values a log line shows as they are now, e.g. a PINN's PDE parameters);
+    none for a model without it."""
+    state = getattr(solver.unwrapped_model, 'logged_state', None)
+    return state() if callable(state) else {}
+
+
 def greater_is_better(solver: SolverSurface, name: str) -> bool:
     """Whether a greater eval metric ``name`` is better: not when the metric reporting it says less is
     (``Metric.lower_is_better``: MSE, errors), else yes (scepter's default for an unsigned SAVE_BEST_BY)."""

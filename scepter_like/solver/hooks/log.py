@@ -24,7 +24,7 @@ import time
 import torch
 
 from scepter_like.errors import TrainingError
-from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface, model_state
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.logger import LineWriter
 from scepter_like.utils.progress_bar import ProgressBar, format_hms, live_display
@@ -147,7 +147,7 @@ class LogHook(Hook):
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         step_time, data_time = (now - self._since) / count, self._data_time / count
         self._data_time, self._since = 0.0, now
-        values = dict(means)
+        values = {**means, **model_state(solver)}
         if solver.optimizer is not None:
             values['lr'] = solver.optimizer.param_groups[0]['lr']
         progress, mode = solver.progress, solver.mode

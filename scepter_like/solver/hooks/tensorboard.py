@@ -17,7 +17,7 @@ the metrics, the learning rate aside (no train steps reach it).
 
 import os
 
-from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface
+from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface, model_state
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.loop_state import MODES
 from scepter_like.utils.scalars import ScalarSums
@@ -76,7 +76,7 @@ class TensorboardLogHook(Hook):
         if self.writer is None:
             return
         step = solver.progress.total_iter
-        for name, value in means.items():
+        for name, value in {**means, **model_state(solver)}.items():
             self.writer.add_scalar(f'train/{name}', value, step)
         if solver.optimizer is not None:
             for i, group in enumerate(solver.optimizer.param_groups):
