@@ -161,6 +161,25 @@ def test_launch_env_reads_slurm_and_prefers_torchrun():
         read_launch_env({'RANK': '2', 'WORLD_SIZE': '2'})
 
 
+def test_a_slurm_task_started_without_srun_says_what_it_waits_for_and_why_it_timed_out(monkeypatch, caplog):
+    """The batch step of ``sbatch --ntasks=4`` sets SLURM_PROCID 0 and SLURM_NTASKS 4; a plain python there is one
+    task of four, and it waited DIST_TIMEOUT (30 minutes by default) in silence."""
+    from scepter_like.utils.distributed import init_distributed
+
+    for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT'):
+        monkeypatch.delenv(key, raising=False)
+    slurm = {'SLURM_PROCID': '0', 'SLURM_NTASKS': '4', 'SLURM_JOB_ID': '9', 'SLURM_LAUNCH_NODE_IPADDR': '127.0.0.1'}
+    for key, value in {**slurm, 'MASTER_PORT': str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    with caplog.at_level('INFO'), pytest.raises(DistributedError) as failed:
+        init_distributed(timeout_s=1)
+    assert 'SLURM task 0 of 4: waiting up to 1 s (ENV.DIST_TIMEOUT) for the other tasks at 127.0.0.1:' in caplog.text
+    assert str(failed.value).endswith(
+        'SLURM_NTASKS is 4: start the tasks with srun (a plain python in a batch script is one task, which waits for'
+        ' the others in vain)'
+    )
+
+
 def test_nccl_without_cuda_and_a_timeout_of_zero_are_one_line_each(monkeypatch):
     from scepter_like.config import Config
     from scepter_like.errors import ConfigError

@@ -5,6 +5,7 @@ unconditionally.
 """
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
 
@@ -77,6 +78,11 @@ def init_distributed(backend='', timeout_s=1800, device=''):
             f'ENV.BACKEND nccl runs on CUDA devices, and this process has {dev}; use gloo, or leave ENV.BACKEND empty'
         )
     if world_size > 1 and not dist.is_initialized():
+        if launch.launcher == 'slurm':  # the wait below is silent until DIST_TIMEOUT: say what it waits for
+            logging.getLogger(__name__).info(
+                f'SLURM task {rank} of {world_size}: waiting up to {timeout_s} s (ENV.DIST_TIMEOUT) for the other tasks'
+                f' at {launch.master_addr}:{launch.master_port} (srun starts one per task)'
+            )
         try:
             timeout = datetime.timedelta(seconds=timeout_s)
             dist.init_process_group(
@@ -88,10 +94,16 @@ def init_distributed(backend='', timeout_s=1800, device=''):
                 device_id=dev if dev.type == 'cuda' else None,
             )
         except (RuntimeError, ValueError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = str(e).strip().splitlines()[0].rstrip('.') if str(e).strip() else type(e).__name__
+            hint = (
+                f'; SLURM_NTASKS is {world_size}: start the tasks with srun (a plain python in a batch script is one'
+                ' task, which waits for the others in vain)'
+                if launch.launcher == 'slurm'
+                else ''
+            )
             raise DistributedError(
                 f'could not join the process group (backend {backend}, rank {rank} of {world_size}): {first};'
-                ' check MASTER_ADDR / MASTER_PORT and that every node started'
+                f' check MASTER_ADDR / MASTER_PORT and that every node started{hint}'
             ) from None
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev, backend=backend)
 
