@@ -4,7 +4,8 @@ A ``Config`` remembers where it sits in the whole tree (``SOLVER.TRAIN_HOOKS[2]`
 that every error can name the exact place a user must fix.  YAML is read with the safe
 loader only, from UTF-8 files; a key written twice in one mapping is an error.
 ``_BASE_`` files are merged in (dicts deeply, lists replaced; a mapping that holds
-``_delete_: true`` replaces the inherited one, as in mmengine).  After the command-line
+``_delete_: true`` replaces the inherited one, as in mmengine), then scepter's ``_BASE``,
+``_BASE_RUN`` and ``_BASE_MODEL``.  After the command-line
 overrides, ``${A.B.0.C}`` references are resolved (``resolve_references``).
 """
 
@@ -20,6 +21,7 @@ import yaml
 from scepter_like.errors import ConfigError, suggest
 
 BASE_KEY = '_BASE_'
+SCEPTER_BASE_KEYS = ('_BASE', '_BASE_RUN', '_BASE_MODEL')  # scepter's, merged in this order after _BASE_
 DELETE_KEY = '_delete_'  # in a mapping of a file with _BASE_: replace the inherited mapping instead of merging
 REFERENCE = re.compile(r'\$\{([^${}]+)\}')
 ROOT_KEYS = ('ENV', 'SOLVER', 'IMPORTS')
@@ -194,6 +196,26 @@ class Config:
         """scepter's name for :meth:`to_dict` (a plain copy: changing it leaves the Config as it is)."""
         return self.to_dict()
 
+    @property
+    def cfg_dict(self):
+        """scepter's attribute: the config as plain dicts (a copy, as ``get_dict``)."""
+        return self.to_dict()
+
+    def get_lowercase_dict(self):
+        """scepter's: the plain dicts with the keys of every mapping lower-cased (keyword arguments for a callee)."""
+        return _recased(self.to_dict(), str.lower)
+
+    def get_uppercase_dict(self):
+        """scepter's: the plain dicts with the keys of every mapping upper-cased."""
+        return _recased(self.to_dict(), str.upper)
+
+    @staticmethod
+    def get_plain_cfg(cfg=None):
+        """scepter's: plain dicts and lists of a Config, or of dicts and lists that hold Configs."""
+        if isinstance(cfg, dict):
+            return {k: Config.get_plain_cfg(v) for k, v in cfg.items()}
+        return _plain(cfg)
+
     def keys(self):
         return self._d.keys()
 
@@ -219,6 +241,13 @@ class Config:
         """YAML text that loads back to an equal config."""
         dumper = getattr(yaml, 'CSafeDumper', yaml.SafeDumper)  # libyaml when present: same text, faster
         return yaml.dump(self.to_dict(), Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _recased(value, case):
+    """``value`` with the string keys of every mapping in it (not inside lists, as scepter) put in ``case``."""
+    if not isinstance(value, dict):
+        return value
+    return {case(k) if isinstance(k, str) else k: _recased(v, case) for k, v in value.items()}
 
 
 def _plain(value):
@@ -290,12 +319,13 @@ def load_yaml_with_base(path, _seen=()):
         raise ConfigError(f'{path}: _BASE_ includes itself in a cycle')
     data = _read_yaml(path)
     bases = data.pop(BASE_KEY, None)
-    if bases is None:
+    scepter_bases = [data.pop(key) for key in SCEPTER_BASE_KEYS if key in data]
+    if bases is None and not scepter_bases:
         return data if _seen else _drop_delete_keys(data)
-    if isinstance(bases, str):
-        bases = [bases]
-    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ConfigError(f'{path}: {BASE_KEY} must be a file path or a list of them, got {bases!r}')
+    bases = [bases] if isinstance(bases, str) else [] if bases is None else bases
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases + scepter_bases):
+        raise ConfigError(f'{path}: {BASE_KEY} must be a file path or a list of them, got {bases or scepter_bases!r}')
+    bases = bases + scepter_bases
     merged = {}
     for base in bases:
         base_path = os.path.join(os.path.dirname(path), base)

@@ -27,6 +27,22 @@ def test_load_with_base_merges_dicts_and_replaces_lists(tmp_path):
     assert cfg.to_dict() == {'SOLVER': {'A': 1, 'B': {'X': 1, 'Y': 20}, 'L': [9]}}
 
 
+def test_scepter_base_keys_and_config_methods(tmp_path):
+    """scepter's _BASE, _BASE_RUN and _BASE_MODEL merge in that order; get_lowercase_dict, cfg_dict, get_plain_cfg
+    (which scepter's diffusion solver calls) give plain dicts."""
+    write(tmp_path / 'run.yaml', 'SOLVER:\n  MAX_EPOCHS: 2\n  MODEL: {NAME: A, DEPTH: 1}\n')
+    write(tmp_path / 'model.yaml', 'SOLVER:\n  MODEL: {NAME: B}\n')
+    child = write(tmp_path / 'child.yaml', '_BASE_RUN: run.yaml\n_BASE_MODEL: model.yaml\nSOLVER: {MAX_EPOCHS: 3}\n')
+    cfg = Config(cfg_file=child)
+    assert cfg.to_dict() == {'SOLVER': {'MAX_EPOCHS': 3, 'MODEL': {'NAME': 'B', 'DEPTH': 1}}}
+    single = write(tmp_path / 'single.yaml', '_BASE: ./run.yaml\nSOLVER: {MAX_EPOCHS: 4}\n')
+    assert Config(cfg_file=single).SOLVER.to_dict() == {'MAX_EPOCHS': 4, 'MODEL': {'NAME': 'A', 'DEPTH': 1}}
+    model = cfg.SOLVER.MODEL
+    assert model.get_lowercase_dict() == {'name': 'B', 'depth': 1}
+    assert cfg.get_uppercase_dict() == cfg.cfg_dict == cfg.to_dict()
+    assert Config.get_plain_cfg({'m': model, 'l': [model]}) == {'m': model.to_dict(), 'l': [model.to_dict()]}
+
+
 def test_overrides_including_list_indices_and_new_keys():
     cfg = Config({'SOLVER': {'MAX_EPOCHS': 3, 'HOOKS': [{'NAME': 'A'}, {'NAME': 'B', 'I': 1}]}})
     apply_overrides(cfg, ['SOLVER.MAX_EPOCHS=5', 'SOLVER.HOOKS.1.I=7', 'SOLVER.HOOKS.0.NEW=[1, 2]', 'SOLVER.X.Y=ok'])
