@@ -1259,3 +1259,35 @@ def test_a_scepter_run_eval_without_its_construct_metrics_is_told_where_its_stat
         assert not hasattr(solver, 'no_such_name')
     finally:
         SOLVERS._entries.pop('CompatRunEvalOnly', None)
+
+
+def test_a_dotted_extra_key_reads_into_the_batch_meta_as_scepter_does(tmp_path):
+    """scepter's EXTRA_KEYS: [meta.img_path] reads batch['meta']['img_path'] (its _get_value); it was 'lacking'."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.data.registry import DATASETS
+
+    @DATASETS.register_class('CompatMetaBlobs')
+    class MetaBlobs(torch.utils.data.Dataset):
+        para_dict = {'N': {'value': 32, 'description': 'samples'}}
+
+        def __init__(self, cfg, logger=None):
+            generator = torch.Generator().manual_seed(0)
+            self.x, self.y = torch.randn(cfg.N, 8, generator=generator), torch.arange(cfg.N) % 3
+
+        def __len__(self):
+            return len(self.y)
+
+        def __getitem__(self, index):
+            return {'img': self.x[index], 'label': self.y[index], 'meta': {'sample_id': index}}
+
+    data = {'NAME': 'CompatMetaBlobs', 'BATCH_SIZE': 8}
+    cfg = blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w', MAX_EPOCHS=1, SAVE_EVAL_DATA=True)
+    cfg['SOLVER'].update(TRAIN_DATA=data, EVAL_DATA=dict(data), EXTRA_KEYS=['meta.sample_id'])
+    try:
+        solver = build_solver(cfg)
+        solver.solve()
+    finally:
+        DATASETS._entries.pop('CompatMetaBlobs', None)
+    saved = torch.load(tmp_path / 'w' / 'eval_00001.pth', weights_only=True)
+    assert torch.equal(torch.as_tensor(saved['meta.sample_id']), torch.arange(32))

@@ -9,6 +9,18 @@ from scepter_like.solver.base_solver import DATA_KEYS, BaseSolver
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_torch_save
 
+ABSENT = object()
+
+
+def batch_value(batch, key):
+    """``batch[key]``; a dotted key (scepter's ``meta.img_path``) reads into nested dicts; ``ABSENT`` when missing."""
+    value = batch
+    for part in [key] if key in batch else key.split('.'):
+        if not isinstance(value, dict) or part not in value:
+            return ABSENT
+        value = value[part]
+    return value
+
 
 @SOLVERS.register_class()
 class TrainValSolver(BaseSolver):
@@ -70,10 +82,10 @@ class TrainValSolver(BaseSolver):
         a ``run_step_eval`` of a subclass's own, scepter's way, feeds them its results."""
         data = results
         if self.extra_keys:
-            missing = [k for k in self.extra_keys if k not in batch_data]
+            extras = {k: batch_value(batch_data, k) for k in self.extra_keys}
+            missing = [k for k, value in extras.items() if value is ABSENT]
             if missing:
                 raise DataError(f'SOLVER.EXTRA_KEYS names {missing}, which the {self.mode} batches lack')
-            extras = {k: batch_data[k] for k in self.extra_keys}
             self.step.outputs.update(extras)
             data = {**results, **extras}
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
