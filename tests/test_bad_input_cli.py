@@ -117,6 +117,10 @@ CASES = {
         lambda t, b: ['--cfg', b, _work(t), 'SOLVER.OPTIMIZER={NAME: AdamW, BETAS: [0.9]}'],
         r'SOLVER\.OPTIMIZER\.BETAS: AdamW takes 2 values here .*got 1',
     ),
+    'a remote file system': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.FILE_SYSTEM={NAME: AliyunOssFs, BUCKET: b}'],
+        r"^error: SOLVER\.FILE_SYSTEM: 'AliyunOssFs' is not supported; scepter_like uses local files only",
+    ),
     'device gpu7': (
         lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'ENV.DEVICE=gpu7'],
         r"ENV\.DEVICE: 'gpu7' is not a device; write cpu, cuda, cuda:N",

@@ -384,6 +384,19 @@ def test_dict_to_yaml_renders_both_forms():
 
 
 # -- FS, data, logger utilities ------------------------------------------------------------------------
+def test_a_scepter_dataset_naming_a_remote_file_system_is_one_error_before_anything_is_read(tmp_path):
+    from scepter_like.config import Config
+    from scepter_like.data.loader import build_data
+    from scepter_like.utils.distributed import DistInfo
+
+    cfg = Config({'SOLVER': {'TRAIN_DATA': {'NAME': 'ImageClassifyPublicDataset', 'BATCH_SIZE': 4}}})
+    data = cfg.SOLVER.TRAIN_DATA
+    data['FILE_SYSTEM'] = [{'NAME': 'LocalFs'}, {'NAME': 'ModelscopeFs', 'TEMP_DIR': str(tmp_path)}]
+    single = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device('cpu'), backend='gloo')
+    with pytest.raises(ConfigError, match=r"^SOLVER\.TRAIN_DATA\.FILE_SYSTEM: 'ModelscopeFs' is not supported;"):
+        build_data(data, 'train', single, seed=0)
+
+
 def test_fs_reads_and_writes_local_files_atomically(tmp_path):
     from scepter_like.utils.file_system import FS
 

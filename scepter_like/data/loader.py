@@ -22,6 +22,7 @@ from scepter_like.data.transformed import TransformedDataset
 from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
+from scepter_like.utils.file_system import check_local_file_system
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -186,6 +187,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         cfg[key] = loader_cfg[key]
     ds_cfg = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
     check_data_keys(ds_cfg)
+    check_local_file_system(ds_cfg.get('FILE_SYSTEM'), ds_cfg.path_of('FILE_SYSTEM'))
     dataset = DATASETS.build(ds_cfg, logger=logger)
     classes, columns = getattr(dataset, 'classes', None), getattr(dataset, 'columns', None)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config

@@ -16,6 +16,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.registry import resolve_params
 from scepter_like.solver.lightning.settings import PL_PARA_DICT
 from scepter_like.utils.distributed import init_distributed
+from scepter_like.utils.file_system import check_local_file_system
 from scepter_like.utils.heap import keep_heap
 from scepter_like.utils.seed import seed_everything
 
@@ -56,6 +57,7 @@ def resolve_env(solver_cfg):
     env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
     resolve_params(env.PL, PL_PARA_DICT, 'ENV.PL')
     _check_device(env)
+    check_local_file_system(solver_cfg.get('FILE_SYSTEM'), solver_cfg.path_of('FILE_SYSTEM'))  # where files live
     return env
 
 

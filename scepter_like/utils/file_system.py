@@ -22,6 +22,18 @@ _SCHEME = re.compile(r'^([A-Za-z][A-Za-z0-9+.-]*)://')
 LOCAL_CLIENTS = ('LocalFs',)
 
 
+def check_local_file_system(entries, where):
+    """scepter's ``FILE_SYSTEM`` (one client config, a list of them, or none) may name the local client only: a
+    ConfigError naming ``where`` otherwise, before a run that would look for its files on local disk."""
+    for entry in entries if isinstance(entries, list) else [] if entries is None else [entries]:
+        name = entry.get('NAME') if hasattr(entry, 'get') else entry
+        if name not in LOCAL_CLIENTS:
+            raise ConfigError(
+                f'{where}: {name!r} is not supported; scepter_like uses local files only (NAME: LocalFs or leave'
+                ' FILE_SYSTEM out; copy remote data to a local folder first)'
+            )
+
+
 class IoString(str):
     """A path that also works as ``with FS.get_from(...) as local_path``."""
 
@@ -91,12 +103,7 @@ class FileSystem:
     # -- clients ----------------------------------------------------------------------------
     def init_fs_client(self, cfg=None, logger=None, overwrite=True):
         """Accept scepter's ``FILE_SYSTEM`` entry when it names the local client; others are a ConfigError."""
-        name = cfg.get('NAME') if cfg is not None else 'LocalFs'
-        if name not in LOCAL_CLIENTS:
-            raise ConfigError(
-                f'FILE_SYSTEM: {name!r} is not supported; scepter_like uses local files only (NAME: LocalFs or leave'
-                ' FILE_SYSTEM out)'
-            )
+        check_local_file_system(cfg, 'FILE_SYSTEM')
         return self.get_prefix()
 
     def get_fs_client(self, target_path, safe=False):
