@@ -77,7 +77,7 @@ def test_register_probe_keeps_nothing_without_the_hook(tmp_path):
 
 @SOLVERS.register_class()
 class PassProbingSolver(ProbingSolver):
-    """scepter's LatentDiffusionSolver.run_eval: the loop, then register_probe of the whole pass, then after_all_iter."""
+    """scepter's LatentDiffusionSolver.run_eval: the loop, register_probe of the whole pass, after_all_iter."""
 
     para_dict = {}
 
