@@ -341,7 +341,8 @@ def load_yaml_with_base(path, _seen=()):
 
 # -- command-line overrides -----------------------------------------------------------------
 def parse_override(text):
-    """``'A.B.0.C=value'`` -> (['A', 'B', 0, 'C'], parsed YAML value, append); ``A.B+=value`` appends."""
+    """``'A.B.0.C=value'`` -> (['A', 'B', 0, 'C'], parsed YAML value, append); ``A.B+=value`` appends a value
+    and extends by a list, as Python's ``+=`` does."""
     if '=' not in text:
         raise ConfigError(f"override '{text}' has no '='; write KEY.PATH=VALUE")
     key, raw = text.split('=', 1)
@@ -385,7 +386,10 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
                 raise ConfigError(
                     f"override '{text}': += appends to a list, and {'.'.join(map(str, parts))} is not one"
                 )
-            target.append(value)
+            if isinstance(value, list):  # a list extends, as Python's += does
+                target.extend(value)
+            else:
+                target.append(value)
             cfg[parts[0]] = _plain(cfg[parts[0]])  # a Config again, so later overrides may reach into the new item
             continue
         if isinstance(node, list):

@@ -333,6 +333,12 @@ class Registry:
                 raise ConfigError(f'{self.name}: expected a mapping with NAME, got {cfg!r}')
             cfg = Config(cfg)
         if NAME_KEY not in cfg:
+            glued = next((k for k in cfg.keys() if isinstance(k, str) and k.startswith(f'{NAME_KEY}:')), None)
+            if glued is not None:  # YAML reads {NAME:X} as the one key 'NAME:X'
+                raise ConfigError(
+                    f'{cfg.path or self.name}: YAML read {{{glued}}} as one key {glued!r} with no value; put a space'
+                    f' after the colon: {{{NAME_KEY}: {glued.split(":", 1)[1]}}}'
+                )
             raise ConfigError(
                 f'{cfg.path or self.name}: NAME is missing; name one of {self.name}: {", ".join(self.names())}'
             )

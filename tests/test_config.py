@@ -114,6 +114,10 @@ def test_override_appends_to_a_list():
     assert [h.NAME for h in cfg.SOLVER.HOOKS] == ['A', 'B', 'C'] and cfg.SOLVER.HOOKS[2].path == 'SOLVER.HOOKS[2]'
     apply_overrides(cfg, ['SOLVER.HOOKS+={NAME: D}', 'SOLVER.HOOKS.3.KEY=1'])  # a later word sets a key of the new item
     assert cfg.SOLVER.HOOKS[3].to_dict() == {'NAME': 'D', 'KEY': 1}
+    apply_overrides(cfg, ['SOLVER.HOOKS+=[{NAME: E}, {NAME: F}]'])  # a list extends, as Python's +=
+    assert [h.NAME for h in cfg.SOLVER.HOOKS][-2:] == ['E', 'F']
+    dims = apply_overrides(Config({'SOLVER': {'DIMS': [64]}}), ['SOLVER.DIMS+=[32, 16]']).SOLVER.DIMS
+    assert dims == [64, 32, 16]  # it appended [32, 16] as one item, and the model refused it
     with pytest.raises(ConfigError, match=r'\+= appends to a list, and SOLVER.HOOKS.0 is not one'):
         apply_overrides(cfg, ['SOLVER.HOOKS.0+=1'])
 

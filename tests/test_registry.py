@@ -1,4 +1,5 @@
 import pytest
+import yaml
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError, RegistryError
@@ -108,6 +109,9 @@ def test_wrong_type_is_reported(reg):
 def test_missing_name(reg):
     with pytest.raises(ConfigError, match='NAME is missing'):
         reg.build({'SIZE': 1})
+    glued = yaml.safe_load('{NAME:Widget}')  # no space after the colon: YAML reads one key 'NAME:Widget'
+    with pytest.raises(ConfigError, match=r"^THINGS: YAML read \{NAME:Widget\} as one key 'NAME:Widget' with no"):
+        reg.build(glued)
 
 
 def test_registering_a_taken_name_replaces_it_with_one_warning(reg, caplog):
