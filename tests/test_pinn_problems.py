@@ -580,3 +580,16 @@ def test_a_boundary_set_on_one_side_of_an_axis():
         assert on == expect, faces
     with pytest.raises(ConfigError, match=r"FACES: \['x_lo'\] name no faces; choose from .*did you mean x_low"):
         point_sets({'w': {**wall, 'FACES': ['x_lo']}}, geometry={'NAME': 'Rectangle'})
+
+
+def test_deepxde_sin_activation_and_glorot_uniform_init():
+    torch.manual_seed(0)
+    net = MODELS.build(
+        {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [50], 'OUT_DIM': 1, 'ACTIVATION': 'sin', 'INIT': 'glorot_uniform'}
+    )
+    first, last = net[0], net[2]
+    bound = math.sqrt(6 / (2 + 50))  # Xavier uniform: U(-b, b), b = sqrt(6 / (fan_in + fan_out))
+    assert first.weight.abs().max() <= bound and first.weight.abs().max() > 0.9 * bound
+    assert not first.bias.any() and not last.bias.any()
+    x = torch.rand(5, 2)
+    torch.testing.assert_close(net(x), last(torch.sin(first(x))))

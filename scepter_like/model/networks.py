@@ -6,7 +6,16 @@ from torch import nn
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import MODELS
 
-ACTIVATIONS = {'relu': nn.ReLU, 'gelu': nn.GELU, 'tanh': nn.Tanh, 'silu': nn.SiLU}
+
+class Sin(nn.Module):
+    """sin(x): DeepXDE's 'sin' activation (SIREN-style networks for oscillating fields)."""
+
+    def forward(self, x):
+        return torch.sin(x)
+
+
+ACTIVATIONS = {'relu': nn.ReLU, 'gelu': nn.GELU, 'tanh': nn.Tanh, 'silu': nn.SiLU, 'sin': Sin}
+INITS = {'glorot_normal': nn.init.xavier_normal_, 'glorot_uniform': nn.init.xavier_uniform_}  # DeepXDE's names
 
 
 def check_whole_sizes(cfg, key):
@@ -30,12 +39,13 @@ class MLP(BaseModel, nn.Sequential):
         'IN_DIM': {'value': 64, 'description': 'input features (inputs are flattened)', 'min': 1},
         'HIDDEN_DIMS': {'value': [256, 256], 'description': 'widths of the hidden layers', 'min': 1},
         'OUT_DIM': {'value': 10, 'description': 'output features', 'min': 1},
-        'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu', 'choices': list(ACTIVATIONS)},
+        'ACTIVATION': {'value': 'relu', 'description': 'relu | gelu | tanh | silu | sin', 'choices': list(ACTIVATIONS)},
         'DROPOUT': {'value': 0.0, 'description': 'dropout after each hidden layer', 'min': 0.0, 'below': 1.0},
         'INIT': {
             'value': 'default',
-            'description': "linear weights: 'default' (torch's) | 'glorot_normal' (Xavier normal, zero biases)",
-            'choices': ['default', 'glorot_normal'],
+            'description': "linear weights: 'default' (torch's) | 'glorot_normal' | 'glorot_uniform' (Xavier, zero"
+            ' biases)',
+            'choices': ['default', *INITS],
         },
     }
 
@@ -50,10 +60,10 @@ class MLP(BaseModel, nn.Sequential):
                 self.append(nn.Dropout(cfg.DROPOUT))
             dim = width
         self.append(nn.Linear(dim, cfg.OUT_DIM))
-        if cfg.INIT == 'glorot_normal':
+        if cfg.INIT in INITS:
             for layer in self:
                 if isinstance(layer, nn.Linear):
-                    nn.init.xavier_normal_(layer.weight)
+                    INITS[cfg.INIT](layer.weight)
                     nn.init.zeros_(layer.bias)
 
     def forward(self, x):
