@@ -167,7 +167,8 @@ def test_a_slurm_task_started_without_srun_says_what_it_waits_for_and_why_it_tim
     from scepter_like.utils.distributed import init_distributed
 
     for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT'):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, '')  # recorded, so the variables init_distributed sets are gone after the test
+        monkeypatch.delenv(key)
     slurm = {'SLURM_PROCID': '0', 'SLURM_NTASKS': '4', 'SLURM_JOB_ID': '9', 'SLURM_LAUNCH_NODE_IPADDR': '127.0.0.1'}
     for key, value in {**slurm, 'MASTER_PORT': str(free_port())}.items():
         monkeypatch.setenv(key, value)
