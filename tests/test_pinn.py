@@ -166,6 +166,27 @@ def test_pcgrad_projects_conflicting_gradients():
     assert sorted(map(sorted, orders)) == [[0, 1], [0, 2], [1, 2]] and orders == agg3.orders(5)
 
 
+def test_pcgrad_zero_gradient_term_projects_nothing():
+    # a term with a zero gradient (a hard-constrained boundary term, a LOSS_WEIGHTS 0 term) conflicts with
+    # nothing: the others stay as they are, and no 0 / 0 makes the step NaN
+    grads = torch.tensor([[1.0, -2.0], [0.0, 0.0], [-1.0, 0.5]])
+    got = project_conflicting(grads, [[1, 2], [0, 2], [1, 0]])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[1], torch.zeros(2))
+    g0, g2 = grads[0], grads[2]  # the two real terms conflict: projected as without the zero row
+    torch.testing.assert_close(got[0], g0 - (g0 @ g2) / (g2 @ g2) * g2)
+    torch.testing.assert_close(got[2], g2 - (g2 @ g0) / (g0 @ g0) * g0)
+    w = torch.zeros(2, requires_grad=True)
+    for weights, terms in (
+        (None, lambda: {'loss_pde': w @ torch.tensor([1.0, 1.0]), 'loss_bc': (w * 0).sum() + 3.0}),
+        ({'loss_bc': 0.0}, lambda: {'loss_pde': w @ torch.tensor([1.0, 1.0]), 'loss_bc': -(w @ w) - w[0]}),
+    ):
+        w.grad = None
+        agg = aggregator('PCGrad', weights=weights)
+        agg.backward(terms(), 0, [w])
+        torch.testing.assert_close(w.grad, torch.tensor([1.0, 1.0]))
+
+
 # -- field metrics under torchrun ------------------------------------------------------------
 def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
     out = tmp_path / 'metrics.json'

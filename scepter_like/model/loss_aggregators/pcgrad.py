@@ -6,8 +6,11 @@ whenever the two conflict (``g_i . g_j < 0``):
 
     g_i <- g_i - (g_i . g_j) / |g_j|^2 * g_j
 
-and the parameters get the sum of the projected gradients.  The order is drawn from
-``(seed, step)``, so a resumed run projects exactly as an uninterrupted one.
+A term whose gradient is zero (a loss that does not depend on the parameters, such as a
+boundary term a hard constraint satisfies exactly, or one of weight 0) conflicts with no
+other and projects nothing; its own row stays zero.  The parameters get the sum of the
+projected gradients.  The order is drawn from ``(seed, step)``, so a resumed run projects
+exactly as an uninterrupted one.
 
 Because it needs each term's gradient, PCGrad does the backward pass itself:
 ``performs_backward`` is True and the solver calls ``backward(terms, step, params)``
@@ -30,10 +33,14 @@ from scepter_like.utils.distributed import all_reduce_sum, get_world_size
 def project_conflicting(grads, orders):
     """The PCGrad projection of ``grads`` ``[m, P]``; ``orders[i]`` lists the other rows in the order to use."""
     projected = grads.clone()
+    # |g_j|^2, with 1 where g_j is zero: a zero gradient conflicts with nothing (its dot product is 0), so it
+    # projects nothing; dividing 0 by 0 would make the whole step NaN (a hard-constrained term, a weight 0)
+    norms = grads.pow(2).sum(1)
+    norms = torch.where(norms > 0, norms, torch.ones_like(norms))
     for i, order in enumerate(orders):
         g = projected[i]
         for j in order:  # min(dot, 0): no projection where they agree, and no host sync to decide it
-            g -= torch.dot(g, grads[j]).clamp(max=0) / grads[j].pow(2).sum() * grads[j]
+            g -= torch.dot(g, grads[j]).clamp(max=0) / norms[j] * grads[j]
     return projected
 
 
