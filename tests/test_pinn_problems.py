@@ -92,6 +92,46 @@ def test_boundary_measure_and_set_operations():
     assert not ((np.linalg.norm(points - [1.0, 0.5], axis=1) < 0.4 - 1e-9) & (points[:, 0] < 1 - 1e-9)).any()
 
 
+@pytest.mark.parametrize('method', ['hammersley', 'uniform'])
+def test_csg_boundaries_where_the_parts_share_edges(method):
+    """DeepXDE's CSG rules: a difference's boundary is the first part's outside the closed subtracted one and the
+    subtracted one's strictly inside the first; a union's is each part's outside the other (closed) one, an edge
+    both share counted once. An L (a square minus its upper right quarter) has no point on the removed edges."""
+    ell = Difference([Box([-1.0, -1.0], [1.0, 1.0]), Box([0.0, 0.0], [1.0, 1.0])])  # perimeter 8
+    union = Union([Box([-1.0, -1.0], [1.0, 0.0]), Box([-1.0, -1.0], [0.0, 1.0])])  # the same L
+    for g in (ell, union):
+        points, normals = g.sample_boundary(1600, draw_with(method))
+        assert not ((points[:, 0] > 1e-9) & (points[:, 1] > 1e-9)).any()  # nothing on x = 1 or y = 1 above 0
+        x, y = points[:, 0], points[:, 1]
+        edges = {  # each edge's share is its length / 8: uniform density, shared edges once
+            'y=0': (y == 0) & (x > 0),
+            'x=0': (x == 0) & (y > 0),
+            'x=1': x == 1,
+            'y=1': y == 1,
+            'x=-1': x == -1,
+            'y=-1': y == -1,
+        }
+        for edge, length in zip(edges.values(), [1, 1, 1, 1, 2, 2]):
+            assert abs(edge.mean() - length / 8) < 0.025, (g, method, edge.mean())
+        np.testing.assert_array_equal(normals[edges['y=0']], [[0.0, 1.0]] * edges['y=0'].sum())  # out of the L
+        np.testing.assert_array_equal(normals[edges['x=0']], [[1.0, 0.0]] * edges['x=0'].sum())
+        np.testing.assert_array_equal(normals[edges['x=1']], [[1.0, 0.0]] * edges['x=1'].sum())
+    # a grid on the L keeps no point of the removed edges (nor the corner (1, 1)); the hole's edges stay
+    grid = Domain(ell).grid([5, 5])
+    quarter = {tuple(p) for p in grid[(grid[:, 0] >= 0) & (grid[:, 1] >= 0)].tolist()}
+    assert len(grid) == 21 and quarter == {(0.0, 0.0), (0.0, 0.5), (0.0, 1.0), (0.5, 0.0), (1.0, 0.0)}
+    assert len(Domain(union).grid([5, 5])) == 21
+    # parts side by side: their common edge is inside the union; a part touching from outside removes nothing
+    pair = Union([Box([0.0, 0.0], [1.0, 1.0]), Box([1.0, 0.0], [2.0, 1.0])])
+    points, _ = pair.sample_boundary(600, draw_with(method))
+    assert not ((points[:, 0] == 1.0) & (points[:, 1] > 0) & (points[:, 1] < 1)).any()
+    assert abs((points[:, 1] == 1.0).mean() - 2 / 6) < 0.03
+    touching = Difference([Box([0.0, 0.0], [1.0, 1.0]), Box([1.0, 0.0], [2.0, 1.0])])
+    points, normals = touching.sample_boundary(800, draw_with(method))
+    right = points[:, 0] == 1.0
+    assert abs(right.mean() - 1 / 4) < 0.03 and (normals[right] == [1.0, 0.0]).all()
+
+
 def test_space_time_domain_interior_boundary_initial_and_grid():
     domain = Domain(Box([-1.0], [1.0]), (0.0, 2.0))
     assert domain.names == ('x', 't')

@@ -103,7 +103,7 @@ class Domain:
 
     def grid(self, resolution, where='RESOLUTION'):
         """The points of a regular grid over the bounding box (and time), faces included, that lie in the
-        domain: ``[N, dim]``, the last coordinate fastest."""
+        closed domain (not on an edge a difference removed): ``[N, dim]``, the last coordinate fastest."""
         if len(resolution) != self.dim or any(not isinstance(r, int) or r < 2 for r in resolution):
             raise ConfigError(
                 f'{where}: need {self.dim} whole numbers of at least 2 (points along {", ".join(self.names)}),'
@@ -115,4 +115,4 @@ class Domain:
         points = np.stack([m.reshape(-1) for m in np.meshgrid(*axes, indexing='ij')], axis=1)
         if isinstance(g, Box):
             return points
-        return points[g.sdf(points[:, : g.dim]) <= g.tolerance]
+        return points[g.closed(points[:, : g.dim])]

@@ -9,9 +9,16 @@ normals.  That is all sampling needs:
 - interior points: unit-cube points mapped onto the bounding box, kept where ``sdf < 0``;
 - boundary points: unit-cube points mapped onto the pieces (a piece picked with probability
   proportional to its measure by the first coordinate), kept where the point lies on the
-  region's own boundary (``|sdf| <= tolerance``): a union drops what lies inside another
-  part, a difference keeps the parts of the subtracted region's boundary inside the first
-  one, with their normals turned around.
+  region's own boundary, by DeepXDE's CSG rules: a union keeps each part's boundary outside
+  the other (closed) parts, a difference keeps its first part's boundary outside the
+  (closed) subtracted ones and the subtracted ones' boundary strictly inside the first,
+  with their normals turned around.  Where pieces meet (``|sdf| <= tolerance`` of two or
+  more), a step of ``PROBE`` off the point decides: it is kept when the region lies against
+  its normal and not along it (an L's removed edges, where a subtracted square shares the
+  outer one's sides, lie on neither; two parts side by side share an inner edge), and
+  counted once, on the first piece, where two pieces share it with the same normal (a
+  union's common outer edge).
+- grid points (``closed``): the points of the closed region, without those edges.
 
 Sampling draws unit points through a ``draw(m, columns)`` function (``sampling.unit_points``
 with its method and generator), so every draw is a pure function of the seed.  The
@@ -25,6 +32,7 @@ from scepter_like.data.registry import GEOMETRIES
 from scepter_like.errors import ConfigError
 
 RELATIVE_TOLERANCE = 1e-9  # of the bounding box's diagonal: how far from a boundary a point still lies on it
+PROBE = 1e-6  # of the bounding box's diagonal: the step off a point where boundaries meet, to see where the region is
 MAX_DOUBLINGS = 24
 
 
@@ -70,6 +78,32 @@ class Geometry:
     def tolerance(self):
         return RELATIVE_TOLERANCE * float(np.linalg.norm(self.high - self.low))
 
+    @property
+    def probe(self):
+        return PROBE * float(np.linalg.norm(self.high - self.low))
+
+    def _on_pieces(self, points, pieces):
+        """``[len(pieces), m]``: whether each point lies on each piece's boundary."""
+        return np.stack([np.abs(piece.sdf(points)) <= self.tolerance for piece, _ in pieces])
+
+    def closed(self, points):
+        """Mask of ``points`` in the closed region: inside, or on a boundary with the region next to it.  Where
+        the boundaries of two or more pieces meet, a point is kept only when a step of ``probe`` in some
+        direction (the axes and diagonals) goes inside: an edge a difference removed (an L's) has the
+        region on neither side."""
+        sdf = self.sdf(points)
+        keep = sdf <= self.tolerance
+        pieces = self.pieces()
+        if len(pieces) < 2:
+            return keep
+        meet = np.flatnonzero(keep & (sdf >= -self.tolerance) & (self._on_pieces(points, pieces).sum(0) >= 2))
+        if meet.size:
+            steps = _probe_directions(self.dim) * self.probe
+            near = points[meet][:, None, :] + steps[None]  # [k, directions, dim]
+            inside = (self.sdf(near.reshape(-1, self.dim)) < 0).reshape(len(meet), len(steps)).any(1)
+            keep[meet[~inside]] = False
+        return keep
+
     def interior_from_unit(self, u):
         """Unit points ``[m, dim]`` on the bounding box, and the mask of those strictly inside."""
         points = self.low + u * (self.high - self.low)
@@ -87,7 +121,27 @@ class Geometry:
                 part[:, 0] = u0[rows]
                 points[rows], normals[rows] = piece.boundary_points(part)
                 normals[rows] *= sign
-        return points, normals, np.abs(self.sdf(points)) <= self.tolerance
+        keep = np.abs(self.sdf(points)) <= self.tolerance
+        if len(pieces) > 1:  # where pieces meet, |sdf| <= tolerance cannot tell: step off the point to see
+            on = self._on_pieces(points, pieces)
+            meet = np.flatnonzero(keep & (on.sum(0) >= 2))
+            if meet.size:
+                keep[meet] = self._on_own_boundary(points[meet], normals[meet], index[meet], pieces, on[:, meet])
+        return points, normals, keep
+
+    def _on_own_boundary(self, points, normals, index, pieces, on):
+        """For points where pieces meet (``index``: the piece each was drawn on, ``on``: the pieces each lies
+        on): the region lies against the normal and not along it, and no earlier piece has this boundary
+        with the same normal (a shared edge counted once)."""
+        h = self.probe
+        outer, inner = points + h * normals, points - h * normals
+        keep = (self.sdf(outer) > 0) & (self.sdf(inner) < 0)
+        for j, (piece, sign) in enumerate(pieces):
+            earlier = (index > j) & on[j]
+            if earlier.any():  # piece j's own outward normal (turned by its sign) is this point's
+                same = (sign * piece.sdf(outer) > 0) & (sign * piece.sdf(inner) < 0)
+                keep &= ~(earlier & same)
+        return keep
 
     def sample_interior(self, n, draw):
         return rejection_sample(n, lambda m: self.interior_from_unit(draw(m, self.dim)))
@@ -95,6 +149,22 @@ class Geometry:
     def sample_boundary(self, n, draw):
         """``n`` boundary points and their outward unit normals, float64 ``[n, dim]`` each."""
         return rejection_sample(n, lambda m: self.boundary_from_unit(draw(m, self.dim)))
+
+
+def _probe_directions(dim):
+    """Steps to look around a point: every combination of -1, 0, 1 per axis (up to 4-D); beyond, the axes
+    and the pairs of axes."""
+    import itertools
+
+    if dim <= 4:
+        steps = [d for d in itertools.product((-1.0, 0.0, 1.0), repeat=dim) if any(d)]
+    else:
+        eye = np.eye(dim)
+        steps = [s * eye[a] for a in range(dim) for s in (-1, 1)]
+        steps += [
+            s * eye[a] + r * eye[b] for a in range(dim) for b in range(a + 1, dim) for s in (-1, 1) for r in (-1, 1)
+        ]
+    return np.asarray(steps, dtype=np.float64)
 
 
 def _as_vector(value, where, name):
