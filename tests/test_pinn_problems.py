@@ -235,11 +235,21 @@ def test_observations_from_csv_npz_and_inline(tmp_path):
     csv.write_text('x,t,u\n0.1,0.5,1.5\n0.2,0.6,2.5\n')
     npz = tmp_path / 'obs.npz'
     np.savez(npz, x=np.array([[0.3, 0.1]]), u=np.array([[7.0]]))
-    for obs in ({'FILE': str(csv)}, {'FILE': str(npz)}, {'POINTS': [[0.1, 0.5]], 'VALUES': [4.0]}):
+    for obs in (
+        {'FILE': str(csv)},
+        {'FILE': str(npz)},
+        {'POINTS': [[0.1, 0.5]], 'VALUES': [4.0]},
+        {'POINTS': [[0.1, 0.5]], 'VALUES': [[4.0]]},
+    ):
         data = point_sets({'data': {'KIND': 'observations', **obs}}, geometry={'NAME': 'Interval'}, time=[0, 1])
         batch = data.take([0])
         assert batch['data.x'].shape[1] == 2 and batch['data.values'].shape == (len(batch['data.x']), 1)
     torch.testing.assert_close(batch['data.values'], torch.tensor([[4.0]]))
+    rows = {'POINTS': [[0.1, 0.5], [0.2, 0.6], [0.3, 0.7]], 'VALUES': [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]}
+    data = point_sets(
+        {'data': {'KIND': 'observations', 'COMPONENTS': [0, 1], **rows}}, geometry={'NAME': 'Interval'}, time=[0, 1]
+    )
+    torch.testing.assert_close(data.take([0])['data.values'], torch.tensor(rows['VALUES']))  # one row per point
 
 
 BAD = {
@@ -260,6 +270,33 @@ BAD = {
     'observations of the wrong shape': (
         {'d': {'KIND': 'observations', 'POINTS': [[0.1]], 'VALUES': [1.0]}},
         r'^SOLVER\.TRAIN_DATA\.SETS\.d\.POINTS: POINTS are rows of 2 coordinates \(x, y\)',
+    ),
+    'observation values given one list per component': (  # [[u0 at 3 points], [u1 at 3 points]]: not rows
+        {
+            'd': {
+                'KIND': 'observations',
+                'COMPONENTS': [0, 1],
+                'POINTS': [[0.1, 0.1], [0.2, 0.2], [0.3, 0.3]],
+                'VALUES': [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
+            }
+        },
+        r'^SOLVER\.TRAIN_DATA\.SETS\.d\.VALUES: VALUES has shape \[2, 3\]; it needs one row per point, the values of'
+        r' COMPONENTS \[0, 1\] at that point: shape \[3, 2\] for 3 POINTS; it looks like one list per component',
+    ),
+    'observation values flat for two components': (
+        {
+            'd': {
+                'KIND': 'observations',
+                'COMPONENTS': [0, 1],
+                'POINTS': [[0.1, 0.1], [0.2, 0.2]],
+                'VALUES': [1, 2, 3, 4],
+            }
+        },
+        r'^SOLVER\.TRAIN_DATA\.SETS\.d\.VALUES: VALUES has shape \[4\]; it needs one row per point.*shape \[2, 2\]',
+    ),
+    'ragged observation values': (
+        {'d': {'KIND': 'observations', 'POINTS': [[0.1, 0.1], [0.2, 0.2]], 'VALUES': [[1.0], [2.0, 3.0]]}},
+        r'^SOLVER\.TRAIN_DATA\.SETS\.d\.VALUES: VALUES needs numbers, one row per point',
     ),
     'a key of another kind': (
         {'pde': {'KIND': 'interior', 'COUNT': 3, 'FACES': ['x']}},

@@ -189,13 +189,14 @@ class PointSet:
         if cfg.FILE:
             points, values = read_observations(cfg.FILE, dim, columns, cfg.path_of('FILE'), self.domain.names)
         elif cfg.POINTS is not None and cfg.VALUES is not None:
-            points, values = np.asarray(cfg.POINTS, dtype=np.float64), np.asarray(cfg.VALUES, dtype=np.float64)
-            if points.ndim != 2 or points.shape[1] != dim or values.size != len(points) * columns:
+            points, values = _inline_array(cfg, 'POINTS'), _inline_array(cfg, 'VALUES')
+            if points.ndim != 2 or points.shape[1] != dim:
                 raise ConfigError(
                     f'{cfg.path_of("POINTS")}: POINTS are rows of {dim} coordinates ({", ".join(self.domain.names)})'
-                    f' and VALUES {columns} number(s) per point (COMPONENTS); got {points.shape} and {values.size}'
+                    f' and VALUES {columns} number(s) per point (COMPONENTS); got {list(points.shape)} and'
+                    f' {list(values.shape)}'
                 )
-            values = values.reshape(len(points), columns)
+            values = self._inline_values(values, len(points), columns)
         else:
             raise ConfigError(f'{cfg.path}: an observations set needs FILE, or POINTS and VALUES')
         where = cfg.path_of('FILE' if cfg.FILE else 'POINTS')
@@ -210,6 +211,21 @@ class PointSet:
                 ' check the columns are the coordinates in that order'
             )
         return {self.x_key: _as_tensor(points), batch_key(self.name, 'values'): _as_tensor(values)}
+
+    def _inline_values(self, values, n, columns):
+        """VALUES as ``[n, columns]``: exactly one row per point (a list per component, ``[[u0 ...], [u1 ...]]``,
+        would fill the rows across points, so any other shape is refused)."""
+        cfg = self.cfg
+        if values.shape == (n, columns) or (columns == 1 and values.shape == (n,)):
+            return values.reshape(n, columns)
+        want = f'[{n}, {columns}]' + (f' (or [{n}])' if columns == 1 else '')
+        hint = ''
+        if columns > 1 and values.shape == (columns, n):
+            hint = '; it looks like one list per component: write them as one row per point instead (transpose it)'
+        raise ConfigError(
+            f'{cfg.path_of("VALUES")}: VALUES has shape {list(values.shape)}; it needs one row per point, the values'
+            f' of COMPONENTS {list(cfg.COMPONENTS)} at that point: shape {want} for {n} POINTS{hint}'
+        )
 
     @property
     def needs_grad(self):
@@ -280,6 +296,16 @@ class PointSet:
             return {k: v[begin:end] for k, v in self.arrays.items()}
         rows = self.order[begin:end]
         return {k: v.index_select(0, rows) for k, v in self.arrays.items()}
+
+
+def _inline_array(cfg, key):
+    """``cfg[key]`` (POINTS, VALUES) as a float64 array; a ragged list or a word is one line naming the key."""
+    try:
+        return np.asarray(cfg[key], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f'{cfg.path_of(key)}: {key} needs numbers, one row per point (rows of one length); got {cfg[key]!r}'[:400]
+        ) from None
 
 
 def read_observations(path, dim, columns, where, names):
