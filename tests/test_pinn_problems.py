@@ -598,6 +598,41 @@ def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_error
         slip_model('none').eval()(points=torch.zeros(3, 2))  # run_inference --input of an npz without x
 
 
+@MODELS.register_class()
+class ExactPINN(SlipPINN):
+    para_dict = {'EXACT': {'value': 'column', 'description': 'the shape exact_solution gives'}}
+
+    def exact_solution(self, x):
+        column = torch.sin(x[:, :1])
+        return {'column': column, 'flat': column[:, 0], 'wide': column.repeat(1, 2).reshape(-1)}[self.cfg.EXACT]
+
+
+def test_an_exact_solution_of_another_shape_than_the_field_is_an_error_naming_both():
+    x = torch.rand(5, 2)
+    for exact, out_dim in [('column', 1), ('flat', 1), ('wide', 2)]:
+        model = MODELS.build(
+            {
+                'NAME': 'ExactPINN',
+                'EXACT': exact,
+                'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': out_dim},
+            }
+        )
+        if exact != 'wide':
+            torch.testing.assert_close(model.eval()(x=x)['u_exact'], torch.sin(x[:, :1]))
+            continue
+        with pytest.raises(  # 10 numbers for [5, 2]: a reshape by size would have mixed points and outputs
+            DataError,
+            match=r'^NETWORK: ExactPINN\.exact_solution\(x\) gives u_exact of shape \[10\] for 5 points x \[5, 2\], and'
+            r' the network gives u of shape \[5, 2\] \(OUT_DIM 2\); they need one column per output, \[5, 2\]',
+        ):
+            model.eval()(x=x)
+    model = MODELS.build(
+        {'NAME': 'ExactPINN', 'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 2}}
+    )
+    with pytest.raises(DataError, match=r'gives u_exact of shape \[5, 1\] .* u of shape \[5, 2\] \(OUT_DIM 2\)'):
+        model.eval()(x=x)  # NETWORK.OUT_DIM 2 with a one-column exact solution
+
+
 def test_a_pde_residual_the_model_cannot_call_is_an_error_when_it_is_built():
     class TwoArgumentPINN(PhysicsInformedModel):
         def pde_residual(self, x, u):  # no d

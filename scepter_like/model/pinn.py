@@ -148,7 +148,7 @@ class PhysicsInformedModel(BaseModel):
             out = {COORD_KEY: x, 'u': u}
             exact = self.exact_solution(x)
             if exact is not None:
-                out['u_exact'] = exact.reshape(u.shape)
+                out['u_exact'] = self._check_exact(exact, x, u)
             return out
         if problem is None:
             raise DataError(
@@ -171,6 +171,21 @@ class PhysicsInformedModel(BaseModel):
         """The PDE parameters as they are now, for every train log line (DeepXDE's VariableValue prints the
         current value; a mean over the log interval would lag behind it)."""
         return {name: getattr(self, name).item() for name in self.parameter_names}
+
+    def _check_exact(self, exact, x, u):
+        """``exact`` as ``u``'s shape ``[N, outputs]``: one column per output (``[N]`` for one output); any other
+        shape is an error naming the model and both shapes (a reshape by size would mix the columns)."""
+        shape = tuple(getattr(exact, 'shape', ()))
+        if shape == tuple(u.shape) or (u.shape[1] == 1 and shape == (len(u),)):
+            return exact.reshape(u.shape)
+        n, outputs = len(u), u.shape[1]
+        raise DataError(
+            f'{self.cfg.path_of("NETWORK")}: {type(self).__name__}.exact_solution(x) gives u_exact of shape'
+            f' {list(shape)} for {n} points x {list(x.shape)}, and the network gives u of shape {list(u.shape)}'
+            f' (OUT_DIM {outputs}); they need one column per output, [{n}, {outputs}]'
+            + (f' (or [{n}])' if outputs == 1 else '')
+            + ': fix NETWORK.OUT_DIM or exact_solution'
+        )
 
     def _warn_untrained_parameters(self, losses):
         """Once, at the first train forward: a PARAMETERS entry that no loss term depends on never trains (the
