@@ -386,6 +386,35 @@ def test_bad_time_domain_and_observation_files(tmp_path):
         point_sets({'d': {'KIND': 'observations', 'FILE': str(empty)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
 
 
+def test_npz_observations_of_another_orientation_and_sets_that_are_not_mappings(tmp_path):
+    x, u = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]), np.array([[1.0], [2.0], [3.0]])
+    for arrays, message in [
+        (
+            {'x': x.T, 'u': u},
+            r'x has shape \[2, 3\]; it needs one row per point, the 2 coordinates \(x, t\): shape'
+            r' \[n, 2\]; it looks transposed',
+        ),
+        (
+            {'x': x, 'u': u.T},
+            r'u has shape \[1, 3\]; it needs one row per point, the 1 value\(s\) of COMPONENTS: shape'
+            r' \[n, 1\] \(or \[n\]\); it looks transposed',
+        ),
+        ({'x': x, 'u': u[:2]}, r'x has 3 rows \[3, 2\] and u 2 rows \[2, 1\]; it needs one row of u per point'),
+    ]:
+        path = tmp_path / 'obs.npz'
+        np.savez(path, **arrays)
+        with pytest.raises(DataError, match=r'^SOLVER\.TRAIN_DATA\.SETS\.d\.FILE: .*obs\.npz: ' + message):
+            point_sets({'d': {'KIND': 'observations', 'FILE': str(path)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    np.savez(path, x=x, u=u[:, 0])  # [n] for one component
+    data = point_sets({'d': {'KIND': 'observations', 'FILE': str(path)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
+    torch.testing.assert_close(data.take([0])['d.values'], torch.tensor(u, dtype=torch.float32))
+    for value, shown in [(None, 'null'), (3, '3')]:
+        with pytest.raises(
+            ConfigError, match=rf'^SOLVER\.TRAIN_DATA\.SETS\.bc: a point set is a mapping .*, got {shown};'
+        ):
+            point_sets({'pde': {'KIND': 'interior', 'COUNT': 3}, 'bc': value})
+
+
 # -- conditions: residuals of an exact field are zero ----------------------------------------------
 @MODELS.register_class()
 class ExactFieldPINN(PhysicsInformedModel):

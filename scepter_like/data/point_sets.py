@@ -308,6 +308,21 @@ def _inline_array(cfg, key):
         ) from None
 
 
+def _npz_rows(array, key, width, what, where, path):
+    """Array ``key`` of an observations .npz as ``[n, width]``: one row per point (``[n]`` when ``width`` is 1)."""
+    if array.ndim == 2 and array.shape[1] == width:
+        return array
+    if array.ndim == 1 and width == 1:
+        return array[:, None]
+    hint = ''
+    if array.ndim == 2 and array.shape[0] == width:
+        hint = f'; it looks transposed: save {key}.T'
+    want = f'[n, {width}]' + (' (or [n])' if width == 1 else '')
+    raise DataError(
+        f'{where}: {path}: {key} has shape {list(array.shape)}; it needs one row per point, {what}: shape {want}{hint}'
+    )
+
+
 def read_observations(path, dim, columns, where, names):
     """``(points [n, dim], values [n, columns])`` from a .csv (a header line allowed) or an .npz (``x``, ``u``)."""
     if not os.path.isfile(path):
@@ -316,8 +331,18 @@ def read_observations(path, dim, columns, where, names):
         with np.load(path, allow_pickle=False) as data:
             if 'x' not in data.files or 'u' not in data.files:
                 raise DataError(f'{where}: {path} needs arrays x (points) and u (values); it has {data.files}')
-            points, values = np.asarray(data['x'], np.float64), np.asarray(data['u'], np.float64)
-        table = np.concatenate([points.reshape(len(points), -1), values.reshape(len(values), -1)], axis=1)
+            try:
+                points, values = np.asarray(data['x'], np.float64), np.asarray(data['u'], np.float64)
+            except (TypeError, ValueError) as e:
+                raise DataError(f'{where}: {path}: arrays x and u need numbers ({e})') from None
+        points = _npz_rows(points, 'x', dim, f'the {dim} coordinates ({", ".join(names)})', where, path)
+        values = _npz_rows(values, 'u', columns, f'the {columns} value(s) of COMPONENTS', where, path)
+        if len(points) != len(values):
+            raise DataError(
+                f'{where}: {path}: x has {len(points)} rows {list(points.shape)} and u {len(values)} rows'
+                f' {list(values.shape)}; it needs one row of u per point, a row of x'
+            )
+        table = np.concatenate([points, values], axis=1)
     else:
         with open(path, newline='', encoding='utf-8') as f:
             rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith('#')]
@@ -359,6 +384,13 @@ class PointSets(torch.utils.data.Dataset):
         self.domain = Domain(GEOMETRIES.build(cfg.GEOMETRY), time_interval(cfg.TIME, cfg.path_of('TIME')))
         if not hasattr(cfg.SETS, 'items') or not cfg.SETS:
             raise ConfigError(f'{cfg.path_of("SETS")}: expected a mapping of set name -> point set config')
+        for name, set_cfg in cfg.SETS.items():
+            if not isinstance(set_cfg, Config):
+                raise ConfigError(
+                    f'{cfg.SETS.path_of(name)}: a point set is a mapping such as {{KIND: interior, COUNT: 1000}}, got'
+                    f' {"null" if set_cfg is None else repr(set_cfg)}; to leave out a set of the _BASE_ config,'
+                    ' give SETS with _delete_: true and only the sets to keep'
+                )
         world = get_world_size()
         self.sets = [
             PointSet(name, set_cfg, i, self.domain, cfg.SEED, world)
