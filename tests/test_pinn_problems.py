@@ -550,6 +550,18 @@ def test_trainable_parameters_fourier_features_and_output_transform():
     assert torch.equal(MODELS.build(cfg).fourier_matrix, model.fourier_matrix)
     with pytest.raises(ConfigError, match=r'PARAMETERS: .loss_x. cannot name a parameter'):
         MODELS.build({**cfg, 'PARAMETERS': {'loss_x': 1.0}})
+    # the keys a train log line writes itself (and the aggregators' weights): the value would be hidden (lr in
+    # metrics.jsonl) or printed twice under one name
+    for name in ('lr', 'eta', 'time', 'data', 'step', 'epoch', 'iter', 'samples', 'mem', 'grad_norm', 'weight_pde'):
+        with pytest.raises(
+            ConfigError,
+            match=rf'^PARAMETERS: .{name}. cannot name a parameter \(a plain word, not starting with loss or weight_,'
+            r' not a key the train log line writes itself: epoch, iter, step, lr, time, data, samples, FLOP, eta, mem,'
+            r' grad_norm, not taken by the model\); rename it$',
+        ):
+            MODELS.build({**cfg, 'PARAMETERS': {name: 1.0}})
+    with pytest.raises(ConfigError, match=r'.network. cannot name .*; .* has an attribute network\); rename it'):
+        MODELS.build({**cfg, 'PARAMETERS': {'network': 1.0}})
     model.eval()
     x = torch.rand(6, 2)
     torch.testing.assert_close(model(x=x)['u'], (x**2).sum(1, keepdim=True))  # the transform holds in eval too

@@ -46,6 +46,17 @@ from scepter_like.model.base import BaseModel
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.registry import MODELS
 
+RESERVED_PREFIXES = ('loss', 'weight_')  # the loss terms; the weights a loss aggregator logs beside them
+
+
+def reserved_names():
+    """The keys a train log line (and ``metrics.jsonl``) writes beside the step's outputs: a parameter so named
+    would print twice, or be hidden (``lr``)."""
+    from scepter_like.solver.hooks.log import LINE_KEYS
+
+    words = [key.split('/')[0] for key in LINE_KEYS]  # samples/s: samples
+    return tuple(dict.fromkeys([*words, 'grad_norm']))
+
 
 def mean_square(residual):
     """The mean of ``residual ** 2`` (0 for an empty set of points, not NaN)."""
@@ -85,10 +96,17 @@ class PhysicsInformedModel(BaseModel):
             ) from None
         self.parameter_names = []
         for name, value in (cfg.PARAMETERS or {}).items():
-            if not str(name).isidentifier() or name.startswith('loss') or hasattr(self, name):
+            if not str(name).isidentifier() or name.startswith(RESERVED_PREFIXES) or name in reserved_names():
+                taken = ''
+            elif hasattr(self, name):
+                taken = f'; {type(self).__name__} has an attribute {name}'
+            else:
+                taken = None
+            if taken is not None:
                 raise ConfigError(
                     f'{cfg.path_of("PARAMETERS")}: {name!r} cannot name a parameter (a plain word, not starting'
-                    ' with loss, not taken by the model)'
+                    f' with {" or ".join(RESERVED_PREFIXES)}, not a key the train log line writes itself:'
+                    f' {", ".join(reserved_names())}, not taken by the model{taken}); rename it'
                 )
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f'{cfg.PARAMETERS.path_of(name)}: an initial value is one number, got {value!r}')
