@@ -339,6 +339,47 @@ def test_bad_point_sets_name_the_key(case):
         point_sets(sets)
 
 
+def test_whitespace_separated_observation_files_as_numpy_loadtxt_reads_them(tmp_path):
+    """DeepXDE's data files are np.loadtxt's: numbers separated by spaces or tabs, '#' comments; no comma in the
+    first line makes a file whitespace-separated (its first data row was taken as a header and the error quoted
+    the second), and a header line of names is allowed as in a .csv."""
+    expected = torch.tensor([[0.1, 0.5], [0.2, 0.6]]), torch.tensor([[1.5], [2.5]])
+    for name, text in [
+        ('plain.txt', '1.000000000000000000e-01 5.000000000000000000e-01 1.5\n0.2\t0.6   2.5\n'),
+        ('named.dat', '# written by savetxt\nx t u\n0.1 0.5 1.5\n\n0.2 0.6 2.5\n'),
+        ('spaced.csv', '0.1, 0.5, 1.5\n0.2,0.6,2.5\n'),
+    ]:
+        (tmp_path / name).write_text(text)
+        data = point_sets(
+            {'d': {'KIND': 'observations', 'FILE': str(tmp_path / name)}}, geometry={'NAME': 'Interval'}, time=[0, 1]
+        )
+        batch = data.take([0])
+        torch.testing.assert_close((batch['d.x'], batch['d.values']), expected, msg=name)
+    for name, text, message in [
+        (
+            'mixed.txt',
+            '0.1 0.5 1.5\n0.2,0.6,2.5\n',
+            r"mixed\.txt line 2 is not all numbers: '0\.2,0\.6,2\.5'; the file is read as whitespace-separated, as"
+            r' numpy\.loadtxt and DeepXDE data files \(no comma in its first line\): an optional header line of names,'
+            r' then one row of numbers per point$',
+        ),
+        (
+            'semicolons.txt',
+            '0.1;0.5;1.5\n0.2;0.6;2.5\n',
+            r"semicolons\.txt line 2 is not all numbers: '0\.2;0\.6;2\.5'; .*whitespace-separated.* \(line 1 was read"
+            r" as that header: '0\.1;0\.5;1\.5'\)$",
+        ),
+        ('short.csv', 'x,t,u\n0.1,0.5,1.5\n0.2,0.6\n', r'short\.csv line 3 holds 2 numbers and the first row 3; rows'),
+    ]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DataError, match=r'^SOLVER\.TRAIN_DATA\.SETS\.d\.FILE: .*' + message):
+            point_sets(
+                {'d': {'KIND': 'observations', 'FILE': str(tmp_path / name)}},
+                geometry={'NAME': 'Interval'},
+                time=[0, 1],
+            )
+
+
 def test_bad_time_domain_and_observation_files(tmp_path):
     with pytest.raises(ConfigError, match=r'^SOLVER\.TRAIN_DATA\.TIME: the time domain \[t0, t1\] = \[1, 1\] needs'):
         point_sets({'pde': {'KIND': 'interior', 'COUNT': 3}}, time=[1, 1])

@@ -323,8 +323,51 @@ def _npz_rows(array, key, width, what, where, path):
     )
 
 
+COMMA_FORMAT = 'comma-separated (its first line holds a comma)'
+SPACE_FORMAT = 'whitespace-separated, as numpy.loadtxt and DeepXDE data files (no comma in its first line)'
+
+
+def _read_text_table(path, dim, where, names):
+    """The numbers of a text file of observations ``[n, columns]``: one row per point, comma-separated when the
+    first line that is not a ``#`` comment holds a comma, else whitespace-separated (spaces or tabs); an optional
+    first line of names (a header) is checked and skipped."""
+    with open(path, newline='', encoding='utf-8') as f:
+        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip() and not line.lstrip().startswith('#')]
+    comma = bool(lines) and ',' in lines[0][1]
+    split = csv.reader([line for _, line in lines]) if comma else (line.split() for _, line in lines)
+    rows = [(n, [cell.strip() for cell in cells]) for (n, _), cells in zip(lines, split)]
+    layout = (
+        f'the file is read as {COMMA_FORMAT if comma else SPACE_FORMAT}: an optional header line of names, then one'
+        ' row of numbers per point'
+    )
+    if rows and number_or_none(rows[0][1][0]) is None:
+        (first, header), rows = rows[0], rows[1:]  # a header line
+        layout += f' (line {first} was read as that header: {dict(lines)[first].strip()[:120]!r})'
+        if set(names) <= set(header) and header[:dim] != list(names):  # it names the coordinates elsewhere
+            raise DataError(
+                f'{where}: {path} has the columns {header}; a row must hold the coordinates in the'
+                f" domain's order {list(names)} first, then the value(s)"
+            )
+    table = []
+    for n, cells in rows:
+        numbers = [number_or_none(cell) for cell in cells]
+        if None in numbers:
+            text = dict(lines)[n].strip()
+            raise DataError(f'{where}: {path} line {n} is not all numbers: {text[:120]!r}; {layout}')
+        if table and len(numbers) != len(table[0]):
+            raise DataError(
+                f'{where}: {path} line {n} holds {len(numbers)} numbers and the first row {len(table[0])}; rows'
+                f' need one length: {layout}'
+            )
+        table.append(numbers)
+    if not table:
+        raise DataError(f'{where}: {path} holds no rows of numbers; {layout}')
+    return np.asarray(table, dtype=np.float64)
+
+
 def read_observations(path, dim, columns, where, names):
-    """``(points [n, dim], values [n, columns])`` from a .csv (a header line allowed) or an .npz (``x``, ``u``)."""
+    """``(points [n, dim], values [n, columns])`` from a text file (``_read_text_table``: comma- or
+    whitespace-separated, a header line allowed) or an .npz (``x``, ``u``)."""
     if not os.path.isfile(path):
         raise ConfigError(f'{where}: file not found: {path}')
     if path.endswith('.npz'):
@@ -344,21 +387,7 @@ def read_observations(path, dim, columns, where, names):
             )
         table = np.concatenate([points, values], axis=1)
     else:
-        with open(path, newline='', encoding='utf-8') as f:
-            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith('#')]
-        if rows and number_or_none(rows[0][0]) is None:
-            header, rows = [name.strip() for name in rows[0]], rows[1:]  # a header line
-            if set(names) <= set(header) and header[:dim] != list(names):  # it names the coordinates elsewhere
-                raise DataError(
-                    f'{where}: {path} has the columns {header}; a row must hold the coordinates in the'
-                    f" domain's order {list(names)} first, then the value(s)"
-                )
-        try:
-            table = np.asarray([[float(v) for v in row] for row in rows], dtype=np.float64).reshape(len(rows), -1)
-        except ValueError as e:
-            raise DataError(
-                f'{where}: {path} holds a row that is not all numbers, or rows of different lengths ({e})'
-            ) from None
+        table = _read_text_table(path, dim, where, names)
     want = dim + columns
     if table.shape[1] != want:
         raise ConfigError(
