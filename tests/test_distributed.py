@@ -461,6 +461,52 @@ def test_fsdp_resume_is_exact(multinode):
         assert_state_equal(state, got['optimizer']['state'][i])
 
 
+def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
+    """FSDP, TEST_WITH best: the best checkpoint's full weights are cut to each rank's shard for the test (a
+    plain state dict into the sharded model was a crash blamed on the model), and the weights training ended
+    with are back for SAVE_LAST."""
+    npz = write_noise(tmp_path / 'noise.npz', n=96)
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        # the least accuracy is 'best': an early epoch, so the test's weights are not those training ended with
+        {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_BEST_BY': '-accuracy', 'SAVE_LAST': True},
+        {'NAME': 'DistSamplerHook'},
+        probe_hook(tmp_path / 'probe'),
+    ]
+    cfg = blob_cfg(tmp_path, 'fsdp_best', npz, hooks, PARALLEL='fsdp', MAX_EPOCHS=3)
+    proc, logs = torchrun(cfg, [], tmp_path, 'fsdp_best')
+    assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
+    folder = tmp_path / 'fsdp_best' / 'checkpoints'
+    assert f'testing with the weights of {folder / "checkpoint-best.pth"}' in logs[0][0]
+    best, last = (torch.load(folder / f'checkpoint-{n}.pth', weights_only=True) for n in ('best', 'last'))
+    assert best['solver']['total_iter'] < last['solver']['total_iter']
+    assert not all(torch.equal(best['model'][k], v) for k, v in last['model'].items())
+    rank0 = load(tmp_path / 'probe' / 'rank0.pt')
+    assert_state_equal(last['model'], rank0['weights'])  # the end's weights, back after the test
+    # the test ran with the best weights: one process testing that file gives the same metrics
+    solver = in_process_solver(cfg, [f'SOLVER.WORK_DIR={tmp_path / "single"}'])
+    solver.unwrapped_model.load_state_dict(best['model'])
+    solver.solve_test()
+    solver.close()
+    assert solver.epoch_outputs['test'] == rank0['epoch_outputs']['test']
+
+
+def test_fsdp_with_swa_is_one_error_line_before_training(noise_data, tmp_path):
+    """SWA keeps a deep copy of the model, which FSDP forbids: one error line per rank naming the hook, exit 2."""
+    npz = write_noise(tmp_path / 'noise.npz', n=96)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'DistSamplerHook'}, {'NAME': 'SWAHook'}]
+    cfg = blob_cfg(tmp_path, 'fsdp_swa', npz, hooks, PARALLEL='fsdp')
+    launcher = [f'--master_port={free_port()}', '--monitor-interval=2']
+    proc, logs = torchrun(cfg, [], tmp_path, 'fsdp_swa', launcher=launcher)
+    assert proc.returncode != 0 and 'exitcode  : 2' in proc.stderr, proc.stderr[-2000:]
+    for rank in (0, 1):
+        err = logs[rank][1]
+        lines = error_lines(err)
+        assert len(lines) == 1 and 'SOLVER.TRAIN_HOOKS[2]: SWAHook' in lines[0] and 'fsdp' in lines[0], err[-2000:]
+        assert 'Traceback' not in err
+    assert 'step 1 ' not in logs[0][0]
+
+
 def test_ddp_accumulation_all_reduces_once_per_optimizer_step(noise_data, tmp_path):
     """Micro-steps run their forward under no_sync: 2 ranks x 2 micro-batches of 4 = one process's batch of 16."""
     npz, single = noise_data[1], noise_data[3]

@@ -80,10 +80,15 @@ def load_model_state(model, state, source):
     model = unwrap_model(model)
     own = model.state_dict()
     state = {
-        k: _shard_like(v, own[k]) if k in own and _is_dtensor(own[k]) and v.shape == own[k].shape else v
+        k: _shard_like(v, own[k]) if _shards(own.get(k), v) else v  # DTensors (a sharded copy) load as they are
         for k, v in state.items()
     }
     return load_state_dict_checked(model, state, source)
+
+
+def _shards(own, value):
+    """Whether the full tensor ``value`` is to be cut to the shard of the model's DTensor ``own``."""
+    return _is_dtensor(own) and not _is_dtensor(value) and value.shape == own.shape
 
 
 def load_optimizer_state(optimizer, state):

@@ -7,6 +7,7 @@ keeps one (SAVE_BEST_BY), else, saying so, with the weights training ended with 
 checkpoint's evaluation weights are loaded (the EMA at that time, when EMAHook evaluated
 with it; the averaging hooks' swaps pause meanwhile), and the weights training ended with
 are back afterwards, so the hooks' end-of-run work (a last checkpoint, an export) sees them.
+Under FSDP the file's full tensors are cut to each rank's shard, as a resume does.
 """
 
 import contextlib
@@ -15,8 +16,8 @@ import torch
 
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.eval_weights import weight_swaps
+from scepter_like.solver.parallel import load_model_state
 from scepter_like.utils.checkpoint import (
-    load_state_dict_checked,
     load_torch_file,
     load_weights_file,
     resolve_checkpoint,
@@ -54,9 +55,9 @@ def weights_for_test(solver, weights):
         yield None
         return
     state, evaluated = _evaluation_weights(path)
-    model = solver.unwrapped_model
-    held = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    load_state_dict_checked(model, state, path)
+    # each rank's own shard under FSDP (no gather): loaded back as it is; the file's full tensors are cut to shards
+    held = {k: v.detach().clone() for k, v in solver.unwrapped_model.state_dict().items()}
+    load_model_state(solver.model, state, path)
     swaps = weight_swaps(solver) if evaluated else []
     for swap in swaps:
         swap.paused = True
@@ -67,7 +68,7 @@ def weights_for_test(solver, weights):
         for swap in swaps:
             swap.paused = False
         with torch.no_grad():
-            model.load_state_dict(held)
+            load_model_state(solver.model, held, 'the weights training ended with')
 
 
 def _evaluation_weights(path):

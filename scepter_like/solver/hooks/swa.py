@@ -8,6 +8,8 @@ Evaluation and test run with the average swapped in (``eval_weights``); at the e
 a successful run the model keeps the average (and, with EXPORT, it is written to
 ``WORK_DIR/swa/{EXPORT_NAME}.safetensors``).  SWA_LR > 0 hands the learning rate to
 ``SWALR`` from START_EPOCH on (it anneals over ANNEAL_EPOCHS, stepping once per epoch).
+Under FSDP (``SOLVER.PARALLEL: fsdp``) it is a ConfigError before training: the average is
+a deep copy of the whole model, which a sharded model does not allow.
 """
 
 import os
@@ -18,6 +20,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.eval_weights import swap_in_for_eval
 from scepter_like.solver.hooks.hook import Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.parallel import is_fsdp
 from scepter_like.utils.distributed import all_reduce_sum
 
 PRIORITY_SWA = 250  # after LrHook (200) at after_epoch, so SWALR has the last word on the LR
@@ -81,6 +84,11 @@ class SWAHook(Hook):
         from torch.optim.swa_utils import SWALR, AveragedModel
 
         model = solver.unwrapped_model
+        if is_fsdp(solver.model):
+            raise ConfigError(
+                f'{self.cfg.path}: SWAHook averages a full copy of the model, and SOLVER.PARALLEL: fsdp shards it'
+                ' (FSDP forbids the copy); use SOLVER.PARALLEL: ddp, or EMAHook, or remove SWAHook'
+            )
         if self.swa_lr > 0 and len(solver.updater.phases) > 1:
             raise ConfigError(
                 f'{self.cfg.path_of("SWA_LR")}: SWALR anneals one optimizer, and SOLVER.OPTIMIZER_PHASES switches'
