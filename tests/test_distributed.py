@@ -464,7 +464,8 @@ def test_fsdp_resume_is_exact(multinode):
 def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
     """FSDP, TEST_WITH best: the best checkpoint's full weights are cut to each rank's shard for the test (a
     plain state dict into the sharded model was a crash blamed on the model), and the weights training ended
-    with are back for SAVE_LAST."""
+    with are back for SAVE_LAST.  EMAHook's state and eval_model are full tensors (each rank's DTensor shard
+    before, which weights_only could not load), and a resume cuts them to shards again."""
     npz = write_noise(tmp_path / 'noise.npz', n=96)
     hooks = [
         {'NAME': 'BackwardHook'},
@@ -472,23 +473,35 @@ def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
         {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_BEST_BY': '-accuracy', 'SAVE_LAST': True},
         {'NAME': 'DistSamplerHook'},
         probe_hook(tmp_path / 'probe'),
+        {'NAME': 'EMAHook', 'DECAY': 0.5},
     ]
     cfg = blob_cfg(tmp_path, 'fsdp_best', npz, hooks, PARALLEL='fsdp', MAX_EPOCHS=3)
     proc, logs = torchrun(cfg, [], tmp_path, 'fsdp_best')
     assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
     folder = tmp_path / 'fsdp_best' / 'checkpoints'
-    assert f'testing with the weights of {folder / "checkpoint-best.pth"}' in logs[0][0]
+    assert f'testing with the weights of {folder / "checkpoint-best.pth"} (its evaluation weights)' in logs[0][0]
     best, last = (torch.load(folder / f'checkpoint-{n}.pth', weights_only=True) for n in ('best', 'last'))
     assert best['solver']['total_iter'] < last['solver']['total_iter']
     assert not all(torch.equal(best['model'][k], v) for k, v in last['model'].items())
     rank0 = load(tmp_path / 'probe' / 'rank0.pt')
     assert_state_equal(last['model'], rank0['weights'])  # the end's weights, back after the test
-    # the test ran with the best weights: one process testing that file gives the same metrics
+    shapes = {k: v.shape for k, v in last['model'].items()}
+    for ckpt in (best, last):
+        assert {k: v.shape for k, v in ckpt['eval_model'].items()} == shapes
+        assert all(type(v) is torch.Tensor for v in ckpt['eval_model'].values())
+        assert_state_equal(ckpt['eval_model'], ckpt['hooks']['train.4.EMAHook']['ema'])
+    # the test ran with the best checkpoint's EMA: one process testing those weights gives the same metrics
     solver = in_process_solver(cfg, [f'SOLVER.WORK_DIR={tmp_path / "single"}'])
-    solver.unwrapped_model.load_state_dict(best['model'])
+    solver.unwrapped_model.load_state_dict(best['eval_model'])
     solver.solve_test()
     solver.close()
     assert solver.epoch_outputs['test'] == rank0['epoch_outputs']['test']
+    resumed_args = [f'SOLVER.RESUME_FROM={folder / "checkpoint-last.pth"}', 'SOLVER.MAX_EPOCHS=4']
+    resumed_args += [f'SOLVER.WORK_DIR={tmp_path / "resumed"}']
+    proc, logs = torchrun(cfg, resumed_args, tmp_path, 'fsdp_resumed')
+    assert proc.returncode == 0, logs.get(0, ('', proc.stderr))[1][-3000:]
+    end = torch.load(tmp_path / 'resumed' / 'checkpoints' / 'checkpoint-last.pth', weights_only=True)
+    assert end['hooks']['train.4.EMAHook']['updates'] == 4 * last['hooks']['train.4.EMAHook']['updates'] // 3
 
 
 def test_fsdp_with_swa_is_one_error_line_before_training(noise_data, tmp_path):

@@ -63,6 +63,12 @@ def _shard_like(full, like):
     return distribute_tensor(local, like.device_mesh, like.placements, src_data_rank=None)
 
 
+def place_like(value, own):
+    """The full tensor ``value`` as ``own`` holds it: cut to this rank's shard when ``own`` is an FSDP DTensor,
+    else on its device and dtype (no communication)."""
+    return _shard_like(value, own) if _shards(own, value) else value.to(own.device, own.dtype)
+
+
 def model_state_dict(model):
     """The unwrapped model's state dict with full tensors (a collective under FSDP)."""
     return {k: full_tensor(v) for k, v in unwrap_model(model).state_dict().items()}

@@ -10,7 +10,8 @@ DECAY_WARMUP the decay grows with the number of updates ``t`` done so far (0 fir
 ``decay_t = min(DECAY, (1 + t) / (10 + t))``, so early averages are not dominated by
 the random initial weights.  Evaluation and test run with the EMA weights swapped in
 (see ``eval_weights``); the EMA lives in the checkpoint as this hook's state and, with
-EXPORT, is written to ``WORK_DIR/ema/{EXPORT_NAME}.safetensors`` at the end.
+EXPORT, is written to ``WORK_DIR/ema/{EXPORT_NAME}.safetensors`` at the end.  Under FSDP
+each rank averages its own shards; checkpoints and the export hold the full tensors.
 """
 
 import os
@@ -21,6 +22,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.eval_weights import swap_in_for_eval
 from scepter_like.solver.hooks.hook import Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.parallel import full_tensor, place_like
 
 PRIORITY_EMA = 50  # after BackwardHook (0) has stepped the optimizer, before the log (100)
 
@@ -72,6 +74,7 @@ class EMAHook(Hook):
         self._loaded = None
         self._floats = self._model_floats = self._others = None
         self._swap = None
+        self._full = (None, None)  # (optimizer steps, the EMA's full tensors) of the state_dict() just taken
 
     def decay_at(self, t):
         """The decay of update number ``t`` (0-based)."""
@@ -83,7 +86,7 @@ class EMAHook(Hook):
             missing = sorted((set(floats) | set(others)) - set(self._loaded))
             if missing:
                 raise ConfigError(f'EMAHook: the checkpoint holds no EMA of {missing[:5]}; resume with the same model')
-            self.ema = {k: self._loaded[k].to(v.device, v.dtype) for k, v in {**floats, **others}.items()}
+            self.ema = {k: place_like(self._loaded[k], v) for k, v in {**floats, **others}.items()}
             self._loaded = None
         elif not self.ema:
             self.ema = {k: v.detach().clone() for k, v in {**floats, **others}.items()}
@@ -91,6 +94,7 @@ class EMAHook(Hook):
         self._floats = [self.ema[k] for k in floats]
         self._others = [(self.ema[k], v) for k, v in others.items()]
         self._seen_steps = solver.progress.optimizer_steps
+        self._full = (None, None)
         if self.eval_with_ema and self._swap is None:
             self._swap = swap_in_for_eval(solver, lambda: self.ema)
 
@@ -112,13 +116,16 @@ class EMAHook(Hook):
     def after_solve(self, solver: SolverSurface):
         if self._swap is not None:
             self._swap.swap_back()
-        if self.export and solver.failed is None and solver.is_main and self.ema:
+        if self.export and solver.failed is None and self.ema:
+            weights = self.full_ema()  # a collective under FSDP: every rank takes part
+            if not solver.is_main:
+                return
             from scepter_like.model.description import save_described_weights
 
             path = os.path.join(solver.work_dir, 'ema', f'{self.export_name}.safetensors')
             save_described_weights(
                 path,
-                self.ema,
+                weights,
                 solver.unwrapped_model,
                 ema_updates=self.updates,
                 decay=self.decay,
@@ -126,13 +133,21 @@ class EMAHook(Hook):
             )
             solver.logger.info(f'EMA weights ({self.updates} updates) exported to {path}')
 
+    def full_ema(self):
+        """The EMA with full tensors: under FSDP it holds each rank's shards, gathered here (a collective)."""
+        return {k: full_tensor(v) for k, v in self.ema.items()}  # without FSDP: the EMA's own tensors
+
     def before_save_checkpoint(self, solver: SolverSurface, checkpoint):
         # what evaluation uses, for run_eval / export; the same tensors as the hook state, stored once
+        steps, full = self._full
+        self._full = (None, None)  # not kept past the checkpoint (under FSDP: a gathered copy)
         if self.eval_with_ema and self.ema:
-            checkpoint['eval_model'] = self.ema
+            checkpoint['eval_model'] = full if full is not None and steps == self._seen_steps else self.full_ema()
 
     def state_dict(self):
-        return {'ema': dict(self.ema), 'updates': self.updates}
+        full = self.full_ema()
+        self._full = (self._seen_steps, full)  # the checkpoint's eval_model (before_save_checkpoint comes next)
+        return {'ema': dict(full), 'updates': self.updates}
 
     def load_state_dict(self, state):
         self._loaded = state['ema']
