@@ -155,3 +155,30 @@ def test_run_eval_path_uses_the_weights_training_evaluated_with(tmp_path):
     assert all(torch.equal(ckpt['eval_model'][k], ckpt['hooks']['train.1.EMAHook']['ema'][k]) for k in ckpt['model'])
     again = build_solver_with_weights(Config(cfg), last, logging.getLogger('scepter_like.test'))
     assert evaluate(again)['eval'] == trained  # exactly the numbers training logged (EMA weights)
+
+
+def test_testing_a_file_tests_exactly_its_weights(tmp_path):
+    """``solver.test(weights=FILE)`` after fit() runs FILE's weights: the EMA swap pauses for a file without
+    ``eval_model`` too (a safetensors export), where the final EMA was tested while the log named the file."""
+    from scepter_like import build_solver as session
+
+    cfg = _linear_cfg(tmp_path, {'DECAY': 0.5}, MAX_EPOCHS=2, TEST_HOOKS=[{'NAME': 'EvalLogitsRecorder'}])
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'SafetensorsHook', 'INTERVAL': 2})
+    path = str(tmp_path / 'w' / 'safetensors' / 'weights-step-2.safetensors')
+    with session(cfg) as run:
+        run.fit()
+        logits = run.solver.hooks_dict['test'][0].logits
+        logits.clear()
+        run.test(weights=path)
+        got = list(logits)
+        logits.clear()
+        run.test(weights='last')  # the model's own weights: the final EMA swapped in
+        final_ema = list(logits)
+    plain = dict(cfg, SOLVER=dict(cfg['SOLVER'], TRAIN_HOOKS=[{'NAME': 'BackwardHook'}], TEST_WITH='last'))
+    plain['SOLVER']['WORK_DIR'] = str(tmp_path / 'plain')
+    with session(plain) as fresh:  # no EMA: the file's weights, nothing else
+        fresh.test(weights=path)
+        want = fresh.solver.hooks_dict['test'][0].logits
+    assert not all(torch.equal(a, b) for a, b in zip(final_ema, want))  # (the file is not the final EMA)
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))

@@ -101,3 +101,31 @@ def test_swa_averages_epochs_recomputes_bn_and_eval_uses_it(tmp_path):
     solver.save_checkpoint(str(tmp_path / 'ck.pth'))
     state = load_checkpoint_file(str(tmp_path / 'ck.pth'))['hooks']['train.1.SWAHook']
     assert int(state['averaged']['n_averaged']) == 2 and state['scheduler']['_anneal_strategy'] == 'cos'
+
+
+def test_a_best_checkpoint_chosen_by_the_average_holds_it_and_the_final_test_uses_it(tmp_path):
+    """The best checkpoint carries the SWA average its evaluation used (``eval_model``), and the final test runs
+    exactly those weights: it held the raw weights, and the test ran the end-of-run average instead while the
+    log named the best file."""
+    import logging
+
+    from scepter_like.config import Config
+    from scepter_like.solver.inference_solver import build_solver_with_weights, evaluate
+
+    rng = np.random.default_rng(0)  # noise labels: the accuracy goes up and down, so the best is not the end
+    npz = str(tmp_path / 'noise.npz')
+    np.savez(npz, x=rng.normal(size=(64, 8)).astype(np.float32), y=rng.integers(0, 3, 64).astype(np.int64))
+    checkpoints = {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_BEST_BY': '+accuracy', 'SAVE_LAST': True}
+    hooks = [{'NAME': 'BackwardHook'}, checkpoints, {'NAME': 'SWAHook', 'START_EPOCH': 1}]
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=4, EVAL_INTERVAL=1)
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])  # the test repeats an evaluation exactly
+    solver = build_solver(cfg)
+    solver.solve()
+    best_value = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CheckpointHook').best_value
+    assert solver.epoch_outputs['eval']['accuracy'] != best_value  # (the end's average is not the best)
+    assert solver.epoch_outputs['test']['accuracy'] == best_value
+    best = str(tmp_path / 'w' / 'checkpoints' / 'checkpoint-best.pth')
+    ckpt = torch.load(best, weights_only=True)
+    assert not all(torch.equal(ckpt['eval_model'][k], v) for k, v in ckpt['model'].items())  # the average
+    again = build_solver_with_weights(Config(cfg), best, logging.getLogger('scepter_like.test'))
+    assert evaluate(again)['eval']['accuracy'] == best_value  # run_eval reproduces the evaluation that chose it

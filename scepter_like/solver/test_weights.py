@@ -4,8 +4,9 @@
 tests the final model with the weights of CheckpointHook's best checkpoint when the run
 keeps one (SAVE_BEST_BY), else, saying so, with the weights training ended with (``last``).
 ``build_solver(...).test(weights=...)`` takes the same words or a checkpoint path.  A
-checkpoint's evaluation weights are loaded (the EMA at that time, when EMAHook evaluated
-with it; the averaging hooks' swaps pause meanwhile), and the weights training ended with
+checkpoint's evaluation weights are loaded (the EMA or SWA average at that time, when the
+run evaluated with it), else its weights; either way exactly the file's weights are tested:
+the averaging hooks' swaps pause meanwhile.  The weights training ended with
 are back afterwards, so the hooks' end-of-run work (a last checkpoint, an export) sees them.
 Under FSDP the file's full tensors are cut to each rank's shard, as a resume does.
 """
@@ -58,7 +59,7 @@ def weights_for_test(solver, weights):
     # each rank's own shard under FSDP (no gather): loaded back as it is; the file's full tensors are cut to shards
     held = {k: v.detach().clone() for k, v in solver.unwrapped_model.state_dict().items()}
     load_model_state(solver.model, state, path)
-    swaps = weight_swaps(solver) if evaluated else []
+    swaps = weight_swaps(solver)  # the file's weights are what is tested: no averaging hook swaps its own in
     for swap in swaps:
         swap.paused = True
     solver.logger.info(f'testing with the weights of {path}' + (' (its evaluation weights)' if evaluated else ''))

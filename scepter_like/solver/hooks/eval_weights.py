@@ -5,7 +5,9 @@ A hook listed in TRAIN_HOOKS only sees train-mode stages, so the averaging hooks
 test stage tables — swap in after ``before_all_iter``'s hooks, swap back after
 ``after_all_iter``'s hooks.  The metrics (computed before ``after_all_iter``) see the
 averaged weights; everything outside those passes, checkpoints included, sees the raw
-training weights.  A test pass of a checkpoint's evaluation weights (``test_weights``) pauses the swaps.
+training weights.  A test pass of a file's weights (``test_weights``) pauses the swaps.  A hook
+that swaps puts what it swaps in into a checkpoint as ``eval_model`` (``before_save_checkpoint``),
+so a checkpoint chosen by such an evaluation (the best) carries the weights that were evaluated.
 """
 
 import torch

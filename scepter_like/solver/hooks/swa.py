@@ -4,7 +4,8 @@ At the end of every train epoch from START_EPOCH to END_EPOCH (1-based, as the l
 them; END_EPOCH 0: to the last) the weights enter an equal-weight running average
 (``AveragedModel``).  BatchNorm running statistics of the average are recomputed with
 ``update_bn`` over the train data whenever the average changed and is about to be used.
-Evaluation and test run with the average swapped in (``eval_weights``); at the end of
+Evaluation and test run with the average swapped in (``eval_weights``), and checkpoints carry
+it as ``eval_model`` (so a best checkpoint chosen by it holds what was evaluated); at the end of
 a successful run the model keeps the average (and, with EXPORT, it is written to
 ``WORK_DIR/swa/{EXPORT_NAME}.safetensors``).  SWA_LR > 0 hands the learning rate to
 ``SWALR`` from START_EPOCH on (it anneals over ANNEAL_EPOCHS, stepping once per epoch).
@@ -135,6 +136,17 @@ class SWAHook(Hook):
             self._recompute_bn(solver)
         self._bn_stale = False
         return self.averaged.module.state_dict()
+
+    def before_save_checkpoint(self, solver: SolverSurface, checkpoint):
+        # what evaluation uses (a best checkpoint chosen by it), for the test, run_eval and export; not when its
+        # BatchNorm statistics are due to be recomputed (over the train data: not inside a checkpoint)
+        if self.eval_with_swa and self.n_averaged > 0 and not (self._bn_stale and self._has_bn()):
+            checkpoint['eval_model'] = self.averaged.module.state_dict()
+
+    def _has_bn(self):
+        return self.update_bn and any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.averaged.module.modules()
+        )
 
     def _recompute_bn(self, solver: SolverSurface):
         """``update_bn`` over this rank's train batches; under DDP the statistics are averaged over ranks."""
