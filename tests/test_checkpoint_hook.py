@@ -236,8 +236,39 @@ def test_an_interval_longer_than_the_run_warns_that_no_epoch_checkpoint_is_writt
 def test_a_run_ending_after_its_newest_checkpoint_says_which_step_it_holds(tmp_path, caplog):
     caplog.set_level('INFO')
     run(tmp_path, 3, ckpt_hooks(INTERVAL=2))  # 6 steps an epoch: saved after epoch 2 (step 12), ends at step 18
-    assert 'training ended at step 18; the newest checkpoint holds step 12 (SAVE_LAST: true saves' in caplog.text
+    assert (
+        'training ended at step 18; the newest checkpoint holds step 12 (checkpoint-epoch-2.pth, which latest names:'
+        ' RUN:last is that file, and RESUME_FROM=auto trains steps 13-18 again from it); SAVE_LAST: true saves the'
+        ' end too'
+    ) in caplog.text
     caplog.clear()
     (tmp_path / 'b').mkdir()
     run(tmp_path / 'b', 2, ckpt_hooks(INTERVAL=2))
     assert 'training ended at step' not in caplog.text
+
+
+def test_latest_is_the_newest_training_state_and_the_end_of_run_message_agrees(tmp_path, caplog):
+    """6 steps an epoch: the epoch-4 checkpoint holds step 24, the best after epoch 5 step 30, training ends at
+    step 36.  ``latest`` names the newest state (the best file), and the end-of-run message, ``RUN:last`` and
+    ``RESUME_FROM=auto`` all mean that file (the message named step 24; with no periodic file it said nothing)."""
+    from scepter_like.utils.checkpoint import resolve_checkpoint
+
+    caplog.set_level('INFO')
+    for interval, sub in ((4, 'a'), (0, 'b')):
+        caplog.clear()
+        (tmp_path / sub).mkdir()
+        solver, history = run(tmp_path / sub, 6, ckpt_hooks(INTERVAL=interval, SAVE_BEST_BY='+accuracy'))
+        assert history.index(max(history)) == 4  # (this seed's best: epoch 5)
+        folder = tmp_path / sub / 'run' / 'checkpoints'
+        best = str(folder / 'checkpoint-best.pth')
+        assert (folder / 'latest').read_text().strip() == 'checkpoint-best.pth'
+        assert torch.load(best, weights_only=True)['solver']['total_iter'] == 30
+        assert 'training ended at step 36; the newest checkpoint holds step 30 (checkpoint-best.pth, which latest' in (
+            caplog.text
+        )
+        assert resolve_checkpoint(f'{tmp_path / sub / "run"}:last') == best
+    cfg = blob_solver_cfg(
+        str(tmp_path / 'b' / 'blobs.npz'), tmp_path / 'b' / 'run', hooks=ckpt_hooks(INTERVAL=0), RESUME_FROM='auto'
+    )
+    again = build_solver(cfg)
+    assert again.resumed_from == best and again.progress.total_iter == 30

@@ -5,8 +5,10 @@ epochs, ``{prefix}-step-{S}.pth`` every STEP_INTERVAL train steps, ``{prefix}-be
 when SAVE_BEST_BY improves (with SAVE_TOP_K = k > 1 also ``{prefix}-top-epoch-{E}.pth`` of
 the k best evaluations, a displaced one removed once its successor is complete),
 ``{prefix}-last.pth`` at the end with SAVE_LAST.  Each is
-written atomically; then the ``latest`` pointer moves to it; only then are periodic
-checkpoints beyond KEEP_LAST pruned.  A step checkpoint due inside a gradient
+written atomically; then the ``latest`` pointer moves to it (every kind: each holds the state of
+the moment it is written, so ``latest`` names the newest training state, a best file too);
+only then are periodic checkpoints beyond KEEP_LAST pruned.  A run that ends after its newest
+checkpoint (no SAVE_LAST) says which step and file that is.  A step checkpoint due inside a gradient
 accumulation group is taken at the end of that group (checkpoints never hold
 half-accumulated gradients).  Step and epoch checkpoints are taken by callbacks that run
 after every hook of ``after_iter`` / ``after_epoch``, so each hook's state in the file is
@@ -33,7 +35,7 @@ import os
 
 import torch
 
-from scepter_like.errors import ConfigError, TrainingError
+from scepter_like.errors import CheckpointError, ConfigError, TrainingError
 from scepter_like.solver.hooks.hook import (
     PRIORITY_CHECKPOINT,
     Hook,
@@ -49,6 +51,7 @@ from scepter_like.utils.checkpoint import (
     BackgroundWriter,
     commit_temp,
     cpu_snapshot,
+    latest_checkpoint,
     remove_temp_files,
     torch_save_temp,
     write_latest_pointer,
@@ -133,7 +136,7 @@ class CheckpointHook(Hook):
         self.checked_eval = None
         self._steps = StepInterval(self.step_interval)
         self._registered = False
-        self._saved_step = None  # the train step the newest periodic checkpoint of this run holds
+        self._newest = None  # (train step, path) of the newest checkpoint this run wrote or resumed from
 
     def before_solve(self, solver: SolverSurface):
         self.writer.wait()  # a save of an earlier solve() lands before its temp files are swept
@@ -168,6 +171,8 @@ class CheckpointHook(Hook):
                 " epoch checkpoint is written; STEP_INTERVAL saves every so many steps (scepter's INTERVAL counted"
                 ' steps too)'
             )
+        if self._newest is None and solver.resumed_from:
+            self._newest = (solver.progress.total_iter, solver.resumed_from)
         if not self._registered:  # after the hooks of the stage; none per step when STEP_INTERVAL is 0
             if self.step_interval > 0:
                 solver.register_stage_callback('after_iter', self._after_train_step)
@@ -185,8 +190,7 @@ class CheckpointHook(Hook):
                 self.saved.remove(name)
             self.saved.append(name)
         path = os.path.join(self.folder, name)
-        if periodic:
-            self._saved_step = solver.progress.total_iter
+        self._newest = (solver.progress.total_iter, path)  # best and top-k files too: the pointer moves to each
         ckpt = solver.training_state()  # a collective: every rank takes part
         if not solver.is_main:
             return path
@@ -296,12 +300,27 @@ class CheckpointHook(Hook):
         self._check_best(solver)
         if self.save_last:
             self._save(solver, f'{self.prefix}-last.pth')
-        elif self._saved_step is not None and self._saved_step < solver.progress.total_iter:
-            solver.logger.info(
-                f'training ended at step {solver.progress.total_iter}; the newest checkpoint holds step'
-                f' {self._saved_step} (SAVE_LAST: true saves the end too)'
-            )
         self.writer.wait()
+        if not self.save_last and self._newest is not None and self._newest[0] < solver.progress.total_iter:
+            self._say_newest(solver)
+
+    def _say_newest(self, solver: SolverSurface):
+        """Log which step the newest checkpoint holds, when training ended after it (no SAVE_LAST)."""
+        step, path = self._newest
+        try:
+            latest = solver.is_main and os.path.abspath(latest_checkpoint(self.folder) or '') == os.path.abspath(path)
+        except CheckpointError:  # a pointer to a file someone removed: it names no checkpoint
+            latest = False
+        solver.logger.info(
+            f'training ended at step {solver.progress.total_iter}; the newest checkpoint holds step {step}'
+            + (
+                f' ({os.path.basename(path)}, which latest names: RUN:last is that file, and RESUME_FROM=auto'
+                f' trains steps {step + 1}-{solver.progress.total_iter} again from it)'
+                if latest
+                else f' ({path})'
+            )
+            + '; SAVE_LAST: true saves the end too'
+        )
 
     def state_dict(self):
         return {
