@@ -2,7 +2,9 @@
 no file changed (the run's log only gains lines).  A checkpoint that carries pickled code
 is refused without running it."""
 
+import errno
 import os
+import shutil
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from conftest import REPO, run_cli
 from helpers import blob_solver_cfg, build_solver, load_run_train, write_blobs
 
 from scepter_like.cli import run
+from scepter_like.solver.hooks import HOOKS, Hook
 from scepter_like.utils.checkpoint import save_safetensors
 
 
@@ -100,3 +103,66 @@ def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(setup):
     assert res.stderr.startswith('error: refused to load') and res.stderr.count('\n') == 1, res.stderr
     assert not (setup / 'pwned').exists()
     assert snapshot(setup) == before
+
+
+@HOOKS.register_class()
+class FullDiskHook(Hook):
+    """From epoch 2 on, the temp file of ``checkpoint-epoch-2.pth`` is a link to /dev/full: the write fails
+    inside torch.save's C++ writer with ENOSPC, as on a full disk."""
+
+    para_dict = {}
+
+    def before_epoch(self, solver):
+        if solver.progress.epoch == 1:
+            folder = os.path.join(solver.work_dir, 'checkpoints')
+            os.symlink('/dev/full', os.path.join(folder, f'.tmp.checkpoint-epoch-2.pth.{os.getpid()}'))
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='needs /dev/full')
+@pytest.mark.parametrize('async_save', [False, True])
+def test_a_full_disk_during_a_checkpoint_write_is_one_error_line(tmp_path, capsys, monkeypatch, async_save):
+    """torch.save's raw C++ error (exit 1) is one error line naming the file and the space left, exit 2; the temp
+    file goes, the earlier checkpoint and ``latest`` stay."""
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'ASYNC_SAVE': async_save}, {'NAME': 'FullDiskHook'}]
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks, MAX_EPOCHS=3)
+    (tmp_path / 'job.yaml').write_text(yaml.safe_dump(cfg))
+    folder = tmp_path / 'run' / 'checkpoints'
+    real = shutil.disk_usage
+
+    def disk_usage(path):  # the disk is full while the failed temp file is there; 3 MiB once it is gone
+        full = any(name.startswith('.tmp.') for name in os.listdir(folder))
+        return real(path)._replace(free=100 * 1024 if full else 3 * 2**20)
+
+    monkeypatch.setattr(shutil, 'disk_usage', disk_usage)
+    status = run(load_run_train(), ['--cfg', str(tmp_path / 'job.yaml')])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count('\n') == 1 and 'Traceback' not in err, err
+    assert err.startswith(
+        f'error: writing {folder / "checkpoint-epoch-2.pth"} failed: no space left on the device (3 MiB free in'
+        f' {folder})'
+    ), err
+    assert sorted(os.listdir(folder)) == ['checkpoint-epoch-1.pth', 'latest']
+    assert (folder / 'latest').read_text().strip() == 'checkpoint-epoch-1.pth'
+    assert torch.load(folder / 'checkpoint-epoch-1.pth', weights_only=True)['solver']['total_iter'] == 6
+
+
+def test_a_refused_write_or_commit_leaves_nothing_and_names_the_file(tmp_path, monkeypatch):
+    from scepter_like.errors import CheckpointError
+    from scepter_like.utils.checkpoint import atomic_torch_save, atomic_write_text
+
+    def fsync(fd, error=errno.ENOSPC):
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    with pytest.raises(CheckpointError, match=r'writing .*a.pth failed: no space left on the device \(\d+ MiB free'):
+        atomic_torch_save({'x': torch.zeros(3)}, tmp_path / 'a.pth')
+    monkeypatch.setattr(os, 'fsync', lambda fd: fsync(fd, errno.EDQUOT))
+    with pytest.raises(CheckpointError, match='writing .*latest failed: the disk quota is exceeded'):
+        atomic_write_text(str(tmp_path / 'latest'), 'a.pth\n')
+    monkeypatch.setattr(os, 'fsync', lambda fd: fsync(fd, errno.EIO))
+    with pytest.raises(OSError) as info:  # not a full disk: as it was
+        atomic_write_text(str(tmp_path / 'latest'), 'a.pth\n')
+    assert not isinstance(info.value, CheckpointError)
+    assert os.listdir(tmp_path) == []

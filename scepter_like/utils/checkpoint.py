@@ -2,12 +2,15 @@
 
 Every file is written to a temporary name in its own folder, flushed and fsynced, then
 ``os.replace``d over the target and the folder fsynced: a crash at any instant leaves
-either the old file or the complete new one.  Checkpoints are read with
+either the old file or the complete new one.  A write the disk refuses (full, over quota)
+removes its temp file and is one CheckpointError naming the file and the space left.  Checkpoints are read with
 ``torch.load(weights_only=True)``, so a file can never run code.
 """
 
+import errno
 import os
 import pickle
+import shutil
 import threading
 import zipfile
 
@@ -52,9 +55,8 @@ def write_temp(path, write_tmp):
     tmp = os.path.join(folder, f'{TMP_PREFIX}{os.path.basename(path)}.{os.getpid()}')
     try:
         write_tmp(tmp)
-    except BaseException:
-        _remove_if_present(tmp)
-        raise
+    except BaseException as e:
+        _failed_write(e, tmp, path)
     return tmp
 
 
@@ -63,10 +65,44 @@ def commit_temp(tmp, path):
     try:
         fsync_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        _remove_if_present(tmp)
-        raise
+    except BaseException as e:
+        _failed_write(e, tmp, path)
     _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+NO_SPACE = {errno.ENOSPC: 'no space left on the device', errno.EDQUOT: 'the disk quota is exceeded'}
+# what torch.save's C++ writer says when the stream fails under it (it keeps no errno)
+TORCH_WRITE_FAILURES = ('iostream error', 'unexpected pos', 'file write failed', 'PytorchStreamWriter failed')
+FULL_BYTES = 1 << 20  # less free space than this after a failed torch.save: the disk was full
+
+
+def _failed_write(error, tmp, path):
+    """Remove ``tmp`` and raise: a refused write (a full disk, a quota) as one CheckpointError naming ``path``
+    and the space left in its folder, anything else as it is."""
+    folder = os.path.dirname(os.path.abspath(path))
+    free_before = _free_bytes(folder)
+    _remove_if_present(tmp)
+    reason = None
+    if isinstance(error, OSError):
+        reason = NO_SPACE.get(error.errno)
+    elif isinstance(error, RuntimeError) and any(s in str(error) for s in TORCH_WRITE_FAILURES):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else 'the write failed'
+        reason = NO_SPACE[errno.ENOSPC] if free_before is not None and free_before < FULL_BYTES else first
+    if reason is None:
+        raise error
+    free = _free_bytes(folder)
+    where = f' ({free / 2**20:.0f} MiB free in {folder})' if free is not None else ''
+    raise CheckpointError(
+        f'writing {path} failed: {reason}{where}; make room there or write to another disk'
+        ' (the files written before it are intact)'
+    ) from error
+
+
+def _free_bytes(folder):
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def _remove_if_present(path):
