@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 from conftest import DIGITS_CFG, REPO, free_port, tool_env
+from safetensors.torch import load_file
 
 from scepter_like.cli import load_config
 from scepter_like.solver import SOLVERS
@@ -464,8 +465,9 @@ def test_fsdp_resume_is_exact(multinode):
 def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
     """FSDP, TEST_WITH best: the best checkpoint's full weights are cut to each rank's shard for the test (a
     plain state dict into the sharded model was a crash blamed on the model), and the weights training ended
-    with are back for SAVE_LAST.  EMAHook's state and eval_model are full tensors (each rank's DTensor shard
-    before, which weights_only could not load), and a resume cuts them to shards again."""
+    with are back for SAVE_LAST (and SafetensorsHook's export, gathered on every rank).  EMAHook's state and
+    eval_model are full tensors (each rank's DTensor shard before, which weights_only could not load), and a
+    resume cuts them to shards again."""
     npz = write_noise(tmp_path / 'noise.npz', n=96)
     hooks = [
         {'NAME': 'BackwardHook'},
@@ -474,6 +476,7 @@ def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
         {'NAME': 'DistSamplerHook'},
         probe_hook(tmp_path / 'probe'),
         {'NAME': 'EMAHook', 'DECAY': 0.5},
+        {'NAME': 'SafetensorsHook', 'INTERVAL': 0},
     ]
     cfg = blob_cfg(tmp_path, 'fsdp_best', npz, hooks, PARALLEL='fsdp', MAX_EPOCHS=3)
     proc, logs = torchrun(cfg, [], tmp_path, 'fsdp_best')
@@ -485,6 +488,8 @@ def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):
     assert not all(torch.equal(best['model'][k], v) for k, v in last['model'].items())
     rank0 = load(tmp_path / 'probe' / 'rank0.pt')
     assert_state_equal(last['model'], rank0['weights'])  # the end's weights, back after the test
+    final = tmp_path / 'fsdp_best' / 'safetensors' / 'weights-final.safetensors'
+    assert_state_equal(last['model'], load_file(final))  # full tensors (rank 0 wrote its shards' DTensors: a crash)
     shapes = {k: v.shape for k, v in last['model'].items()}
     for ckpt in (best, last):
         assert {k: v.shape for k, v in ckpt['eval_model'].items()} == shapes

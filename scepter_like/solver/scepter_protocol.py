@@ -27,7 +27,7 @@ from scepter_like.model.loss_aggregators.base import loss_terms
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.loop_state import MODES, detached_outputs
-from scepter_like.solver.parallel import is_fsdp
+from scepter_like.solver.parallel import is_fsdp, model_state_dict
 from scepter_like.utils.checkpoint import safetensors_ready
 from scepter_like.utils.distributed import all_reduce_sum
 
@@ -283,7 +283,8 @@ class ScepterProtocol:
         self.pop_probes()
 
     def save_safetensors(self):
-        """``(state_dict, metadata)`` of the unwrapped model, ready for ``safetensors.torch.save_file``."""
+        """``(state_dict, metadata)`` of the unwrapped model, ready for ``safetensors.torch.save_file``
+        (full tensors: under FSDP a collective, which every rank calls)."""
         metadata = {
             'format': 'pt',
             'step': str(self.progress.total_iter),
@@ -291,7 +292,7 @@ class ScepterProtocol:
             'config': self.config_text,
             **description_metadata(self.unwrapped_model),
         }
-        return safetensors_ready(self.unwrapped_model.state_dict()), metadata
+        return safetensors_ready(model_state_dict(self.model)), metadata
 
     def _build_metrics(self, cfgs, logger=None):
         """scepter's: append ``{'fn': metric, 'keys': KEYS}`` to ``self.metrics`` for each METRICS config."""

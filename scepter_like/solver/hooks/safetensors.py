@@ -2,18 +2,19 @@
 
 Rank 0 writes ``WORK_DIR/safetensors/{prefix}-step-{S}.safetensors`` every INTERVAL train
 steps (one due inside a gradient accumulation group at the end of that group, as
-CheckpointHook does) and ``{prefix}-final.safetensors`` when training ends.  The weights are those of the
-unwrapped model (no ``module.`` prefix); tensors that share memory (tied weights) are
-written as separate copies.  The file's metadata (``solver.save_safetensors()``) holds the step,
-the epoch, the run's config and the model's description (JSON: ``scepter_like.model.description``),
-so the tools can build the model from the file alone.  Each file is written atomically (see
-``utils/checkpoint.py``).
+CheckpointHook does) and ``{prefix}-final.safetensors`` when training ends.  The weights are
+those of the unwrapped model (no ``module.`` prefix; under FSDP the full tensors, gathered on
+every rank); tensors that share memory (tied weights) are written as separate copies.  The
+file's metadata (``solver.save_safetensors()``) holds the step, the epoch, the run's config and
+the model's description (JSON: ``scepter_like.model.description``), so the tools can build the
+model from the file alone.  Each file is written atomically (see ``utils/checkpoint.py``).
 """
 
 import os
 
 from scepter_like.solver.hooks.hook import PRIORITY_SAFETENSORS, Hook, SolverSurface, StepInterval
 from scepter_like.solver.hooks.registry import HOOKS
+from scepter_like.solver.parallel import is_fsdp
 from scepter_like.utils.checkpoint import remove_temp_files, save_safetensors
 
 SAFETENSORS_DIR = 'safetensors'
@@ -50,10 +51,12 @@ class SafetensorsHook(Hook):
 
     def save(self, solver: SolverSurface, name):
         """Write the unwrapped model's weights to ``folder/name`` (rank 0); returns the path."""
+        if not solver.is_main and not is_fsdp(solver.model):
+            return None
+        state_dict, metadata = solver.save_safetensors()  # under FSDP every rank takes part in the gather
         if not solver.is_main:
             return None
         path = os.path.join(self.folder, name)
-        state_dict, metadata = solver.save_safetensors()
         save_safetensors(state_dict, path, metadata=metadata)
         solver.logger.info(f'weights saved: {path}')
         return path
