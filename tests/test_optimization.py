@@ -330,3 +330,21 @@ def test_lbfgs_and_pcgrad_under_two_process_torchrun(tmp_path):
     assert dumps[0]['optimizer'] == 'LBFGS' and dumps[0]['func_evals'] == dumps[1]['func_evals'] > 3
     for a, b in zip(dumps[0]['params'], dumps[1]['params']):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('by_epoch', [False, True])
+def test_a_phase_beginning_inside_an_epoch_runs_its_first_step_at_the_warmed_rate(tmp_path, by_epoch):
+    """Warmup counts over the whole run: a phase that begins at step 8 of 12 (epoch 2 of 2, 6 steps each) runs at
+    its rate times the warmup factor from that step on (it ran at the new optimizer's raw rate until LrHook's turn)."""
+    npz = write_blobs(tmp_path / 'blobs.npz')  # 96 samples: 6 steps of 16 an epoch
+    lr_hook = {'NAME': 'LrHook', 'WARMUP_EPOCHS': 2, 'WARMUP_START_LR': 0.01, 'SET_BY_EPOCH': by_epoch}
+    phase = {'AT_STEP': 8, 'OPTIMIZER': {'NAME': 'Adam', 'LEARNING_RATE': 0.2}}
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', [{'NAME': 'BackwardHook'}, lr_hook], OPTIMIZER_PHASES=[phase])
+    solver = build_solver(cfg)
+    seen = []
+    solver.register_callback_on_iter_begin(lambda s: seen.append(s.optimizer.param_groups[0]['lr']))
+    solver.solve()
+    solver.close()
+    ratio = 0.01 / 0.1  # WARMUP_START_LR over the first phase's rate
+    done = 1 / 2 if by_epoch else 8 / 12  # warmup done at the switch: epochs 1 of 2, or optimizer steps 8 of 12
+    assert seen[8] == pytest.approx(0.2 * (ratio + (1 - ratio) * done))

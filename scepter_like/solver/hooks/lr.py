@@ -52,8 +52,10 @@ class LrHook(Hook):
         self.seen_steps = 0
         self.phase = 0  # the optimizer phase sched_lrs belong to
         self._warmup_steps = None  # optimizer steps of a per-step warmup: fixed by the run's start, kept on resume
+        self._switches = False  # the run has later optimizer phases (before_solve)
 
     def before_solve(self, solver: SolverSurface):
+        self._switches = len(solver.updater.phases) > 1  # a phase may begin inside an epoch (AT_STEP)
         optimizer = solver.optimizer
         if optimizer is None:
             raise ConfigError('LrHook needs SOLVER.OPTIMIZER; add an optimizer config')
@@ -146,7 +148,17 @@ class LrHook(Hook):
     def implements(self, stage):
         if stage == 'after_iter':  # per-step scheduling only
             return not self.by_epoch
+        if stage == 'before_iter':  # only with later optimizer phases
+            return self._switches
         return super().implements(stage)
+
+    def before_iter(self, solver: SolverSurface):
+        """A phase that begins with this step (AT_STEP inside an epoch) runs it at its warmed rates (it ran at the
+        new optimizer's raw ones until the hook's next turn)."""
+        if self._follow_phase(solver):
+            if self.by_epoch:  # its scheduler's first whole epoch runs at its initial rates, as at an epoch's start
+                self.last_epoch = solver.progress.epoch + 1
+            self._apply(solver)
 
     def after_iter(self, solver: SolverSurface):
         if solver.progress.optimizer_steps == self.seen_steps:
