@@ -463,3 +463,15 @@ def test_a_config_without_train_data_evaluates_and_tests_the_model_once(tmp_path
     assert kinds == ['eval', 'test']
     assert set(solver.epoch_outputs) == {'eval', 'test'} and solver.progress.total_iter == 0
     assert 'no best checkpoint' not in caplog.text  # nothing trained: the model's own weights, no word about it
+
+
+def test_two_metrics_reporting_one_name_are_one_error_naming_both(tmp_path):
+    """The later one hid the earlier in epoch_outputs, the log and SAVE_BEST_BY without a word."""
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    metrics = [{'NAME': 'AccuracyMetric'}, {'NAME': 'AccuracyMetric', 'TOPK': [1, 3]}]
+    with pytest.raises(ConfigError) as refused:
+        build_solver(blob_solver_cfg(npz, tmp_path / 'w', METRICS=metrics))
+    assert str(refused.value) == (
+        "SOLVER.METRICS[1]: AccuracyMetric reports 'accuracy', as SOLVER.METRICS[0] (AccuracyMetric) does, and one"
+        ' would hide the other; keep one of them'
+    )

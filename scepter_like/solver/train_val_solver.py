@@ -22,6 +22,22 @@ def batch_value(batch, key):
     return value
 
 
+def check_distinct_names(metrics, entries):
+    """A ConfigError when two METRICS report a value of one name: the later would hide the earlier in epoch_outputs,
+    the log and SAVE_BEST_BY without a word.  Names a first pass makes known (scepter's metrics) are not checked."""
+    seen = {}
+    for i, metric in enumerate(metrics):
+        names = metric.output_names()
+        for name in names or ():
+            if name in seen:
+                first = seen[name]
+                raise ConfigError(
+                    f'{entries[i].path}: {entries[i].NAME} reports {name!r}, as {entries[first].path}'
+                    f' ({entries[first].NAME}) does, and one would hide the other; keep one of them'
+                )
+            seen[name] = i
+
+
 @SOLVERS.register_class()
 class TrainValSolver(BaseSolver):
     """Evaluates METRICS every EVAL_INTERVAL epochs and on TEST_DATA at the end.
@@ -51,6 +67,7 @@ class TrainValSolver(BaseSolver):
         if not self.cfg.DO_FINAL_EVAL:
             self.metrics = []
         cfg = self.cfg
+        check_distinct_names(self.metrics, cfg.METRICS)
         if cfg.EVAL_DATA is not None and not entries and not cfg.EVAL_HOOKS and not self.runs_own_pass('eval'):
             self.logger.warning(
                 f'{cfg.path_of("EVAL_DATA")} is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation'
