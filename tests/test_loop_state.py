@@ -75,6 +75,22 @@ def test_after_backward_sees_the_global_gradient_norm_on_optimizer_steps_only(bl
     assert [n for _, n, _ in scaled] == pytest.approx([n for _, n, _ in late], rel=1e-5)
 
 
+def test_a_grad_norm_of_another_p_keeps_its_own_key_beside_the_clipping_norm(blobs, tmp_path):
+    """GRADIENT_CLIP's L2 norm went to the key GradNormHook writes, so NORM_TYPE 1 logged an L2 norm."""
+    hooks = [{'NAME': 'BackwardHook', 'GRADIENT_CLIP': 0.5}, {'NAME': 'GradNormHook', 'NORM_TYPE': 1.0}]
+    solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None))
+    norms = []
+
+    def measure(s):  # the gradients before clipping, as both norms see them
+        grads = [p.grad for p in s.unwrapped_model.parameters() if p.grad is not None]
+        norms.append((torch.nn.utils.get_total_norm(grads, 1.0).item(), torch.nn.utils.get_total_norm(grads).item()))
+
+    solver.register_stage_callback('after_backward', measure)
+    solver.solve()
+    assert solver.iter_outputs['grad_norm_l1'].item() == pytest.approx(norms[-1][0], rel=1e-5)
+    assert solver.iter_outputs['grad_norm'].item() == pytest.approx(norms[-1][1], rel=1e-5)
+
+
 def _train_orders(blobs, work, hooks):
     solver = build_solver(blob_solver_cfg(blobs, work, hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
     seen = []

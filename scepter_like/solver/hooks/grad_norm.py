@@ -1,4 +1,7 @@
-"""GradNormHook: the global L2 norm of the gradients, logged as ``grad_norm`` on every optimizer step."""
+"""GradNormHook: the global L2 norm of the gradients, logged as ``grad_norm`` on every optimizer step (another
+p-norm as ``grad_norm_l{p}``, ``grad_norm_linf``: GRADIENT_CLIP logs its own L2 norm as ``grad_norm``)."""
+
+import math
 
 import torch
 
@@ -24,6 +27,8 @@ class GradNormHook(Hook):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.norm_type = cfg.NORM_TYPE
+        p = 'inf' if math.isinf(self.norm_type) else f'{self.norm_type:g}'
+        self.key = 'grad_norm' if self.norm_type == 2 else f'grad_norm_l{p}'
         self._params = []
 
     def before_solve(self, solver: SolverSurface):
@@ -33,4 +38,4 @@ class GradNormHook(Hook):
         grads = [p.grad for p in self._params if p.grad is not None]
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, self.norm_type)
-            solver.log_scalar('grad_norm', full_tensor(norm))
+            solver.log_scalar(self.key, full_tensor(norm))
