@@ -20,6 +20,7 @@ The process sends itself a signal with ``SCEPTER_TEST_SIGNAL_AT`` (as a train st
 import io
 import os
 import signal
+import time
 
 import torch
 
@@ -31,6 +32,7 @@ from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
 SIGNAL_ENV = 'SCEPTER_TEST_SIGNAL_AT'  # 'SIGTERM:N': the process signals itself when train step N+1 begins
+# ('SIGTERM:N:group': its whole process group)
 SIGNAL_IN_SAVE_ENV = 'SCEPTER_TEST_SIGNAL_IN_SAVE'  # 'SIGTERM:N' / 'SIGTERM:TEXT': ... mid-write of a torch.save
 SIGNAL_IN_SET_UP_ENV = 'SCEPTER_TEST_SIGNAL_IN_SET_UP'  # 'SIGTERM': ... while the train data is built
 TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
@@ -124,9 +126,14 @@ class KillHook(Hook):
     def before_iter(self, solver):
         if solver.mode == 'train':
             self._maybe_kill(solver)
-            name, _, step = os.environ.get(SIGNAL_ENV, '').partition(':')
+            name, _, at = os.environ.get(SIGNAL_ENV, '').partition(':')
+            step, _, whom = at.partition(':')
             if name and solver.progress.total_iter == int(step):
-                os.kill(os.getpid(), getattr(signal, name))
+                if whom == 'group':  # as SLURM, timeout and kill -- -PGID signal: every process, loader workers too
+                    os.killpg(0, getattr(signal, name))
+                    time.sleep(0.5)  # a worker that dies of it is noticed inside this step (SIGCHLD)
+                else:
+                    os.kill(os.getpid(), getattr(signal, name))
 
     def after_iter(self, solver):
         if solver.mode == 'eval':

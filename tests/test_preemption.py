@@ -35,8 +35,9 @@ from scepter_like.utils.checkpoint import latest_checkpoint
 from scepter_like.utils.launch_env import first_host, read_launch_env
 
 
-def run_job(cfg, work, record, *overrides, **env):
-    """tools/run_train.py on the job with ``env`` added (the signal points of ckpt_support.py)."""
+def run_job(cfg, work, record, *overrides, own_group=False, **env):
+    """tools/run_train.py on the job with ``env`` added (the signal points of ckpt_support.py); ``own_group``: in
+    a process group of its own, which a signal to the group reaches and the tests' does not."""
     args = ['--cfg', cfg, '--import', SUPPORT, f'SOLVER.WORK_DIR={work}', f'SOLVER.TRAIN_DATA.RECORD={record}']
     return subprocess.run(
         [sys.executable, RUN_TRAIN, *args, *overrides],
@@ -44,6 +45,7 @@ def run_job(cfg, work, record, *overrides, **env):
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
+        start_new_session=own_group,
     )
 
 
@@ -95,6 +97,19 @@ def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
     assert 'resumed from' in res.stdout and 'preempted-step-10.pth' in res.stdout
     assert len(served(tmp_path / 'b.rec')) == TOTAL - 10
     assert_same(reference, final_state(work))
+
+
+@pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
+def test_a_stop_signal_to_the_whole_group_with_loader_workers_stops_at_the_step_boundary(alone, tmp_path, name):
+    """SLURM signals every process of the step: the loader workers died first, and the run ended with a
+    RuntimeError blamed on the model and no checkpoint of its last steps."""
+    cfg, _ = alone
+    work = tmp_path / 'w'
+    workers = 'SOLVER.TRAIN_DATA.NUM_WORKERS=2'
+    res = run_job(cfg, work, tmp_path / 'a.rec', workers, own_group=True, **{SIGNAL_ENV: f'{name}:9:group'})
+    assert res.returncode == 128 + getattr(signal, name), res.stderr[-3000:]
+    assert f'stopped by {name} after step 10' in res.stdout and 'Traceback' not in res.stderr
+    assert latest_name(work) == 'preempted-step-10.pth'
 
 
 def test_a_first_sigint_stops_gracefully_and_a_signal_in_its_checkpoint_write_lets_it_finish(alone, tmp_path):
@@ -306,3 +321,32 @@ def test_a_finished_torchrun_job_exits_0_every_time(tmp_path):
         assert proc.returncode == 0 and not aborted, (i, aborted, proc.stderr[-2000:])
         assert sorted(logs) == list(range(EXIT_WORKERS))
         assert all('done' in out for out, _ in logs.values())
+
+
+def test_loader_workers_let_the_stop_signals_pass_them_by():
+    """A DataLoader worker ignores SIGTERM and SIGUSR1 (the main process acts on them at a step boundary, then
+    stops its workers); one killed by a group signal ended the run with a loader error instead."""
+    import multiprocessing
+    import time
+
+    from scepter_like.data.loader import start_worker
+
+    context = multiprocessing.get_context('fork')
+    ready = context.Event()
+
+    def worker():
+        start_worker(0)
+        ready.set()
+        time.sleep(60)
+
+    child = context.Process(target=worker, daemon=True)
+    child.start()
+    try:
+        assert ready.wait(30)
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            os.kill(child.pid, signum)
+        time.sleep(0.5)
+        assert child.is_alive()
+    finally:
+        child.kill()
+        child.join()
