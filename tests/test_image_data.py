@@ -238,3 +238,19 @@ def test_an_image_batch_of_another_size_than_the_model_takes_points_at_resize_to
     model = MODELS.build({'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 768, 'OUT_DIM': 3}}).eval()
     with pytest.raises(DataError, match=r'IN_DIM \(now 768\) to fit the data; images of another size than the rest'):
         forward_checked(model, {'img': torch.zeros(1, 3, 20, 24)})
+
+
+def test_an_image_folder_follows_symlinked_sub_folders_once(tmp_path):
+    """torchvision's ImageFolder follows them; they were skipped without a word (a class lost its images)."""
+    from image_support import write_png_folder
+
+    from scepter_like.data.image_files import list_image_folder
+
+    root, elsewhere = tmp_path / 'root', tmp_path / 'more'
+    write_png_folder(root, classes=2, per_class=2)
+    write_png_folder(elsewhere, classes=1, per_class=3)
+    os.symlink(elsewhere / 'class_0', root / 'class_0' / 'extra')
+    os.symlink(root / 'class_0', root / 'class_0' / 'loop')  # a link back up: walked once
+    classes, samples = list_image_folder(str(root), 'DATA_ROOT')
+    assert [label for _, label in samples].count(0) == 2 + 3 and len(samples) == 2 + 3 + 2
+    assert sum('/extra/' in path for path, _ in samples) == 3

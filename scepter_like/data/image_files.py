@@ -63,6 +63,19 @@ class ImageFolderDataset(ImageFileDataset):
         super().__init__(samples, cfg.path)
 
 
+def _walk(folder):
+    """The files under ``folder``, through symlinked sub-folders too (as torchvision's ImageFolder), each real folder
+    once (a link back up would loop)."""
+    seen = set()
+    for path, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(path)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        yield from (os.path.join(path, name) for name in names)
+
+
 def list_image_folder(root, where, classes=()):
     """(class names, [(path, class index), ...]) of ``root/<class>/**/<image>``: the classes given (each folder must
     be one of them), else the sub-folders in sorted order."""
@@ -77,7 +90,7 @@ def list_image_folder(root, where, classes=()):
     samples = []
     for name in folders:
         folder = os.path.join(root, name)
-        files = sorted(os.path.join(path, f) for path, _, names in os.walk(folder) for f in names if _is_image(f))
+        files = sorted(f for f in _walk(folder) if _is_image(f))
         if not files:
             raise DataError(
                 f'{where}: class folder {folder} holds no image files; fill it (or remove it, and give'
