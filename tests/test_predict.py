@@ -85,3 +85,28 @@ def test_forward_signature_mismatches_are_data_errors_and_onnx_finds_required_in
         forward_checked(model, {'label': torch.zeros(3)})
     with pytest.raises(DataError, match=r"the model's forward takes no \['img'\]"):
         forward_checked(model, {'feat': feat, 'img': feat})
+
+
+def test_image_inputs_of_another_layout_or_not_arrays_are_one_line_saying_what_the_model_takes():
+    """NHWC images named HEAD.DIM; a list of file paths and one image without its batch axis raised raw errors."""
+    from scepter_like.model import size_mismatch
+    from scepter_like.model.registry import MODELS
+    from scepter_like.solver.predict import predict
+
+    model = MODELS.build(
+        {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'ConvNet', 'IN_CHANNELS': 3, 'CHANNELS': [4], 'OUT_DIM': 2}}
+    )
+    images = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)  # as PIL / numpy read them: HWC
+    cpu = torch.device('cpu')
+    layout = r'images go into the model as \[N, C, H, W\] floats .* these are \[N, H, W, C\]'
+    with pytest.raises(DataError, match=layout):
+        predict(model, {'img': images}, 4, cpu)
+    with pytest.raises(DataError, match=r"^predict input 'img' holds str values, not numbers: .* it reads no files$"):
+        predict(model, {'img': ['a.png', 'b.png']}, 4, cpu)
+    unbatched = ValueError('expected 4D input (got 3D input)')  # BatchNorm2d's word for one image without its axis
+    why = size_mismatch.explain(model, {'img': torch.zeros(3, 8, 8)}, unbatched, trained=True)
+    assert why.endswith(
+        'expected 4D input (got 3D input); give a batch: the inputs need their sample axis first (one'
+        ' sample x as x[None])'
+    )
+    assert predict(model, {'img': images.transpose(0, 3, 1, 2)}, 4, cpu)['logits'].shape == (2, 2)

@@ -15,13 +15,19 @@ from scepter_like.utils.checkpoint import unwrap_model
 
 # which side of the model a torch message is about: the features going in, or the outputs against the labels
 _SIDES = (
-    ('input', re.compile(r'mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels')),
+    (
+        'input',
+        re.compile(
+            r'mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels|expected \dD input'
+        ),
+    ),
     ('output', re.compile(r'Target -?\d+ is out of bounds|Expected input batch_size \(\d+\) to match target')),
     ('input or output', re.compile(r'The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)')),
 )
 
 
 _LABEL = re.compile(r'Target (-?\d+) is out of bounds')
+_RANK = re.compile(r'expected \dD input')
 
 
 def _side(message):
@@ -77,6 +83,14 @@ def explain(model, batch, error, trained=False):
         fix = f"make the model's {side} sizes fit the data"
     if target and int(target.group(1)) >= 0:
         fix += ' (class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1)'
-    if side == 'input' and any(isinstance(v, torch.Tensor) and v.dim() == 4 for v in batch.values()):
+    images = [v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() == 4]
+    if side == 'input' and _RANK.search(message):  # a sample without its batch axis
+        fix = 'give a batch: the inputs need their sample axis first (one sample x as x[None])'
+    elif side == 'input' and any(v.shape[-1] in (1, 3, 4) and v.shape[1] not in (1, 3, 4) for v in images):
+        fix = (  # a channel count in the last place: images as they are read (HWC), not as the model takes them
+            'images go into the model as [N, C, H, W] floats (what TRANSFORMS ImageToTensor and Normalize make),'
+            ' and these are [N, H, W, C]: give them as the TEST_DATA pipeline makes them'
+        )
+    elif side == 'input' and images:
         fix += '; images of another size than the rest need TRANSFORMS Resize / CenterCrop instead'
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'

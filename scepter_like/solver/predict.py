@@ -31,7 +31,7 @@ def as_tensors(inputs, rows=True):
     """``{key: tensor}`` from a dict of numpy arrays, tensors or nested lists; with ``rows``, all equally long."""
     if not isinstance(inputs, dict) or not inputs:
         raise DataError('predict needs a non-empty dict of arrays (batch key -> array)')
-    tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
+    tensors = {k: _tensor(k, v) for k, v in inputs.items()}
     lengths = {k: (len(v) if v.dim() else 0) for k, v in tensors.items()}
     if rows and (len(set(lengths.values())) != 1 or 0 in lengths.values()):
         raise DataError(
@@ -39,6 +39,21 @@ def as_tensors(inputs, rows=True):
             " (a model whose inputs are one batch as they stand, e.g. a graph, sets INPUT_BATCHING = 'whole')"
         )
     return tensors
+
+
+def _tensor(key, value):
+    """``value`` (an array, a tensor, nested lists of numbers) as a tensor; anything else (file paths, images as
+    objects) is a DataError: predict feeds the model arrays, and reads no files."""
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError):
+        kind = type(value[0]).__name__ if isinstance(value, (list, tuple)) and value else type(value).__name__
+        raise DataError(
+            f'predict input {key!r} holds {kind} values, not numbers: predict takes arrays as the model does (images'
+            ' as [N, C, H, W] floats, made as the TEST_DATA pipeline makes them); it reads no files'
+        ) from None
 
 
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext):
