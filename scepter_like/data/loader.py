@@ -24,6 +24,7 @@ from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
 from scepter_like.utils.file_system import check_local_file_system
+from scepter_like.utils.launch_env import STOP_SIGNALS
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -36,10 +37,6 @@ LOADER_PARA_DICT = {
         'description': "scepter's per-sample pipeline: a list of TRANSFORMS configs, applied to each item in order",
     },
 }
-
-
-# the signals the main process turns into a stop at a step boundary (solver/preemption.py)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def start_worker(worker_id):

@@ -36,8 +36,7 @@ import torch.distributed as dist
 
 from scepter_like.errors import Preempted
 from scepter_like.utils.distributed import is_dist
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+from scepter_like.utils.launch_env import STOP_SIGNALS
 
 
 class StopSignals:

@@ -5,16 +5,19 @@ tools/run_train.py ...`` starts one process per task with SLURM_PROCID / SLURM_N
 SLURM_LOCALID; the rendezvous host is SLURM_LAUNCH_NODE_IPADDR, else the first host of
 SLURM_NODELIST (or SLURM_JOB_NODELIST); the port is MASTER_PORT when set, else one derived
 from SLURM_JOB_ID, so every task of a job (and of its requeued run) picks the same one.
-torchrun's variables win when both are present.
+torchrun's variables win when both are present.  ``STOP_SIGNALS`` are the signals a launcher
+sends to end a job (SLURM before its time limit, torchrun, Ctrl-C).
 """
 
 import os
 import re
+import signal
 from dataclasses import dataclass
 
 from scepter_like.errors import DistributedError
 
 DEFAULT_PORT = 29500
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)  # the training loop stops at a step boundary on them
 
 
 @dataclass(frozen=True)
