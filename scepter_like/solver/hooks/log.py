@@ -63,9 +63,11 @@ class LogHook(Hook):
         self._since = self._epoch_start = time.perf_counter()
         self._per_epoch = True  # the epoch is at least LOG_INTERVAL steps long: intervals count within it
         self._paused_at = None  # short epochs: when the last one's steps ended (evaluations do not count as steps)
+        self._pass_log = False  # listed in EVAL_HOOKS / TEST_HOOKS: it logs the passes' progress (before_solve)
 
     def before_solve(self, solver: SolverSurface):
-        if self not in solver.hooks_dict['train']:  # a pass's LogHook: no bar
+        self._pass_log = self not in solver.hooks_dict['train']
+        if self._pass_log:  # no bar
             return
         if solver.is_main and (self.show_bar == 'on' or (self.show_bar == 'auto' and live_display(sys.stdout))):
             self._bar = ProgressBar(sys.stdout)
@@ -77,7 +79,7 @@ class LogHook(Hook):
             self._bar = None
 
     def before_epoch(self, solver: SolverSurface):
-        if solver.mode != 'train':
+        if self._pass_log:
             return
         self._epoch_start = now = time.perf_counter()
         self._per_epoch = solver.progress.epoch_iters['train'] >= self.interval
@@ -91,7 +93,7 @@ class LogHook(Hook):
             self._since += now - self._paused_at  # the time between two epochs' steps is not step time
 
     def before_all_iter(self, solver: SolverSurface):
-        if solver.mode != 'train':  # a pass starts: its own sums and clock
+        if self._pass_log:  # a pass starts: its own sums and clock
             self._scalars, self._since = ScalarSums(), time.perf_counter()
             return
         if self._bar is not None:
@@ -99,7 +101,7 @@ class LogHook(Hook):
             self._bar.start(label, solver.progress.train_stop, solver.progress.iters[solver.mode])
 
     def after_iter(self, solver: SolverSurface):
-        if solver.mode != 'train':
+        if self._pass_log:
             self._scalars.add(solver.step.outputs)
             if self.interval > 0 and solver.progress.iters[solver.mode] % self.interval == 0:
                 self._write_pass_line(solver)
@@ -115,7 +117,7 @@ class LogHook(Hook):
             self._write_line(solver)
 
     def after_all_iter(self, solver: SolverSurface):
-        if solver.mode != 'train':
+        if self._pass_log:
             if self.interval > 0 and self._scalars.count:
                 self._write_pass_line(solver)
             return
@@ -129,7 +131,7 @@ class LogHook(Hook):
             self._bar.finish(solver.progress.iters[solver.mode])
 
     def after_epoch(self, solver: SolverSurface):
-        if self._per_epoch and solver.mode == 'train':
+        if self._per_epoch and not self._pass_log:
             seconds = time.perf_counter() - self._epoch_start
             solver.logger.info(
                 f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s'

@@ -38,8 +38,10 @@ class TensorboardLogHook(Hook):
         self.writer = None
         self._scalars = ScalarSums()
         self._attached = False
+        self._writes_train = True  # listed in TRAIN_HOOKS (before_solve): the train steps' scalars are its to write
 
     def before_solve(self, solver: SolverSurface):
+        self._writes_train = self in solver.hooks_dict['train']
         first = next(h for mode in MODES for h in solver.hooks_dict[mode] if isinstance(h, TensorboardLogHook))
         if first is not self:
             if not self._attached:
@@ -60,15 +62,18 @@ class TensorboardLogHook(Hook):
             solver.epoch_scalars.subscribe(self._write_epoch_scalars)
             self._attached = True
 
+    def implements(self, stage):
+        if stage in ('after_iter', 'after_all_iter'):  # an instance in EVAL_HOOKS / TEST_HOOKS: none per step
+            return self._writes_train
+        return super().implements(stage)
+
     def after_iter(self, solver: SolverSurface):
-        if solver.mode != 'train':
-            return
         self._scalars.add(solver.step.outputs)
         if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
             self._write_train(solver)
 
     def after_all_iter(self, solver: SolverSurface):
-        if solver.mode == 'train' and self._scalars.count:
+        if self._scalars.count:
             self._write_train(solver)
 
     def _write_train(self, solver: SolverSurface):
