@@ -1304,3 +1304,26 @@ def test_a_dotted_extra_key_reads_into_the_batch_meta_as_scepter_does(tmp_path):
         DATASETS._entries.pop('CompatMetaBlobs', None)
     saved = torch.load(tmp_path / 'w' / 'eval_00001.pth', weights_only=True)
     assert torch.equal(torch.as_tensor(saved['meta.sample_id']), torch.arange(32))
+
+
+def test_reduce_on_plateau_watches_a_scepter_metric_whose_names_come_with_its_first_pass(tmp_path):
+    """Its names are None until a pass ran: the MODE check once failed on them (TypeError)."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.model.metric import METRICS, BaseMetric
+
+    @METRICS.register_class('CompatPlateauAccuracy')
+    class PlateauAccuracy(BaseMetric):
+        def __call__(self, logits, labels):
+            return {'acc@1': (logits.argmax(-1) == labels).float().mean()}
+
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0, 'PLATEAU_METRIC': 'acc@1'}]
+    metrics = [{'NAME': 'CompatPlateauAccuracy', 'KEYS': ['logits', 'label']}]
+    cfg = blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w', hooks, METRICS=metrics, MAX_EPOCHS=2)
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'ReduceLROnPlateau', 'MODE': 'max', 'PATIENCE': 0}
+    try:
+        solver = build_solver(cfg)
+        solver.solve()
+    finally:
+        METRICS._entries.pop('CompatPlateauAccuracy', None)
+    assert solver.lr_scheduler.best == pytest.approx(solver.epoch_outputs['eval']['acc@1'])

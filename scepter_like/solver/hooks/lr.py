@@ -83,10 +83,9 @@ class LrHook(Hook):
     def _check_plateau_mode(self, solver: SolverSurface, sched: ReduceLROnPlateau):
         """A ConfigError when ReduceLROnPlateau's MODE goes against the direction the metric reporting
         PLATEAU_METRIC declares (MODE min on accuracy lowers the rate while accuracy climbs)."""
-        reporting = [m for m in solver.metrics if self.plateau_metric in _output_names(m)]
-        if not reporting:  # a metric that declares no direction (scepter's): MODE as written
+        if not any(self.plateau_metric in _output_names(m) for m in solver.metrics):  # scepter's: MODE as written
             return
-        mode = 'min' if greater_is_better(solver, self.plateau_metric) is False else 'max'
+        mode = 'max' if greater_is_better(solver, self.plateau_metric) else 'min'
         if sched.mode != mode:
             metric, trend = self.plateau_metric, 'falling' if sched.mode == 'min' else 'rising'
             raise ConfigError(
@@ -188,6 +187,7 @@ class LrHook(Hook):
 
 
 def _output_names(metric):
-    """The names a metric of this project reports (``Metric.output_names``); none for others."""
+    """The names a metric of this project reports (``Metric.output_names``); none for others, and none for a
+    scepter metric, whose names are known after a pass (its wrapper's ``output_names`` gives None)."""
     names = getattr(metric, 'output_names', None)
-    return names() if callable(names) else ()
+    return (names() or ()) if callable(names) else ()
