@@ -101,7 +101,7 @@ def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
 
 def test_a_stop_signal_to_the_whole_group_with_loader_workers_stops_at_the_step_boundary(alone, tmp_path):
     """SLURM signals every process of the step: the loader workers died first, and the run ended with a
-    RuntimeError blamed on the model and no checkpoint of its last steps (SIGUSR1 alike: the test below)."""
+    RuntimeError blamed on the model and no checkpoint of its last steps."""
     cfg, _ = alone
     name = 'SIGTERM'
     work = tmp_path / 'w'
@@ -321,32 +321,3 @@ def test_a_finished_torchrun_job_exits_0_every_time(tmp_path):
         assert proc.returncode == 0 and not aborted, (i, aborted, proc.stderr[-2000:])
         assert sorted(logs) == list(range(EXIT_WORKERS))
         assert all('done' in out for out, _ in logs.values())
-
-
-def test_loader_workers_let_the_stop_signals_pass_them_by():
-    """A DataLoader worker ignores SIGTERM and SIGUSR1 (the main process acts on them at a step boundary, then
-    stops its workers); one killed by a group signal ended the run with a loader error instead."""
-    import multiprocessing
-    import time
-
-    from scepter_like.data.loader import start_worker
-
-    context = multiprocessing.get_context('fork')
-    ready = context.Event()
-
-    def worker():
-        start_worker(0)
-        ready.set()
-        time.sleep(60)
-
-    child = context.Process(target=worker, daemon=True)
-    child.start()
-    try:
-        assert ready.wait(30)
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            os.kill(child.pid, signum)
-        time.sleep(0.5)
-        assert child.is_alive()
-    finally:
-        child.kill()
-        child.join()

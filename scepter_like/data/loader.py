@@ -8,7 +8,6 @@ shard, shuffle per epoch and resume mid-epoch.
 
 import math
 import random
-import signal
 
 import numpy as np
 import torch
@@ -24,7 +23,6 @@ from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
 from scepter_like.utils.file_system import check_local_file_system
-from scepter_like.utils.launch_env import STOP_SIGNALS
 
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
@@ -39,16 +37,11 @@ LOADER_PARA_DICT = {
 }
 
 
-def start_worker(worker_id):
-    """Seed numpy and random in a worker from the seed torch gave it (deterministic per epoch), and let the stop
-    signals pass it by: SLURM, ``timeout`` and ``kill -- -PGID`` signal every process, and a worker that died of
-    one ended the run with a loader error before the main process reached its step boundary (the main process
-    stops the workers when it exits; torch's watchdog ends them if it dies)."""
+def _seed_worker(worker_id):
+    """Seed numpy and random in a worker from the seed torch gave it (deterministic per epoch)."""
     seed = torch.initial_seed() % (2**32)
     np.random.seed(seed)
     random.seed(seed)
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
 
 
 class DataBundle:
@@ -227,7 +220,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
         collate_fn=DictCollate(source, torch.get_default_dtype()),  # SOLVER.DTYPE here
-        worker_init_fn=start_worker if workers > 0 else None,
+        worker_init_fn=_seed_worker if workers > 0 else None,
         generator=torch.Generator(),
     )
     return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes, columns)
