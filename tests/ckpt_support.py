@@ -20,6 +20,8 @@ The process sends itself a signal with ``SCEPTER_TEST_SIGNAL_AT`` (as a train st
 import io
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import torch
@@ -106,6 +108,13 @@ if os.environ.get(COMMIT_ENV):
     _kill_before_commit_number(int(os.environ[COMMIT_ENV]))
 
 
+def signal_group_from_outside(signum):
+    """Send ``signum`` to this process's group from a process outside it, as slurmstepd or ``timeout`` does: torch's
+    loader workers exit quietly on a SIGTERM from their own parent, so signalling the group from here proves nothing."""
+    killer = f'import os; os.killpg({os.getpgid(0)}, {int(signum)})'
+    subprocess.run([sys.executable, '-c', killer], start_new_session=True, check=True)
+
+
 @HOOKS.register_class()
 class KillHook(Hook):
     para_dict = {'PRIORITY': {'value': 1000, 'description': 'after every built-in hook'}}
@@ -130,7 +139,7 @@ class KillHook(Hook):
             step, _, whom = at.partition(':')
             if name and solver.progress.total_iter == int(step):
                 if whom == 'group':  # as SLURM, timeout and kill -- -PGID signal: every process, loader workers too
-                    os.killpg(0, getattr(signal, name))
+                    signal_group_from_outside(getattr(signal, name))
                     time.sleep(0.5)  # a worker that dies of it is noticed inside this step (SIGCHLD)
                 else:
                     os.kill(os.getpid(), getattr(signal, name))

@@ -99,11 +99,11 @@ def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
     assert_same(reference, final_state(work))
 
 
-def test_a_stop_signal_to_the_whole_group_with_loader_workers_stops_at_the_step_boundary(alone, tmp_path):
+@pytest.mark.parametrize('name', ['SIGTERM', 'SIGUSR1'])
+def test_a_stop_signal_to_the_whole_group_with_loader_workers_stops_at_the_step_boundary(alone, tmp_path, name):
     """SLURM signals every process of the step: the loader workers died first, and the run ended with a
     RuntimeError blamed on the model and no checkpoint of its last steps."""
     cfg, _ = alone
-    name = 'SIGTERM'
     work = tmp_path / 'w'
     workers = 'SOLVER.TRAIN_DATA.NUM_WORKERS=2'
     res = run_job(cfg, work, tmp_path / 'a.rec', workers, own_group=True, **{SIGNAL_ENV: f'{name}:9:group'})
@@ -321,3 +321,25 @@ def test_a_finished_torchrun_job_exits_0_every_time(tmp_path):
         assert proc.returncode == 0 and not aborted, (i, aborted, proc.stderr[-2000:])
         assert sorted(logs) == list(range(EXIT_WORKERS))
         assert all('done' in out for out, _ in logs.values())
+
+
+EXIT_WITH_LIVE_WORKERS = """
+import multiprocessing, sys
+import torch
+from torch.utils.data import DataLoader
+from scepter_like.data.worker_start import WorkerStart
+
+loader = DataLoader(torch.arange(64.0), batch_size=4, num_workers=2,
+                    worker_init_fn=WorkerStart(multiprocessing.get_context()))
+batches = iter(loader)
+next(batches)
+sys.stdout.write('took a batch\\n')
+"""  # and exits with the iterator alive: multiprocessing ends the workers with SIGTERM
+
+
+def test_loader_workers_ignore_stop_signals_yet_end_with_their_parents_exit(tmp_path):
+    """The workers' stop-signal policy must not hold up the parent's exit (ignoring SIGTERM outright hung it)."""
+    res = subprocess.run(
+        [sys.executable, '-c', EXIT_WITH_LIVE_WORKERS], env=tool_env(), capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0 and 'took a batch' in res.stdout, res.stderr[-2000:]

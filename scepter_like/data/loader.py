@@ -7,9 +7,8 @@ shard, shuffle per epoch and resume mid-epoch.
 """
 
 import math
-import random
+import multiprocessing
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -19,6 +18,7 @@ from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
+from scepter_like.data.worker_start import WorkerStart
 from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
@@ -35,13 +35,6 @@ LOADER_PARA_DICT = {
         'description': "scepter's per-sample pipeline: a list of TRANSFORMS configs, applied to each item in order",
     },
 }
-
-
-def _seed_worker(worker_id):
-    """Seed numpy and random in a worker from the seed torch gave it (deterministic per epoch)."""
-    seed = torch.initial_seed() % (2**32)
-    np.random.seed(seed)
-    random.seed(seed)
 
 
 class DataBundle:
@@ -220,7 +213,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
         collate_fn=DictCollate(source, torch.get_default_dtype()),  # SOLVER.DTYPE here
-        worker_init_fn=_seed_worker if workers > 0 else None,
+        worker_init_fn=WorkerStart(multiprocessing.get_context()) if workers > 0 else None,
         generator=torch.Generator(),
     )
     return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes, columns)
