@@ -7,7 +7,6 @@ shard, shuffle per epoch and resume mid-epoch.
 """
 
 import math
-import multiprocessing
 
 import torch
 from torch.utils.data import DataLoader
@@ -18,7 +17,7 @@ from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
-from scepter_like.data.worker_start import WorkerStart
+from scepter_like.data.worker_start import start_worker
 from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
@@ -213,7 +212,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         pin_memory=loader_cfg.PIN_MEMORY and dist_info.device.type == 'cuda',
         drop_last=loader_cfg.DROP_LAST if train else False,
         collate_fn=DictCollate(source, torch.get_default_dtype()),  # SOLVER.DTYPE here
-        worker_init_fn=WorkerStart(multiprocessing.get_context()) if workers > 0 else None,
+        worker_init_fn=start_worker if workers > 0 else None,
         generator=torch.Generator(),
     )
     return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes, columns)
