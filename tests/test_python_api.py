@@ -139,6 +139,53 @@ def test_twice_in_one_process_each_run_with_its_work_dir_rule(tmp_path, capsys, 
     again.close()
 
 
+def test_a_session_left_open_gives_up_its_log_file_to_the_next(tmp_path, capsys, monkeypatch):
+    """A notebook cell run again without close(): the first run's std_log.txt took the second run's lines."""
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+    cfg = api_cfg(tmp_path, tmp_path / 'unused')
+    first = build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "first"}'])
+    first.fit()  # and never closed
+    with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "second"}']) as second:
+        second.fit()
+    first.close()
+    with open(tmp_path / 'first' / 'std_log.txt', encoding='utf-8') as f:
+        assert str(tmp_path / 'second') not in f.read()
+    with open(tmp_path / 'second' / 'std_log.txt', encoding='utf-8') as f:
+        assert 'INFO eval epoch 3/3' in f.read()
+    assert 'was not closed' in capsys.readouterr().out
+
+
+def test_a_level_the_program_set_is_kept_and_a_quiet_logger_says_what_the_log_file_misses(
+    tmp_path, capsys, monkeypatch
+):
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+    ours = logging.getLogger('scepter_like')
+    with build_solver(api_cfg(tmp_path, tmp_path / 'first')):  # adds our console handler
+        pass
+    capsys.readouterr()
+    ours.setLevel(logging.WARNING)  # the notebook quieted, between two sessions
+    with build_solver(api_cfg(tmp_path, tmp_path / 'quiet')) as solver:
+        solver.fit()
+    assert ours.level == logging.WARNING  # building the second session had reset it to INFO
+    out = capsys.readouterr().out
+    assert not re.search(r':\d\d INFO ', out) and 'gets no INFO lines' in out
+    # the documented way: the logger at INFO, the level on a console handler of the program's own
+    ours.handlers[:] = []
+    ours.setLevel(logging.INFO)
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    ours.addHandler(console)
+    with build_solver(api_cfg(tmp_path, tmp_path / 'recipe')) as solver:
+        solver.fit()
+    with open(tmp_path / 'recipe' / 'std_log.txt', encoding='utf-8') as f:
+        assert 'INFO eval epoch 3/3' in f.read()
+    assert not re.search(r':\d\d INFO ', capsys.readouterr().out)
+
+
 def test_test_weights_best_last_and_a_path_and_the_model_keeps_its_own(tmp_path):
     from scepter_like import build_solver
 

@@ -56,9 +56,11 @@ def is_own_handler(handler):
 
 
 def get_logger(name=LOGGER_NAME, rank=0, stream=None):
-    """A logger with one console handler for this rank (handlers are replaced, not added)."""
+    """A logger with one console handler for this rank (handlers are replaced, not added); INFO unless the program
+    set a level of its own on it."""
     logger = logging.getLogger(name)
-    logger.setLevel(logging.INFO)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
     logger.propagate = False
     for h in list(logger.handlers):
         if getattr(h, '_scepter_console', False):
@@ -73,7 +75,25 @@ def get_logger(name=LOGGER_NAME, rank=0, stream=None):
 
 
 def add_file_handler(logger, path):
-    """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later."""
+    """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later.
+
+    One run's file at a time: the file of an earlier run in this process that was never closed (a notebook cell run
+    again) is detached, or it would take this run's lines too.  A level above INFO on ``logger`` (set to quiet a
+    notebook) would leave the file nearly empty: that is said, with the way to quiet only the console.
+    """
+    for earlier in [h for h in logger.handlers if getattr(h, '_scepter_file', False)]:
+        logger.removeHandler(earlier)
+        earlier.close()
+        logger.warning(
+            f'the run that logs to {earlier.baseFilename} was not closed (close() or a with block); its log file'
+            ' is detached so that it does not take the lines of the run starting now'
+        )
+    if not logger.isEnabledFor(logging.INFO):
+        logger.warning(
+            f'the {logger.name!r} logger is at level {logging.getLevelName(logger.getEffectiveLevel())}, so {path}'
+            ' gets no INFO lines; to quiet only the console, keep the logger at INFO and give your console handler'
+            ' the higher level (docs/python_api.md, Logging)'
+        )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     handler = logging.FileHandler(path, encoding='utf-8')
     handler._scepter_file = True
