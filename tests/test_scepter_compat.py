@@ -1125,6 +1125,74 @@ def test_a_scepter_run_train_loop_is_one_epoch_and_stops_on_a_signal_after_its_s
         SOLVERS._entries.pop('CompatHookListLoopSolver', None)
 
 
+def test_a_step_based_solve_of_scepters_diffusion_solver_ends_by_itself_at_max_steps(tmp_path):
+    """scepter's DiffusionSolver overrides solve() and loops ``for step in range(self.max_steps)`` in run_train,
+    evaluating after the last step: the loop ends by itself, then after_all_iter and after_solve run; a
+    request_stop ends it at the next step it begins, and solve() goes on."""
+    import itertools
+
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.base_solver import BaseSolver
+    from scepter_like.solver.hooks import HOOKS, Hook
+
+    stages = []
+
+    @HOOKS.register_class('CompatStageRecord')
+    class StageRecord(Hook):
+        stop_at = 0
+
+        def after_iter(self, solver):
+            stages.append(('after_iter', solver.mode))
+            if solver.mode == 'train' and solver.total_iter + 1 == self.stop_at:
+                solver.request_stop('enough')
+
+        def after_all_iter(self, solver):
+            stages.append(('after_all_iter', solver.mode))
+
+        def after_solve(self, solver):
+            stages.append(('after_solve', solver.mode))
+
+    @SOLVERS.register_class('CompatStepSolver')
+    class StepSolver(BaseSolver):  # diffusion_solver.py's shape, after the rename
+        def solve(self):
+            self.before_solve()
+            self.run_train()
+            self.after_solve()
+
+        def run_train(self):
+            self.train_mode()
+            self.before_all_iter(self.hooks_dict[self._mode])
+            data_iter = itertools.cycle(self.datas[self._mode].dataloader)
+            for step in range(self.max_steps):
+                batch_data = next(data_iter)
+                self.before_iter(self.hooks_dict[self._mode])
+                results = self.run_step_train(batch_data, step, step=self.total_iter, rank=0)
+                self._iter_outputs[self._mode] = self._reduce_scalar(results)
+                self.after_iter(self.hooks_dict[self._mode])
+                if step == self.max_steps - 1:
+                    stages.append(('final run_eval', self.mode))
+            self.after_all_iter(self.hooks_dict[self._mode])
+
+    npz = write_blobs(tmp_path / 'b.npz')  # 6 batches an epoch: 8 steps run into a second pass
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CompatStageRecord'}]
+    try:
+        for stop_at, steps in ((0, 8), (3, 3)):
+            StageRecord.stop_at, stages[:] = stop_at, []
+            cfg = blob_solver_cfg(npz, tmp_path / f'w{stop_at}', hooks, NAME='CompatStepSolver', MAX_STEPS=8)
+            solver = build_solver(cfg)
+            solver.solve()  # was: StopOwnTrainLoop out of solve()
+            assert solver.progress.total_iter == solver.progress.optimizer_steps == steps
+            ends = [s for s in stages if s[0] != 'after_iter']
+            final = [('final run_eval', 'train')] if stop_at == 0 else []
+            assert ends == [*final, ('after_all_iter', 'train'), ('after_solve', 'train')]
+            solver.close()
+    finally:
+        SOLVERS._entries.pop('CompatStepSolver', None)
+        HOOKS._entries.pop('CompatStageRecord', None)
+
+
 def test_a_run_eval_of_its_own_makes_its_metric_names_known_after_a_pass(tmp_path):
     """scepter's solvers fill _epoch_outputs in their own run_eval: SAVE_BEST_BY names what it reports."""
     from helpers import blob_solver_cfg, build_solver, write_blobs

@@ -77,8 +77,23 @@ class ModeMapping(MutableMapping):
 
 
 class StopOwnTrainLoop(BaseException):
-    """Ends a subclass's own train loop at the step boundary where a stop was requested (that loop has no
-    ``break`` for it).  A BaseException, so the loop's ``except Exception`` does not swallow it."""
+    """Ends a subclass's own train loop when it begins a step after training finished (a stop, or MAX_STEPS
+    reached): that loop has no ``break`` for it.  A BaseException, so the loop's ``except Exception`` does not
+    swallow it; the subclass's ``run_train`` itself catches it (``ends_at_stop``)."""
+
+
+def ends_at_stop(run_train):
+    """A subclass's own ``run_train`` ended by StopOwnTrainLoop returns after the train ``after_all_iter``, so
+    whatever calls it (``solve_train``, or scepter's ``solve()`` override calling ``self.run_train()``) goes on."""
+
+    @functools.wraps(run_train)
+    def run(self, *args, **kwargs):
+        try:
+            return run_train(self, *args, **kwargs)
+        except StopOwnTrainLoop:
+            self.after_all_iter(self.hooks_dict['train'])
+
+    return run
 
 
 # what scepter's TrainValSolver.construct_metrics sets, and its run_eval reads
@@ -87,6 +102,11 @@ SCEPTER_METRIC_STATE = ('do_final_eval', 'save_eval_data', '_collect_keys')
 
 class ScepterProtocol:
     """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if 'run_train' in vars(cls):
+            cls.run_train = ends_at_stop(vars(cls)['run_train'])
 
     def __getattr__(self, name):
         """Only for names not found: scepter's metric state says where it comes from (a ``run_eval`` ported from
@@ -352,6 +372,8 @@ class ScepterProtocol:
         if stage == 'before_all_iter' and train:
             progress.start_train_epoch(self.datas['train'].num_batches())
         if stage == 'before_iter':
+            if train and progress.train_finished():  # a step past a stop or MAX_STEPS: the loop ends before it
+                raise StopOwnTrainLoop
             group = progress.accumulation_group(self.updater.settings.accumulate_steps) if train else ()
             self.step.begin(progress.total_iter, None, *group)
         if stage != 'after_iter':
@@ -359,8 +381,6 @@ class ScepterProtocol:
         self._finish_step(self._mode, train and self._update(), call_hooks)
         if train and self.step.steps_optimizer:  # an optimizer-step boundary, as the native loop's
             self._agree_on_stop()
-            if progress.train_finished():  # a stop, or MAX_STEPS reached (the epoch's plan ends a group there)
-                raise StopOwnTrainLoop
 
     def runs_own_pass(self, mode):
         """Whether a subclass replaces the ``run_eval`` / ``run_test`` loop of ``mode`` with its own (scepter's way,
@@ -376,12 +396,8 @@ class ScepterProtocol:
     @contextlib.contextmanager
     def own_train_loop_as_epoch(self):
         """Around ``run_train``: a subclass's own train loop (scepter's, with hook-list stage calls) is one epoch,
-        as scepter's ``solve()`` counts them; a stop ends it after the step it was requested in, then
-        ``after_all_iter``.  The native loop ends its epochs itself."""
+        as scepter's ``solve()`` counts them.  The native loop ends its epochs itself."""
         progress = self.progress
-        try:
-            yield
-        except StopOwnTrainLoop:
-            self.after_all_iter()
+        yield
         if not (progress.epoch_finished or progress.train_finished()):
             progress.epoch_finished = True
