@@ -1,15 +1,21 @@
 """ProbeDataHook: register_probe from a step writes PNG / .npy / JSON files and a meta.json index."""
 
 import json
+import os
 
 import numpy as np
 import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from PIL import Image
 
+from scepter_like.model.base_model import BaseModel
+from scepter_like.model.registry import MODELS
 from scepter_like.solver import SOLVERS
+from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.hooks.probe import ProbeImage
+from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.train_val_solver import TrainValSolver
+from scepter_like.utils.probe import ProbeData
 
 GREY = torch.arange(12, dtype=torch.uint8).reshape(3, 4) * 20
 
@@ -104,3 +110,105 @@ def test_a_pass_probe_registered_after_a_scepter_eval_loop_is_written_with_the_f
     assert meta['entries']['pass_pred']['shape'] == [96]  # the whole pass (it was dropped)
     assert meta['entries']['logits']['shape'] == [16, 3]  # the first batch's, in the same folder
     assert solver._probes == {}
+
+
+@HOOKS.register_class()
+class ScepterStyleProbeHook(Hook):
+    """What scepter's solver/hooks/data_probe.py does with the probes, in short: ``solver.probe_data`` every
+    PROB_INTERVAL-th train step (scepter's 0-based ``total_iter``) and after an eval pass, each value's
+    ``to_log(prefix)`` into ``meta.json``, then ``solver.clear_probe()``."""
+
+    para_dict = [{'PRIORITY': {'value': 1000}, 'PROB_INTERVAL': {'value': 1000}}]
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger=logger)
+        self.priority = cfg.get('PRIORITY', 1000)
+        self.prob_interval = cfg.get('PROB_INTERVAL', 1000)
+
+    def after_iter(self, solver):
+        if solver.mode == 'train' and solver.total_iter % self.prob_interval == 0:
+            self.write(solver, solver.total_iter)
+
+    def after_all_iter(self, solver):
+        if not solver.mode == 'train':
+            self.write(solver, solver._total_iter['train'])
+
+    def write(self, solver, step):
+        folder = os.path.join(solver.work_dir, f'{solver.mode}_probe/step-{step}')
+        ret = {}
+        for k, v in solver.probe_data.items():
+            ret_one = v.to_log(os.path.join(folder, k.replace('/', '_') + f'_step_{step}'))
+            if not (isinstance(ret_one, (list, dict)) and len(ret_one) < 1):
+                ret[k] = ret_one
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, 'meta.json'), 'w') as f:
+            json.dump(ret, f)
+        solver.clear_probe()
+
+
+def test_scepters_probe_hook_gets_every_probe_of_its_steps_as_probe_data(tmp_path):
+    """scepter's hook asks nothing beforehand: register_probe keeps a step's probes until its end, and
+    ``probe_data`` hands them over as ProbeData (``to_log``), the eval pass's after-loop probe too."""
+    npz = write_blobs(tmp_path / 'd.npz', n=96)  # 6 train steps
+    hook = {'NAME': 'ScepterStyleProbeHook', 'PROB_INTERVAL': 3}
+    cfg = blob_solver_cfg(
+        npz, tmp_path / 'w', [{'NAME': 'BackwardHook'}, hook], NAME='PassProbingSolver', MAX_EPOCHS=1, EVAL_HOOKS=[hook]
+    )
+    build_solver(cfg).solve()  # was: AttributeError: 'int' object has no attribute 'to_log' (eval)
+    probes = tmp_path / 'w' / 'train_probe'
+    assert sorted(p.name for p in probes.iterdir()) == ['step-0', 'step-3']
+    meta = json.loads((probes / 'step-3' / 'meta.json').read_text())  # was: {}
+    assert sorted(meta) == ['batch', 'grey', 'input', 'loss', 'note', 'rgb'] and meta['note'] == 'batch 3'
+    assert np.load(meta['input']).shape == (16, 8) and np.load(meta['loss']).shape == ()  # scepter's .npy
+    grey = np.asarray(Image.open(meta['grey']), dtype=float)  # an image, scepter's jpg (lossy)
+    assert meta['grey'].endswith('.jpg') and np.abs(grey - GREY.numpy()).max() < 10
+    assert len(meta['batch']['ori_file'][0]) == 2
+    eval_meta = json.loads((tmp_path / 'w' / 'eval_probe' / 'step-6' / 'meta.json').read_text())
+    assert list(eval_meta) == ['pass_pred'] and np.load(eval_meta['pass_pred']).shape == (96,)
+
+
+class Identity(BaseModel):
+    def forward(self, x):
+        self.register_probe({'first': x[0]})
+        return x
+
+
+@MODELS.register_class()
+class ProbingNet(BaseModel):
+    """A model written for scepter: ``self.register_probe`` in its forward (ldm.py's ``snrs_weights``), a child
+    BaseModel that registers too."""
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger=logger)
+        self.pre = Identity(cfg, logger=logger)
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, img, label=None):
+        logits = self.fc(self.pre(img))
+        self.register_probe({'snrs_weights': torch.ones(3), 'rows': len(img)})
+        if self.training:
+            return {'loss': torch.nn.functional.cross_entropy(logits, label)}
+        return {'logits': logits, 'label': label}
+
+
+def test_a_models_probes_reach_both_probe_hooks_as_model_entries(tmp_path):
+    npz = write_blobs(tmp_path / 'd.npz', n=96)
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', MAX_EPOCHS=1, MODEL={'NAME': 'ProbingNet'}, METRICS=[])
+    del cfg['SOLVER']['EVAL_DATA']
+    cfg['SOLVER']['TRAIN_HOOKS'] += [
+        {'NAME': 'ProbeDataHook', 'PROB_INTERVAL': 3},
+        {'NAME': 'ScepterStyleProbeHook', 'PROB_INTERVAL': 3, 'PRIORITY': 1001},
+    ]
+    solver = build_solver(cfg)
+    solver.solve()  # was: AttributeError: 'ProbingNet' object has no attribute 'register_probe'
+    meta = json.loads((tmp_path / 'w' / 'train_probe' / 'probe-3' / 'meta.json').read_text())
+    assert sorted(meta['entries']) == ['model/pre/first', 'model/rows', 'model/snrs_weights']
+    assert np.load(tmp_path / 'w' / 'train_probe' / 'probe-3' / 'model_snrs_weights.npy').tolist() == [1, 1, 1]
+    scepter_meta = json.loads((tmp_path / 'w' / 'train_probe' / 'step-3' / 'meta.json').read_text())
+    assert sorted(scepter_meta) == ['model/pre/first', 'model/rows', 'model/snrs_weights']
+    assert scepter_meta['model/rows'] == 16
+    model = solver.unwrapped_model
+    assert model._probe_data == model.pre._probe_data == {}  # taken at each step's end
+    model.register_probe({'x': torch.zeros(2)})
+    taken = model.probe_data()
+    assert isinstance(taken['x'], ProbeData) and model.collect_probe() == {}

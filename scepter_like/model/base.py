@@ -52,6 +52,35 @@ class BaseModel(torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         self.logger = logger
+        self._probe_data = {}  # register_probe's, until the solver takes them at the step's end
+
+    # -- scepter's probe API: what a forward hands to ProbeDataHook ----------------------------------------
+    def register_probe(self, probe_data):
+        """Keep ``{name: value}`` (a tensor, array, number, text, ProbeImage or ProbeData) until the solver takes
+        it at the end of the step: dumped when a ProbeDataHook asked for the step, else dropped (scepter's)."""
+        self._probe_data.update(probe_data)
+
+    def collect_probe(self):
+        """This model's probes and, as ``{child}/{name}``, those of its BaseModel children (scepter's)."""
+        probes = dict(self._probe_data)
+        for name, child in self.named_children():
+            if isinstance(child, BaseModel):
+                probes.update({f'{name}/{k}': v for k, v in child.collect_probe().items()})
+        return probes
+
+    def probe_data(self):
+        """The probes of ``collect_probe`` as scepter's ``ProbeData``, handed over once."""
+        from scepter_like.utils.probe import as_probe_data
+
+        probes = {k: as_probe_data(v) for k, v in self.collect_probe().items()}
+        self.clear_probe()
+        return probes
+
+    def clear_probe(self):
+        """Drop this model's probes and its BaseModel children's."""
+        for module in self.modules():
+            if isinstance(module, BaseModel):
+                module._probe_data.clear()
 
     def logged_state(self):
         """``{name: number}`` each train log line shows as it is at that line, not as a mean over the interval (a

@@ -143,7 +143,6 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.seed = 0
         self.failed: BaseException | None = None  # the exception that ended solve(), for after_solve hooks
         self.model_flops: float | None = None  # forward FLOPs per sample, set by register_flops
-        self._probes: dict[str, Any] = {}
 
         self.datas: dict[str, Any] = {}
         self.hooks_dict: dict[str, list] = {mode: [] for mode in MODES}
@@ -475,7 +474,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.progress.count_step(mode, optimizer_step)
         self.step.counted = True
         call_after_iter()
-        self.step.end()
+        self.end_step()
 
     def _agree_on_stop(self) -> None:
         """At an optimizer-step boundary: stop when every rank has agreed on a stop signal (preemption.py)."""

@@ -193,6 +193,7 @@ class StepState:
         'group_size',
         'steps_optimizer',
         'probe_wanted',
+        'probes',
         'data_time',
         'running',
         'counted',
@@ -208,6 +209,7 @@ class StepState:
         self.group_size = 1
         self.steps_optimizer = True
         self.probe_wanted = False
+        self.probes: dict[str, Any] = {}  # register_probe's in this step (the solver keeps them or drops them)
         self.data_time = 0.0
         self.running = False
         self.counted = False

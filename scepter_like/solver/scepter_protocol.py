@@ -28,8 +28,9 @@ from scepter_like.solver import checkpoint_state
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.loop_state import MODES, detached_outputs
 from scepter_like.solver.parallel import is_fsdp, model_state_dict
-from scepter_like.utils.checkpoint import safetensors_ready
+from scepter_like.utils.checkpoint import safetensors_ready, unwrap_model
 from scepter_like.utils.distributed import all_reduce_sum
+from scepter_like.utils.probe import as_probe_data
 
 
 def state_view(holder, name, doc=None, settable=True):
@@ -283,24 +284,54 @@ class ScepterProtocol:
         return ret
 
     # -- probes: what a step hands to ProbeDataHook -------------------------------------------------
+    @functools.cached_property
+    def _probes(self):
+        """The probes kept for ProbeDataHook: those of the steps it asked for, and those registered outside a step
+        (scepter's ``run_eval`` registers its pass's after the loop)."""
+        return {}
+
     def register_probe(self, probe_data):
-        """Keep ``{name: value}`` for ProbeDataHook: on the steps it dumps, and outside a step (after an eval loop,
-        scepter's ``run_eval`` registers the pass's probes); a no-op on the other steps."""
-        if self.step.probe_wanted or not self.step.running:
-            self._probes.update(probe_data)
+        """Keep ``{name: value}`` for ProbeDataHook; one registered in a step is dropped at the step's end unless a
+        ProbeDataHook asked for the step (scepter's ``after_iter`` clears them too)."""
+        (self.step.probes if self.step.running else self._probes).update(probe_data)
+
+    @property
+    def collect_probe(self):
+        """Every probe registered and not yet taken, the model's as ``model/{name}`` (scepter's)."""
+        model = self._probing_model()
+        own = model.collect_probe() if model is not None else {}
+        return {**self._probes, **self.step.probes, **{f'model/{k}': v for k, v in own.items()}}
+
+    def _probing_model(self):
+        """The model when it has scepter's probe API (a BaseModel), else None."""
+        model = unwrap_model(self.model)
+        return model if callable(getattr(model, 'collect_probe', None)) else None
 
     def pop_probes(self):
-        """This step's probes, handed over once (the store is emptied)."""
-        probes, self._probes = self._probes, {}
+        """``collect_probe``, handed over once (every store is emptied)."""
+        probes = self.collect_probe
+        self.clear_probe()
         return probes
 
     @property
     def probe_data(self):
-        """This step's probes (``register_probe``), handed over once."""
-        return self.pop_probes()
+        """scepter's: ``collect_probe`` as ``ProbeData`` (``to_log`` writes each), handed over once."""
+        return {k: as_probe_data(v) for k, v in self.pop_probes().items()}
 
     def clear_probe(self):
-        self.pop_probes()
+        self._probes.clear()
+        self.step.probes.clear()
+        model = self._probing_model()
+        if model is not None:
+            model.clear_probe()
+
+    def end_step(self):
+        """The step's ``after_iter`` hooks are done: its probes (the model's too) are kept when a ProbeDataHook asked
+        for the step, else dropped; then the step ends."""
+        kept = self.collect_probe if self.step.probe_wanted else dict(self._probes)
+        self.clear_probe()
+        self._probes.update(kept)
+        self.step.end()
 
     def save_safetensors(self):
         """``(state_dict, metadata)`` of the unwrapped model, ready for ``safetensors.torch.save_file``

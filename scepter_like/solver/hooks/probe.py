@@ -13,7 +13,7 @@ done):
 - ``meta.json``: the index (mode, step, epoch, and per name its kind, files, shape, dtype),
   written last, so a folder with ``meta.json`` is complete.
 
-On other steps ``register_probe`` returns at once and keeps nothing.  Outside a step it keeps
+What other steps register is dropped at their end (the model's too).  Outside a step it keeps
 what it is given: an eval / test pass's probes (its first batch's, and those a ``run_eval`` of
 scepter's registers after its loop) are written together at the pass's ``after_all_iter``.
 """
@@ -30,6 +30,7 @@ from scepter_like.errors import DataError
 from scepter_like.solver.hooks.hook import PRIORITY_PROBE, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
+from scepter_like.utils.probe import ProbeData
 
 _CHANNELS = (1, 3, 4)
 
@@ -129,6 +130,8 @@ class ProbeDataHook(Hook):
         entries = {}
         for name, value in probes.items():
             base = _safe_name(name)
+            if isinstance(value, ProbeData):  # scepter's probe object (a model of scepter's registers it)
+                value = ProbeImage(value.data) if value.is_image else value.data
             if isinstance(value, ProbeImage):
                 entries[name] = _write_images(*value.to_uint8_images(name), folder, base)
             elif isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:

@@ -1,0 +1,105 @@
+"""``scepter.modules.utils.probe`` maps here: ``ProbeData``, the value a probe hands to scepter's ProbeDataHook.
+
+scepter's hook calls ``value.to_log(prefix)`` on each probe: a number, text, or a list / dict
+of them comes back as it is (it goes into ``meta.json``); an array (a tensor becomes one) is
+written next to ``prefix`` and its file name comes back, as an image with ``is_image=True``.
+scepter's videos, HTML pages and value distributions (``is_video``, ``build_html``,
+``view_distribute``) are not provided: such a probe is an error naming it.
+"""
+
+import copy
+import io
+import os
+from numbers import Number
+
+import numpy as np
+import torch
+
+from scepter_like.errors import DataError
+from scepter_like.utils.checkpoint import atomic_write
+
+
+def is_plain(data):
+    """A number, text, or a list / dict of them: what goes into meta.json as it is (scepter's check_legal_type)."""
+    if isinstance(data, (str, Number)):
+        return True
+    if isinstance(data, dict):
+        return all(is_plain(v) for v in data.values())
+    if isinstance(data, list):
+        return all(is_plain(v) for v in data)
+    return False
+
+
+class ProbeData:
+    """One probe: an array (a tensor is copied to the CPU) or plain data, with how scepter writes it."""
+
+    def __init__(
+        self,
+        data,
+        is_image=False,
+        is_video=False,
+        fps=8,
+        build_html=False,
+        build_label=None,
+        view_distribute=False,
+        is_presave=False,
+    ):
+        if is_video or build_html or view_distribute:
+            raise DataError(
+                'ProbeData: is_video, build_html and view_distribute are not provided here'
+                ' (docs/porting_from_scepter.md); register the frames or values as arrays'
+            )
+        if isinstance(data, torch.Tensor):
+            data = data.detach().cpu().numpy()
+        elif isinstance(data, (np.generic,)):
+            data = data.item()
+        if not isinstance(data, np.ndarray) and not is_plain(data):
+            raise DataError(
+                f'ProbeData: {type(data).__name__} is not an array, number or text, nor a list / dict'
+                ' of numbers and text'
+            )
+        self.data = data if isinstance(data, np.ndarray) else copy.deepcopy(data)
+        self.is_image = is_image
+        self.is_presave = is_presave
+
+    def to_log(self, prefix=None, image_postfix='jpg', video_postfix='mp4', rank=0):
+        """Plain data as it is; an array written under ``prefix``: its file (a batch of images: their files)."""
+        if not isinstance(self.data, np.ndarray):
+            return self.data
+        shape = '_'.join(str(n) for n in self.data.shape)
+        if not self.is_image:
+            path = f'{prefix}_{rank}_{shape}.npy'
+            atomic_write(path, lambda f: np.save(f, self.data))
+            return path
+        if self.data.ndim == 4:  # a batch: one folder, a file per image (scepter's names)
+            files = [os.path.join(prefix, f'probe_{rank}_{i}_[{shape}].{image_postfix}') for i in range(len(self.data))]
+            for image, path in zip(self.data, files):
+                _write_image(image, path, image_postfix)
+            return {'ori_file': [files]}
+        path = f'{prefix}_probe_{rank}_[{shape}].{image_postfix}'
+        _write_image(self.data, path, image_postfix)
+        return path
+
+
+def _write_image(array, path, postfix):
+    from PIL import Image
+
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format='PNG' if postfix.lower() == 'png' else 'JPEG')
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def as_probe_data(value):
+    """A registered probe value as scepter's hook takes it: a ProbeData (a ProbeImage becomes an image one)."""
+    from scepter_like.solver.hooks.probe import ProbeImage
+
+    if isinstance(value, ProbeData):
+        return value
+    if isinstance(value, ProbeImage):
+        images, batched = value.to_uint8_images('probe')
+        if batched:  # NxHxWxC, a channel axis kept for grey images too (scepter's batch layout)
+            return ProbeData(np.stack([i if i.ndim == 3 else i[..., None] for i in images]), is_image=True)
+        return ProbeData(images[0], is_image=True)
+    return ProbeData(value)
