@@ -1193,6 +1193,39 @@ def test_a_step_based_solve_of_scepters_diffusion_solver_ends_by_itself_at_max_s
         HOOKS._entries.pop('CompatStageRecord', None)
 
 
+def test_scepters_solve_eval_verbatim_reads_mode_set_and_eval_interval(tmp_path):
+    """scepter's BaseSolver.solve_eval, copied into a subclass, reads ``_mode_set`` and ``eval_interval``; the
+    BaseSolver attributes no scepter solver or hook reads say so."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    @SOLVERS.register_class('CompatSolveEvalSolver')
+    class MySolver(TrainValSolver):
+        def solve_eval(self):  # scepter's, verbatim
+            current_mode = 'eval'
+            if current_mode in self._mode_set and self.epoch % self.eval_interval == 0:
+                self.logger.info(f'Begin to solve {current_mode} at Epoch [{self.epoch}/{self.max_epochs}]...')
+                self.before_epoch(self.hooks_dict[current_mode])
+                self.run_eval()
+                self.after_epoch(self.hooks_dict[current_mode])
+
+    npz = write_blobs(tmp_path / 'b.npz')
+    try:
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', NAME='CompatSolveEvalSolver', EVAL_INTERVAL=2))
+        assert solver._mode_set == {'train', 'eval'} and solver.eval_interval == 2
+        solver.solve()  # was: AttributeError: '_mode_set'
+        evals = [json.loads(line) for line in (tmp_path / 'w' / 'metrics.jsonl').read_text().splitlines()]
+        assert [r['epoch'] for r in evals if r['kind'] == 'eval'] == [2]
+        solver.eval_interval = 1  # scepter's subclasses assign it
+        assert solver.progress.eval_interval == 1
+        with pytest.raises(AttributeError, match=r"^MySolver._prefix: scepter's BaseSolver attribute is not provided"):
+            getattr(solver, '_prefix')  # noqa: B009
+    finally:
+        SOLVERS._entries.pop('CompatSolveEvalSolver', None)
+
+
 def test_a_run_eval_of_its_own_makes_its_metric_names_known_after_a_pass(tmp_path):
     """scepter's solvers fill _epoch_outputs in their own run_eval: SAVE_BEST_BY names what it reports."""
     from helpers import blob_solver_cfg, build_solver, write_blobs

@@ -482,7 +482,8 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.progress.stop_signal = signal
             self.request_stop(f'signal {signal}')
 
-    def _run_no_grad_loop(self, step_fn: Callable) -> None:
+    def _run_no_grad_loop(self, mode: str, step_fn: Callable) -> None:
+        self.mode = mode  # (a solve_eval written scepter's way calls run_eval in train mode: its run_eval sets it)
         self.start_pass_iters()
         for batch_idx, batch in enumerate(self.datas[self._mode].iterate()):
             self.pass_step(step_fn, batch, batch_idx)
@@ -510,10 +511,10 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.after_all_iter()
 
     def run_eval(self) -> None:
-        self._run_no_grad_loop(self.run_step_eval)
+        self._run_no_grad_loop('eval', self.run_step_eval)
 
     def run_test(self) -> None:
-        self._run_no_grad_loop(self.run_step_test)
+        self._run_no_grad_loop('test', self.run_step_test)
 
     @property
     def moves_batches(self) -> bool:

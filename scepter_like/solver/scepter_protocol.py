@@ -100,6 +100,22 @@ def ends_at_stop(run_train):
 # what scepter's TrainValSolver.construct_metrics sets, and its run_eval reads
 SCEPTER_METRIC_STATE = ('do_final_eval', 'save_eval_data', '_collect_keys')
 
+# scepter BaseSolver attributes that none of scepter's solver subclasses and hooks read: not provided, and why
+NOT_PROVIDED = {
+    '_load_hook': "the solver's construct_hook builds every mode's hooks; drop a construct_hook override",
+    '_local_rank': 'use we.rank (scepter_like.utils.distribute)',
+    '_prefix': 'the file system is local only (FS)',
+    'file_system': 'the file system is local only (FS)',
+    'pl_dir': 'Lightning writes under WORK_DIR (docs/lightning.md)',
+    '_num_folds': 'use num_folds',
+    'do_step': 'the updater decides the optimizer step (solver.step.steps_optimizer)',
+    '_probe_data': 'use collect_probe / probe_data',
+    'probe_data_dict': 'use collect_probe / probe_data',
+    '_dist_data': "scepter's probe distributions are not provided",
+    '_model_flops': 'use model_flops (register_flops)',
+    '_model_parameters': 'count them from solver.model.parameters()',
+}
+
 
 class ScepterProtocol:
     """scepter's names on the solver; a mixin of BaseSolver, reading its state objects, model, hooks and metrics."""
@@ -116,6 +132,11 @@ class ScepterProtocol:
             raise AttributeError(
                 f"{type(self).__name__}.{name} is set by scepter's TrainValSolver.construct_metrics (its run_eval reads"
                 ' it): port construct_metrics with run_eval (docs/porting_from_scepter.md)'
+            )
+        if name in NOT_PROVIDED:
+            raise AttributeError(
+                f"{type(self).__name__}.{name}: scepter's BaseSolver attribute is not provided here:"
+                f' {NOT_PROVIDED[name]} (docs/porting_from_scepter.md)'
             )
         raise AttributeError(f'{type(self).__name__!r} object has no attribute {name!r}')
 
@@ -178,6 +199,8 @@ class ScepterProtocol:
 
     epoch_max_iter = property(lambda self: self.progress.epoch_iters[self._mode], doc="Batches in this mode's epoch.")
     max_epochs = state_view('progress', 'max_epochs')
+    eval_interval = state_view('progress', 'eval_interval', 'Train epochs between evaluations (EVAL_INTERVAL).')
+    _mode_set = property(lambda self: set(self.datas), doc='The modes with data (scepter adds each in construct_data).')
     max_steps = state_view('progress', 'max_steps', settable=False)
     num_folds = state_view('progress', 'num_folds', settable=False)
 
