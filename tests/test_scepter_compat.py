@@ -1428,3 +1428,22 @@ def test_reduce_on_plateau_watches_a_scepter_metric_whose_names_come_with_its_fi
     finally:
         METRICS._entries.pop('CompatPlateauAccuracy', None)
     assert solver.lr_scheduler.best == pytest.approx(solver.epoch_outputs['eval']['acc@1'])
+
+
+def test_scepters_registry_and_math_plot_import_paths(tmp_path):
+    """Every scepter registry.py imports ``utils.registry.Registry``; scepter's ValLossHook plots with
+    ``utils.math_plot.plot_multi_curves``."""
+    import numpy as np
+    from PIL import Image
+
+    from scepter_like.registry import Registry
+    from scepter_like.utils import registry
+    from scepter_like.utils.math_plot import plot_multi_curves
+
+    assert registry.Registry is Registry
+    augmenters = registry.Registry('AUGMENTERS')
+    assert augmenters.name == 'AUGMENTERS'
+    steps = np.array([10, 20, 30])
+    y = [{'data': np.array([1.0, 0.5, 0.25]), 'label': 'a'}, {'data': np.array([2.0, 1.0, 0.5]), 'label': 'b'}]
+    assert plot_multi_curves(x=steps, y=y, x_label='steps', title="a's validation loss", save_path=tmp_path / 'p.png')
+    assert Image.open(tmp_path / 'p.png').size[0] > 100
