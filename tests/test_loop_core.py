@@ -66,6 +66,23 @@ def test_folds_split_a_pass_into_epochs():
     assert windows == [(0, (0, 4)), (0, (4, 9)), (1, (0, 4)), (1, (4, 9))]
 
 
+def test_folds_apply_only_with_several_processes_as_in_scepter():
+    """scepter's BaseSolver reads NUM_FOLDS only when world_size > 1: one process trains whole passes."""
+    several, one = TrainingProgress(max_epochs=4, num_folds=2), TrainingProgress(max_epochs=4, num_folds=2)
+    several.plan_folds(9, world_size=2)
+    one.plan_folds(9, world_size=1)
+    assert (several.num_folds, several.epoch_iters['train']) == (2, 4)
+    assert (one.num_folds, one.epoch_iters['train']) == (1, 9)
+
+
+def test_one_process_with_num_folds_trains_whole_epochs(tmp_path):
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    solver = build_solver(blob_solver_cfg(write_blobs(tmp_path / 'b.npz'), tmp_path / 'w', NUM_FOLDS=2))
+    solver.solve()  # 6 batches a pass, 2 epochs: 12 steps (was 6: two epochs of half a pass)
+    assert (solver.num_folds, solver.progress.total_iter) == (1, 12)
+
+
 def test_progress_state_round_trip_keeps_a_pending_evaluation():
     progress = TrainingProgress(max_epochs=3)
     progress.start_train_epoch(5)

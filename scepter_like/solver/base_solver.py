@@ -75,7 +75,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         'MAX_EPOCHS': {'value': 10, 'description': 'training epochs (-1: as many as MAX_STEPS needs)', 'min': -1},
         'MAX_STEPS': {'value': 0, 'description': 'stop after this many train steps (0: no limit)', 'min': 0},
         'ACCU_STEP': {'value': 1, 'description': 'gradient accumulation (= BackwardHook.ACCUMULATE_STEP)', 'min': 1},
-        'NUM_FOLDS': {'value': 1, 'description': 'epochs per pass over the train data', 'min': 1},
+        'NUM_FOLDS': {'value': 1, 'description': 'epochs per pass over the train data (several processes)', 'min': 1},
         'EVAL_INTERVAL': {'value': 1, 'description': 'evaluate every this many epochs (and after the last)', 'min': 1},
         'EXTRA_KEYS': {'value': [], 'description': 'batch keys handed to metrics besides the model outputs'},
         'TRAIN_DATA': {'value': None, 'description': 'train data config (a DATASETS entry plus loader keys)'},
@@ -208,7 +208,7 @@ class BaseSolver(HookStages, ScepterProtocol):
                 self.progress.epoch_iters[mode] = self.datas[mode].num_batches()
         check_splits_agree(self.datas, {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()})
         if 'train' in self.datas:
-            self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'))
+            self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'), self.world_size)
 
     def construct_model(self) -> None:
         if self.cfg.MODEL is None:

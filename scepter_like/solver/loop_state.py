@@ -60,8 +60,14 @@ class TrainingProgress:
         fold = self.epoch % self.num_folds
         return fold * pass_batches // self.num_folds, (fold + 1) * pass_batches // self.num_folds
 
-    def plan_folds(self, pass_batches: int, where: str = 'NUM_FOLDS') -> None:
-        """The current epoch's share of a train pass of ``pass_batches``; a ConfigError when a fold would be empty."""
+    def plan_folds(self, pass_batches: int, where: str = 'NUM_FOLDS', world_size: int = 1) -> None:
+        """The current epoch's share of a train pass of ``pass_batches``; a ConfigError when a fold would be empty.
+
+        Folds apply only with several processes, as in scepter (its BaseSolver reads NUM_FOLDS when world_size > 1):
+        one process trains whole passes.
+        """
+        if world_size == 1:
+            self.num_folds = 1
         if pass_batches < self.num_folds:
             raise ConfigError(
                 f'{where}: {self.num_folds} folds of a pass of {pass_batches} batches would leave epochs'
