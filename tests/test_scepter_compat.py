@@ -1447,3 +1447,36 @@ def test_scepters_registry_and_math_plot_import_paths(tmp_path):
     y = [{'data': np.array([1.0, 0.5, 0.25]), 'label': 'a'}, {'data': np.array([2.0, 1.0, 0.5]), 'label': 'b'}]
     assert plot_multi_curves(x=steps, y=y, x_label='steps', title="a's validation loss", save_path=tmp_path / 'p.png')
     assert Image.open(tmp_path / 'p.png').size[0] > 100
+
+
+def test_a_scepter_train_config_that_turns_shuffle_off_is_named(caplog):
+    """scepter shuffles a MODE: train dataset whatever SHUFFLE says (its template writes SHUFFLE: False); here
+    SHUFFLE decides, and a config writing both says so in one line."""
+    import logging
+
+    from scepter_like.data.dataset import DATASETS, BaseDataset
+    from scepter_like.data.loader import build_data
+    from scepter_like.utils.distributed import DistInfo
+
+    @DATASETS.register_class('CompatOrdered')
+    class Ordered(BaseDataset):
+        def __len__(self):
+            return 8
+
+        def _get(self, index):
+            return {'meta': {}, 'index': torch.tensor(index)}
+
+    def first_batch(**keys):
+        cfg = Config({'D': {'NAME': 'CompatOrdered', 'MODE': 'train', 'BATCH_SIZE': 8, **keys}}).D
+        return next(build_data(cfg, 'train', DistInfo(), 0, logging.getLogger('compat')).iterate())['index'].tolist()
+
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert first_batch(SHUFFLE=False) == list(range(8))
+            assert first_batch() != list(range(8))  # SHUFFLE left out: shuffled, as scepter does
+        assert [r.getMessage() for r in caplog.records] == [
+            'D.SHUFFLE: false keeps the train data in order here; scepter shuffles every MODE: train dataset'
+            ' whatever SHUFFLE says: leave SHUFFLE out (or true) to shuffle as scepter does'
+        ]
+    finally:
+        DATASETS._entries.pop('CompatOrdered', None)

@@ -6,6 +6,7 @@ in the loader's workers (``transformed.py``).  The solver owns the sampler so th
 shard, shuffle per epoch and resume mid-epoch.
 """
 
+import logging
 import math
 
 import torch
@@ -170,10 +171,21 @@ def check_splits_agree(bundles, where):
                 )
 
 
+def warn_scepter_train_order(cfg, mode, logger):
+    """scepter shuffles a dataset whose MODE is train and never reads SHUFFLE (its DATASETS template writes
+    ``SHUFFLE: False``); here SHUFFLE decides: a ported train config that writes both is named in one line."""
+    if mode == 'train' and cfg.get('MODE') == 'train' and cfg.get('SHUFFLE', True) is False:
+        (logger or logging.getLogger('scepter_like')).warning(
+            f'{cfg.path_of("SHUFFLE")}: false keeps the train data in order here; scepter shuffles every MODE: train'
+            ' dataset whatever SHUFFLE says: leave SHUFFLE out (or true) to shuffle as scepter does'
+        )
+
+
 def build_data(cfg, mode, dist_info, seed, logger=None):
     """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
     if not isinstance(cfg, Config):
         raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
+    warn_scepter_train_order(cfg, mode, logger)
     loader_cfg = resolve_loader_keys(cfg, mode)
     for key in LOADER_PARA_DICT:
         cfg[key] = loader_cfg[key]
