@@ -52,13 +52,13 @@ class BaseModel(torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         self.logger = logger
-        self._probe_data = {}  # register_probe's, until the solver takes them at the step's end
+        self._probe_data = {}  # register_probe's, until taken (probe_data, or the solver's for ProbeDataHook)
 
     # -- scepter's probe API: what a forward hands to ProbeDataHook ----------------------------------------
     def register_probe(self, probe_data):
         """Keep ``{name: value}`` (a tensor, array, number, text, ProbeImage or ProbeData) until the solver takes
-        it at the end of the step: dumped when a ProbeDataHook asked for the step, else dropped (scepter's)."""
-        self._probe_data.update(probe_data)
+        it (``probe_data``), as scepter's; tensors detached, so a kept one holds no autograd graph."""
+        self._probe_data.update({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in probe_data.items()})
 
     def collect_probe(self):
         """This model's probes and, as ``{child}/{name}``, those of its BaseModel children (scepter's)."""

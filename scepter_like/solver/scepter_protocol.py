@@ -349,12 +349,15 @@ class ScepterProtocol:
             model.clear_probe()
 
     def end_step(self):
-        """The step's ``after_iter`` hooks are done: its probes (the model's too) are kept when a ProbeDataHook asked
-        for the step, else dropped; then the step ends."""
-        kept = self.collect_probe if self.step.probe_wanted else dict(self._probes)
-        self.clear_probe()
-        self._probes.update(kept)
-        self.step.end()
+        """The step's ``after_iter`` hooks are done: what it registered is kept when a ProbeDataHook asked for the
+        step, else dropped; then the step ends.  The model's own probes stay until taken, as in scepter (clearing
+        them would walk its modules on every step)."""
+        step = self.step
+        if step.probes:
+            if step.probe_wanted:
+                self._probes.update(step.probes)
+            step.probes.clear()
+        step.end()
 
     def save_safetensors(self):
         """``(state_dict, metadata)`` of the unwrapped model, ready for ``safetensors.torch.save_file``
