@@ -500,8 +500,8 @@ def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_pa
     assert train(tmp_path / 'alone').returncode == 0
     folder = tmp_path / 'chain' / 'checkpoints'
     resumed = {
-        1: 'checkpoint-step-6.pth at epoch 1, iter 2, step 6',
-        2: 'checkpoint-step-9.pth at epoch 2, iter 1, step 9',
+        1: 'checkpoint-step-6.pth after step 6: goes on at epoch 2, iter 3',
+        2: 'checkpoint-step-9.pth after step 9: goes on at epoch 3, iter 2',
     }
     for i, kill in enumerate(['train:7', 'train:11', '']):
         res = train(tmp_path / 'chain', kill, resume=i > 0)

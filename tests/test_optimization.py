@@ -267,7 +267,7 @@ def test_kill_and_resume_across_the_optimizer_switch_is_bit_exact(tmp_path):
     for kill, resumed_at in (('train:3', None), ('train:6', 2), ('train:9', 6), ('', 8)):
         res = run_job(cfg, chain, kill_at=kill, resume=resumed_at is not None)
         if resumed_at is not None:
-            assert re.search(rf'resumed from \S+ at epoch \d+, iter \d+, step {resumed_at}\n', res.stdout)
+            assert re.search(rf'resumed from \S+ after step {resumed_at}: ', res.stdout)
     end = final_state(chain)
     assert end['solver']['phase'] == 1 and 'history' in str(end['optimizer']['param_groups'])
     assert_same(final_state(alone), end)

@@ -9,6 +9,7 @@ AdamW, per-step cosine schedule, step / epoch / best / last checkpoints, a hook 
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
     signum = getattr(signal, name)
     assert res.returncode == 128 + signum, res.stderr[-3000:]
     assert f'stopped by {name} after step 10' in res.stdout and 'RESUME_FROM=auto' in res.stdout
+    assert re.search(r'epoch \d+/\d+ trained in \S+s \(stopped after iter \d+/\d+\)\n', res.stdout)  # not whole
     assert len(served(tmp_path / 'a.rec')) == 10  # step 10 ran to its end, no batch after it
     assert latest_name(work) == 'preempted-step-10.pth' and saved_step(work, 'preempted-step-10.pth') == 10
     # a requeued SLURM job resumes by itself: without it, this WORK_DIR would be refused (exit 2)

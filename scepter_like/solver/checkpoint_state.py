@@ -164,10 +164,12 @@ def resume(solver):
     if path is None:
         return None
     solver.restore_state(load_checkpoint_file(path), path)
-    progress = solver.progress
-    solver.logger.info(
-        f'resumed from {path} at epoch {progress.epoch}, iter {progress.iters["train"]}, step {progress.total_iter}'
-    )
+    progress = solver.progress  # counted from 1, as the log lines count: the next batch's epoch and iter
+    if progress.epoch_finished:  # its evaluation was cut off
+        goes_on = f'the evaluation of epoch {progress.epoch + 1} first'
+    else:
+        goes_on = f'goes on at epoch {progress.epoch + 1}, iter {progress.iters["train"] + 1}'
+    solver.logger.info(f'resumed from {path} after step {progress.total_iter}: {goes_on}')
     return path
 
 

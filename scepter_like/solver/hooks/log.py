@@ -132,10 +132,13 @@ class LogHook(Hook):
 
     def after_epoch(self, solver: SolverSurface):
         if self._per_epoch and not self._pass_log:
-            seconds = time.perf_counter() - self._epoch_start
-            solver.logger.info(
-                f'epoch {solver.progress.epoch + 1}/{solver.progress.max_epochs} trained in {seconds:.2f}s'
+            seconds, progress = time.perf_counter() - self._epoch_start, solver.progress
+            cut = (
+                ''
+                if progress.epoch_finished
+                else f' (stopped after iter {progress.iters["train"]}/{progress.epoch_iters["train"]})'
             )
+            solver.logger.info(f'epoch {progress.epoch + 1}/{progress.max_epochs} trained in {seconds:.2f}s{cut}')
 
     def _write_pass_line(self, solver: SolverSurface):
         """An eval / test pass's line: this rank's means since the last line, and the time per iteration."""
