@@ -12,13 +12,14 @@ import argparse
 import copy
 import logging
 import os
+import re
 import sys
 import traceback
 
 from scepter_like.about import PACKAGE_DIR
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
 from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest
-from scepter_like.utils.distributed import destroy_distributed
+from scepter_like.utils.distributed import destroy_distributed, lost_peer
 from scepter_like.utils.imports import import_user_modules
 
 EXIT_USER_ERROR = 2
@@ -164,6 +165,21 @@ def _report_component(component, error):
     return 1
 
 
+def _report_lost_peer(error, debug):
+    """One line for a collective that failed because another process of the job died (its log says why; this
+    process's traceback would only show where it waited); the exit status (1)."""
+    if debug:
+        traceback.print_exception(error)
+    said = re.sub(r'^\[[^\]]*\]\s*', '', str(error).strip()).split('. ')[0].splitlines()  # gloo's source place off
+    print(
+        f'{_rank_prefix()}error: another process of the job stopped, so this one cannot go on; the cause is in that'
+        f" process's log ({said[0] if said else type(error).__name__})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 1
+
+
 def run(main, argv=None):
     """Run ``main(argv)`` under the error contract; returns the exit status.
 
@@ -187,14 +203,16 @@ def run(main, argv=None):
             print(f'{_rank_prefix()}{e}', file=sys.stderr, flush=True)
         status = e.exit_status
     except ComponentError as e:
-        status = _report_component(e.component, e.error)
+        status = _report_lost_peer(e.error, debug) if lost_peer(e.error) else _report_component(e.component, e.error)
     except Exception as e:
         from scepter_like.utils.blame import raising_component
 
-        component = raising_component(e)
-        if component is None:  # the toolkit's own failure: the plain traceback
+        if lost_peer(e):
+            status = _report_lost_peer(e, debug)
+        elif (component := raising_component(e)) is None:  # the toolkit's own failure: the plain traceback
             raise
-        status = _report_component(component, e)
+        else:
+            status = _report_component(component, e)
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         status = 130

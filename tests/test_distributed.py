@@ -573,3 +573,41 @@ def test_unreachable_rendezvous_times_out_with_one_error(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: could not join the process group'), proc.stderr
     assert 'rank 0 of 2' in lines[0] and 'MASTER_ADDR' in lines[0]
+
+
+PEER_DIES = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+from scepter_like.cli import run
+
+store_file, rank = sys.argv[1], int(sys.argv[2])
+dist.init_process_group('gloo', store=dist.FileStore(store_file, 2), rank=rank, world_size=2)
+if rank == 1:
+    dist.all_reduce(torch.ones(1))
+    os._exit(9)  # dies between two collectives, as an OOM-killed or crashed rank does
+
+
+def main(argv):
+    dist.all_reduce(torch.ones(1))
+    time.sleep(1)
+    dist.all_reduce(torch.ones(1))
+
+
+sys.exit(run(main, []))
+"""
+
+
+def test_a_collective_that_lost_its_peer_is_one_line_not_a_traceback(tmp_path):
+    """Another node's process died: this one's traceback (30 lines into backward) only said where it waited."""
+    store = str(tmp_path / 'store')
+    peer = subprocess.Popen([sys.executable, '-c', PEER_DIES, store, '1'], env=tool_env())
+    try:
+        res = subprocess.run(
+            [sys.executable, '-c', PEER_DIES, store, '0'], env=tool_env(), capture_output=True, text=True, timeout=60
+        )
+    finally:
+        peer.wait(timeout=60)
+    assert res.returncode == 1 and peer.returncode == 9, res.stderr[-2000:]
+    assert res.stderr.startswith('error: another process of the job stopped') and res.stderr.count('\n') == 1
+    assert '(Connection closed by peer [127.0.0.1]:' in res.stderr, res.stderr

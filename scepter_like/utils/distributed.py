@@ -130,6 +130,18 @@ def _attempt_store(launch, timeout):
     return dist.PrefixStore(f'scepter_like/attempt{os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")}', store)
 
 
+# what gloo and nccl say when another process of the job went away mid-collective
+PEER_LOST_TEXTS = ('Connection closed by peer', 'Connection reset by peer', 'remote process exited')
+
+
+def lost_peer(error):
+    """Whether ``error`` is a collective's failure because another process of the job died or left (its own log
+    says why), not a failure of this process."""
+    return isinstance(error, dist.DistNetworkError) or (
+        isinstance(error, RuntimeError) and any(text in str(error) for text in PEER_LOST_TEXTS)
+    )
+
+
 def destroy_distributed():
     """Tear the process group down if one is up (safe to call at any time); whether one was."""
     if dist.is_available() and dist.is_initialized():
