@@ -557,6 +557,15 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
             {'target': np.array([[0.0], [np.nan], [1.0], [2.0]])},
             r'target: NaN or inf in 1 row\(s\), the first at row 1 ',
         ),
+        ({'coefficients': np.array([0.0, np.nan])}, r'coefficients: NaN or inf in 1 row\(s\), the first at row 1 '),
+        ({'points': np.array([[0.0] * 3, [0.0, np.inf, 0.0], [0.0] * 3, [0.0] * 3])}, r'points: NaN or inf .* row 1 '),
+        ({'stage': np.float64(np.nan)}, r'stage: NaN or inf in 1 row\(s\)'),
+        ({'coefficients': np.array([1e39, 0.0])}, r'coefficients: NaN or inf .* row 0 '),  # beyond float32
+        ({'edges': np.zeros((2, 0), np.int64)}, r'edges is \[2, 0\]: the mesh has no edges'),
+        (
+            {'edges': np.array([[0, 1, 2, 3], [1, 2, 3, 3]])},
+            r'1 edge\(s\) join a vertex to itself, the first at column 3 ',
+        ),
     ],
 )
 def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
@@ -569,3 +578,22 @@ def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
     sample_from_arrays(arrays, 's.npz')  # as given: fine
     with pytest.raises(DataError, match=rf'^s\.npz: {message}'):
         sample_from_arrays({**arrays, **change}, 's.npz')
+
+
+def test_inference_features_holding_nan_are_one_data_error():
+    """run_inference's other layout (features, edge_index named by batch key) is checked as a sample file is."""
+    model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 4, 'PROCESSOR_BLOCKS': 1, 'STATS': identity_stats(5, 1)})
+    features = np.zeros((3, 5), np.float32)
+    features[2, 4] = np.nan
+    with pytest.raises(DataError, match=r'^x\.npz: features: NaN or inf in 1 row\(s\), the first at row 2 '):
+        model.inputs_from_arrays({'features': features, 'edge_index': np.array([[0, 1], [1, 2]])}, 'x.npz')
+
+
+def test_statistics_are_never_written_with_nonfinite_values(tiny_manifest, tmp_path):
+    from tasks.mesh_regression.stats import save_stats
+
+    stats = DATASETS.build({'NAME': 'MeshDataset', 'MANIFEST': tiny_manifest}).normalisation_stats()
+    stats.target_mean[0] = float('nan')
+    with pytest.raises(ValueError):
+        save_stats(stats, str(tmp_path / 'stats.json'))
+    assert not (tmp_path / 'stats.json').exists()

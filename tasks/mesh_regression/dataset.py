@@ -73,26 +73,42 @@ def sample_from_arrays(arrays, source, need_target=True):
         raise DataError(f'{source}: points must be [V, 3]; got {points.shape}')
     if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
         raise DataError(f'{source}: edges must be [2, E] vertex indices below {n}')
+    if not edges.size:  # MeshGraphNet would pass no messages on it, and its statistics would hold no edge
+        raise DataError(f'{source}: edges is [2, 0]: the mesh has no edges; give its edges')
     if not np.issubdtype(edges.dtype, np.integer):
         raise DataError(f'{source}: edges must be integer vertex indices; got {edges.dtype}')
+    loops = np.flatnonzero(edges[0] == edges[1])
+    if loops.size:  # a message from a vertex to itself is no neighbourhood information
+        raise DataError(
+            f'{source}: {loops.size} edge(s) join a vertex to itself, the first at column {loops[0]} (0-based);'
+            ' give each edge between two vertices'
+        )
     twice = edges.shape[1] - np.unique(np.sort(edges, axis=0), axis=1).shape[1]
     if twice:  # PyG's edge_index lists both directions; the reverse is added here, so each would count twice
         raise DataError(f'{source}: {twice} edge(s) are listed twice (e.g. in both directions); give each edge once')
-    coefficients = np.asarray(arrays['coefficients'], dtype=np.float32).reshape(-1)
     if np.asarray(arrays['stage']).size != 1:
         raise DataError(f"{source}: stage must be one number (the sample's phase); got {np.shape(arrays['stage'])}")
-    stage = np.full((n, 1), float(np.asarray(arrays['stage']).reshape(())), dtype=np.float32)
-    features = np.concatenate(
-        [points.astype(np.float32), np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1
-    )
+    coefficients = finite_float32(arrays['coefficients'], f'{source}: coefficients').reshape(-1)
+    stage = np.full((n, 1), finite_float32(arrays['stage'], f'{source}: stage')[0], dtype=np.float32)
+    points = finite_float32(points, f'{source}: points')
+    features = np.concatenate([points, np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1)
     sample = {'features': features, 'edges': edges.astype(np.int64)}
     if 'target' in arrays:
         target = np.asarray(arrays['target'])
         if target.ndim != 2 or len(target) != n:
             raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
-        reject_nonfinite(target, f'{source}: target')  # rows are vertices
-        sample['target'] = target.astype(np.float32)
+        sample['target'] = finite_float32(target, f'{source}: target')
     return sample
+
+
+def finite_float32(array, where):
+    """``array`` as float32 (at least 1-D); a DataError naming ``where`` and the first bad row where it holds NaN or
+    inf, or a value float32 cannot hold: every input array is checked alike, since one NaN coefficient turns every
+    vertex's features, the statistics and the loss into NaN far from the file that holds it."""
+    with np.errstate(over='ignore'):  # an overflow becomes inf, reported next as such
+        array = np.atleast_1d(np.asarray(array, dtype=np.float32))
+    reject_nonfinite(array, where)
+    return array
 
 
 def graph_item(sample, with_edges=True):

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from scepter_like.data.datasets import reject_nonfinite
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.networks import ACTIVATIONS, check_whole_sizes
@@ -184,9 +185,11 @@ class MeshModel(BaseModel):
     def inputs_from_arrays(self, arrays, source='the input'):
         """A sample file of the dataset (points, coefficients, stage, edges, optional target) as the batch of one graph.
 
-        Arrays already named by batch key (``features``, ``edge_index``) pass as they are.
+        Arrays already named by batch key (``features``, ``edge_index``) pass as they are, once their features
+        are found finite (as a sample file's arrays are).
         """
         if 'features' in arrays:
+            reject_nonfinite(arrays['features'], f'{source}: features')
             return arrays
         return graph_item(sample_from_arrays(arrays, source, need_target=False))
 

@@ -122,7 +122,8 @@ def shared_stats(dataset):
 
 
 def save_stats(stats, path):
-    atomic_write_text(path, json.dumps(stats.to_dict(), indent=1) + '\n')
+    """Write ``stats`` to ``path`` atomically as strict JSON: a non-finite value is a ValueError, never a file."""
+    atomic_write_text(path, json.dumps(stats.to_dict(), indent=1, allow_nan=False) + '\n')
 
 
 def load_stats(path):
