@@ -597,3 +597,31 @@ def test_statistics_are_never_written_with_nonfinite_values(tiny_manifest, tmp_p
     with pytest.raises(ValueError):
         save_stats(stats, str(tmp_path / 'stats.json'))
     assert not (tmp_path / 'stats.json').exists()
+
+
+def test_resuming_on_data_of_other_statistics_keeps_the_checkpoints_in_stats_json_and_the_config(
+    tiny_manifest, tmp_path
+):
+    """The model resumes with the checkpoint's normaliser buffers; stats.json and config.yaml must describe those."""
+    shifted = copy_dataset(tiny_manifest, tmp_path)
+    for name in split_files(str(shifted / 'manifest.csv'), 'train'):
+        with np.load(name) as f:
+            arrays = dict(f)
+        arrays['target'] = arrays['target'] * 2.0 + 5.0  # the same widths, other statistics
+        np.savez(name, **arrays)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
+    cfg = mesh_config(tiny_manifest, tmp_path / 'run', TRAIN_HOOKS=hooks)
+    assert run_cli('run_train.py', '--cfg', write_config(tmp_path / 'a.yaml', cfg)).returncode == 0
+    first = json.loads((tmp_path / 'run' / 'stats.json').read_text())
+    cfg['SOLVER'].update(MAX_EPOCHS=2, RESUME_FROM='auto')
+    cfg['SOLVER']['TRAIN_DATA']['MANIFEST'] = str(shifted / 'manifest.csv')
+    res = run_cli('run_train.py', '--cfg', write_config(tmp_path / 'b.yaml', cfg))
+    assert res.returncode == 0, res.stderr[-3000:]
+    warnings = [line for line in res.stdout.splitlines() if "TRAIN_DATA's normalisation statistics differ" in line]
+    assert len(warnings) == 1 and 'target_mean by up to' in warnings[0], res.stdout[-3000:]
+    saved = json.loads((tmp_path / 'run' / 'stats.json').read_text())
+    buffers = torch.load(tmp_path / 'run' / 'checkpoints' / 'checkpoint-epoch-2.pth', weights_only=True)['model']
+    assert saved['target_mean'] == buffers['normaliser.target_mean'].tolist()
+    np.testing.assert_allclose(saved['target_mean'], first['target_mean'], rtol=1e-6)
+    recorded = yaml.safe_load((tmp_path / 'run' / 'config.yaml').read_text())['SOLVER']['MODEL']['STATS']
+    assert recorded == saved

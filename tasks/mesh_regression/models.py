@@ -97,6 +97,18 @@ class Normaliser(nn.Module):
             stats.edge_mean, stats.edge_scale = self.edge_mean.tolist(), self.edge_scale.tolist()
         return stats
 
+    def differences(self, stats):
+        """How the statistics these buffers hold differ from ``stats``: one ``'name by up to X (Y %)'`` per buffer
+        that does beyond float32 rounding (X the largest difference, Y it relative to the buffer's largest value)."""
+        fresh = Normaliser(stats, self.per_channel, self.has_edges)
+        found = []
+        for name, held in self.named_buffers():
+            gap = (fresh.get_buffer(name).double() - held.double()).abs().max().item()
+            size = max(held.double().abs().max().item(), 1e-12)
+            if gap > 1e-6 * size:
+                found.append(f'{name} by up to {gap:.4g} ({100 * gap / size:.3g} %)')
+        return found
+
     def inputs(self, features):
         if features.dim() != 2 or features.shape[1] != len(self.feature_mean):
             raise DataError(

@@ -5,6 +5,9 @@ every rank (identical everywhere), put into the model config as ``MODEL.STATS`` 
 run's config records them too) and, when training starts (once the run may use WORK_DIR),
 written to ``WORK_DIR/stats.json``.  Eval / test targets of another width are an error.  The log shows,
 beside them, the eval / test RMSE of predicting the training mean: the figure to beat.
+A resumed checkpoint's (or PRETRAINED_MODEL's) normaliser buffers replace the model's, so
+those are then the run's statistics: where they differ from TRAIN_DATA's, one warning says by
+how much, and MODEL.STATS and stats.json take the loaded ones.
 A model config that already gives STATS or STATS_FILE keeps its own.  Without
 TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR/stats.json``.
 """
@@ -56,6 +59,26 @@ class MeshRegressionSolver(TrainValSolver):
                     f'{mode} rmse of predicting the training mean: {mean_baseline_rmse(samples, stats):.4f}'
                 )
         return stats
+
+    def set_up(self):
+        """Set up, then keep the statistics the model loaded (a resumed checkpoint's, pretrained weights')
+        as the run's: stats.json and the recorded MODEL.STATS then describe the normaliser that trains."""
+        super().set_up()
+        unsaved = getattr(self, '_unsaved_stats', None)
+        normaliser = getattr(self.unwrapped_model, 'normaliser', None)
+        if unsaved is None or normaliser is None:
+            return
+        differences = normaliser.differences(unsaved[0])
+        if not differences:
+            return
+        held = normaliser.stats()
+        self.cfg.MODEL['STATS'] = held.to_dict()
+        self._unsaved_stats = (held, unsaved[1])
+        self.logger.warning(
+            f"TRAIN_DATA's normalisation statistics differ from those the model loaded from"
+            f' {self.resumed_from or self.cfg.MODEL.get("PRETRAINED_MODEL")}: {"; ".join(differences)};'
+            ' the loaded ones are kept (stats.json, MODEL.STATS)'
+        )
 
     def before_solve(self, hooks=None):
         """The training statistics go to WORK_DIR/stats.json once the run has claimed WORK_DIR (a run refused
