@@ -20,12 +20,12 @@ import tasks.mesh_regression  # noqa: F401  (registrations)
 from scepter_like.config import Config
 from scepter_like.data.registry import DATASETS
 from scepter_like.errors import ConfigError, DataError
+from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import architecture_differences
 from scepter_like.model.registry import MODELS
 from scepter_like.solver.compile import compile_model, compile_settings
 from tasks.mesh_regression.collate import collate_graphs
 from tasks.mesh_regression.generate import GenerationSpec, write_dataset
-from tasks.mesh_regression.metric import MeshRMSEMetric
 from tasks.mesh_regression.models import MeshGraphNet
 from tasks.mesh_regression.stats import compute_stats
 
@@ -286,11 +286,33 @@ def test_graph_batches_of_every_size_train_through_one_compiled_graph(tiny_manif
 
 def test_rmse_metric_pools_batches_by_sums():
     pred, target = torch.randn(7, 3), torch.randn(7, 3)
-    metric = MeshRMSEMetric(Config({'KEYS': ['pred', 'target']}))
+    metric = METRICS.build({'NAME': 'MeshRMSEMetric'})
     metric.update({'pred': pred[:2], 'target': target[:2]})
     metric.update({'pred': pred[2:], 'target': target[2:]})
     expected = (pred.double() - target.double()).pow(2).sum(1).mean().sqrt().item()
     assert metric.compute()['rmse'] == pytest.approx(expected, rel=1e-12)
+
+
+def test_rmse_metric_reports_each_named_channel_and_save_best_by_can_pick_one(tiny_manifest, tmp_path):
+    pred, target = torch.randn(7, 2), torch.randn(7, 2) * torch.tensor([1.0, 1000.0])  # K beside Pa
+    metric = METRICS.build({'NAME': 'MeshRMSEMetric', 'CHANNELS': ['T', 'p']})
+    metric.update({'pred': pred[:3], 'target': target[:3]})
+    metric.update({'pred': pred[3:], 'target': target[3:]})
+    values = metric.compute()
+    per_channel = (pred.double() - target.double()).pow(2).mean(0).sqrt()
+    assert list(values) == ['rmse', 'rmse_T', 'rmse_p'] and metric.lower_is_better == ('rmse', 'rmse_T', 'rmse_p')
+    assert [values['rmse_T'], values['rmse_p']] == pytest.approx(per_channel.tolist(), rel=1e-12)
+    assert values['rmse'] == pytest.approx(per_channel.pow(2).sum().sqrt().item(), rel=1e-12)
+    with pytest.raises(ConfigError, match=r"CHANNELS: names 2 channels \['T', 'p'\]; the target has 3"):
+        metric.update({'pred': torch.zeros(4, 3), 'target': torch.zeros(4, 3)})
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'SAVE_BEST_BY': '-rmse_y'}]
+    cfg = mesh_config(tiny_manifest, tmp_path / 'run', TRAIN_HOOKS=hooks)
+    cfg['SOLVER']['METRICS'] = [{'NAME': 'MeshRMSEMetric', 'CHANNELS': ['x', 'y', 'z']}]
+    res = run_cli('run_train.py', '--cfg', write_config(tmp_path / 'cfg.yaml', cfg))
+    assert res.returncode == 0, res.stderr[-3000:]
+    evaluated = [json.loads(line) for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
+    assert {'rmse', 'rmse_x', 'rmse_y', 'rmse_z'} <= set(next(e['values'] for e in evaluated if e['kind'] == 'eval'))
+    assert 'new best rmse_y' in res.stdout, res.stdout[-3000:]
 
 
 def copy_dataset(manifest, tmp_path):
@@ -347,7 +369,7 @@ def test_eval_targets_of_another_width_are_one_error_line_and_a_refused_run_writ
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
     assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), 'SOLVER.EVAL_DATA: its targets have 1 value(s)')
     assert not (tmp_path / 'run' / 'stats.json').exists()
-    metric = MeshRMSEMetric(Config({'KEYS': ['pred', 'target']}))
+    metric = METRICS.build({'NAME': 'MeshRMSEMetric'})
     with pytest.raises(DataError, match=r'the prediction is \[4, 3\] and the target \[4, 1\]'):
         metric.update({'pred': torch.zeros(4, 3), 'target': torch.zeros(4, 1)})
 
@@ -415,7 +437,7 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
     assert description['architecture'] == 'MeshGraphNet' and description['imports'] == ['tasks.mesh_regression.models']
     assert 'STATS' not in description['config'] and len(description['stats']['feature_mean']) == 6
 
-    metric = MeshRMSEMetric(Config({'KEYS': ['pred', 'target']}))
+    metric = METRICS.build({'NAME': 'MeshRMSEMetric'})
     outputs = []
     for i, sample in enumerate(split_files(tiny_manifest, 'val')):  # the eval order: the manifest's
         out = tmp_path / f'y{i}.npz'
