@@ -29,6 +29,11 @@ class DataError(UserError):
     """Input data does not fit what the model or dataset needs."""
 
 
+class ModelError(UserError, ValueError):
+    """A model's own code does not fit its problem (a field or residual of the wrong shape, a derivative of a
+    coordinate or output there is none of); a ValueError too, as these were before they became one line."""
+
+
 class DistributedError(UserError):
     """The distributed setup cannot run (world size, rendezvous, ...)."""
 

@@ -15,7 +15,7 @@ from scepter_like.data.domain import Domain
 from scepter_like.data.geometry import Ball, Box, Difference, Polygon, Union
 from scepter_like.data.point_sets import PointSets
 from scepter_like.data.sampling import METHODS, hammersley, unit_points
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError, DataError, ModelError, UserError
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.pinn import PhysicsInformedModel
 from scepter_like.model.registry import MODELS
@@ -624,6 +624,8 @@ class SlipPINN(PhysicsInformedModel):
             return d('x', 'x') - u, (d('y') - u).squeeze(1).unsqueeze(0)  # the second is [1, N]
         if slip == 'component':
             return d('x', component=1) - u  # the network has one output
+        if slip == 'name':
+            return d('T') - u  # the coordinates are x, y
         if slip == 'constant':
             return d('x', 'x') - self.cfg.PARAMETERS.D * u  # the initial number, not the trainable self.D
         if slip == 'parameter':
@@ -663,10 +665,13 @@ def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_error
     batch = point_sets({'pde': {'KIND': 'interior', 'COUNT': 6}}).take([0])
     assert set(slip_model('none')(**batch)) == {'loss_pde'}
     for slip, shape in [('broadcast', r'\(6, 6\)'), ('mean', r'\(\)'), ('system', r'residual 1 .* \(1, 6\)')]:
-        with pytest.raises(ValueError, match=rf'SlipPINN\.pde_residual: .*{shape} for 6 points; a residual holds one'):
+        with pytest.raises(ModelError, match=rf'SlipPINN\.pde_residual: .*{shape} for 6 points; a residual holds one'):
             slip_model(slip)(**batch)
-    with pytest.raises(ValueError, match=r'component 1 is out of range: the network gives 1 output\(s\)'):
+    with pytest.raises(ModelError, match=r'component 1 is out of range: the network gives 1 output\(s\)'):
         slip_model('component')(**batch)
+    with pytest.raises(ModelError, match=r"^no coordinate 'T': the coordinates are \['x', 'y'\]$"):
+        slip_model('name')(**batch)  # the user's naming mistakes: one error line (exit 2), as a COMPONENT's is
+    assert issubclass(ModelError, UserError) and issubclass(ModelError, ValueError)
     wall = {'KIND': 'boundary', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 0, 'COMPONENT': 1}]}
     with pytest.raises(ConfigError, match=r'CONDITIONS\[0\]\.COMPONENT: \[1\] names outputs the network lacks'):
         slip_model('none')(**point_sets({'wall': wall}).take([0]))
@@ -678,6 +683,35 @@ def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_error
         MODELS.build({'NAME': 'SlipPINN', 'PARAMETERS': {'D': 'abc'}})
     with pytest.raises(DataError, match=r"SlipPINN evaluates the field at points 'x' \[N, coordinates\]; the inputs"):
         slip_model('none').eval()(points=torch.zeros(3, 2))  # run_inference --input of an npz without x
+
+
+@MODELS.register_class()
+class SlipTransformPINN(SlipPINN):
+    """A hard constraint with the column slip of a DeepXDE port: ``[N, 1] + [N]`` (``[N, N]``), or an ``[N]``."""
+
+    def output_transform(self, x, u):
+        if self.cfg.SLIP == 'broadcast':
+            return torch.sin(x[:, :1]) + x[:, 1] * u[:, 0]
+        return torch.sin(x[:, 0]) + x[:, 1] * u[:, 0]
+
+
+NET = {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1}
+
+
+def test_an_output_transform_of_another_shape_than_the_network_output_is_one_error_line():
+    x = torch.rand(5, 2)
+    for slip, shape in [('broadcast', r'\[5, 5\]'), ('flat', r'\[5\]')]:
+        model = MODELS.build({'NAME': 'SlipTransformPINN', 'SLIP': slip, 'NETWORK': NET})
+        if slip == 'broadcast':
+            model.eval()(x=x[:1])  # one point shows no broadcast (the solver's first forward may be one): checked on
+        with pytest.raises(
+            ModelError,
+            match=rf'^SlipTransformPINN\.output_transform\(x, u\) gives a field of shape {shape} for 5 points x'
+            r" \[5, 2\]; it needs the network output's shape \[5, 1\], \[N, OUT_DIM\] \(an \[N, 1\] term",
+        ):
+            model.eval()(x=x)  # inference: it used to predict u [5, 5] without a word
+        with pytest.raises(ModelError, match=r'output_transform'):
+            model.train()(**point_sets({'pde': {'KIND': 'interior', 'COUNT': 5}}).take([0]))
 
 
 @MODELS.register_class()

@@ -26,6 +26,8 @@ single scalar field ``u`` (``[N]`` or ``[N, 1]``), returning ``[N, d]`` / ``[N]`
 
 import torch
 
+from scepter_like.errors import ModelError
+
 TIME = 't'
 
 
@@ -45,16 +47,16 @@ class Derivatives:
         if isinstance(coordinate, str):
             if self.names is None or coordinate not in self.names:
                 hint = ' (a time-dependent problem gives its data TIME: [t0, t1])' if coordinate == TIME else ''
-                raise ValueError(f'no coordinate {coordinate!r}: the coordinates are {self.names or "unnamed"}{hint}')
+                raise ModelError(f'no coordinate {coordinate!r}: the coordinates are {self.names or "unnamed"}{hint}')
             return self.names.index(coordinate)
         if not 0 <= coordinate < self.x.shape[1]:
-            raise ValueError(f'coordinate {coordinate} is out of range for x of shape {tuple(self.x.shape)}')
+            raise ModelError(f'coordinate {coordinate} is out of range for x of shape {tuple(self.x.shape)}')
         return coordinate
 
     def __call__(self, *coordinates, component=0):
         """``[N, 1]``: the derivative of output ``component`` along ``coordinates`` (none: the output itself)."""
         if not 0 <= component < self.u.shape[1]:
-            raise ValueError(
+            raise ModelError(
                 f'component {component} is out of range: the network gives {self.u.shape[1]} output(s), counted'
                 ' from 0 (NETWORK.OUT_DIM)'
             )

@@ -41,7 +41,7 @@ import torch
 
 from scepter_like.data.conditions import batch_key
 from scepter_like.data.point_sets import COORD_KEY
-from scepter_like.errors import ConfigError, DataError
+from scepter_like.errors import ConfigError, DataError, ModelError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.registry import MODELS
@@ -113,6 +113,7 @@ class PhysicsInformedModel(BaseModel):
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(float(value))))
             self.parameter_names.append(name)
         self._parameters_checked = not self.parameter_names
+        self._field_checked = False
 
     def _fourier_features(self, features, cfg):
         where = cfg.path_of('FOURIER_FEATURES')
@@ -145,7 +146,24 @@ class PhysicsInformedModel(BaseModel):
         if self.fourier:
             angles = 2 * math.pi * x @ self.fourier_matrix
             inputs = torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
-        return self.output_transform(x, self.network(inputs))
+        raw = self.network(inputs)
+        u = self.output_transform(x, raw)
+        if not self._field_checked:
+            self._check_field(x, raw, u)
+        return u
+
+    def _check_field(self, x, raw, u):
+        """Once, at the first call on two or more points (one point cannot show a broadcast): output_transform keeps
+        the network's shape ``[N, OUT_DIM]``.  An ``[N, 1]`` term against an ``[N]`` one broadcasts to ``[N, N]``,
+        which would train and predict a wrong field without a word; an ``[N]`` would fail later far from its cause."""
+        shape = list(getattr(u, 'shape', [type(u).__name__]))
+        if shape != list(raw.shape):
+            raise ModelError(
+                f'{type(self).__name__}.output_transform(x, u) gives a field of shape {shape} for {len(x)} points'
+                f" x {list(x.shape)}; it needs the network output's shape {list(raw.shape)}, [N, OUT_DIM] (an [N, 1]"
+                ' term against an [N] one broadcasts to [N, N]: take columns, x[:, 0:1] and u[:, 0:1])'
+            )
+        self._field_checked = len(x) > 1
 
     def residual(self, x, coordinates=None):
         """The PDE residual at points ``x`` (a tensor, or a tuple), gradients enabled (residual-based refinement)."""
@@ -264,7 +282,7 @@ def add_terms(losses, name, residual, points, model):
         shape = tuple(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__
         if shape not in ((points,), (points, 1)):
             which = f'residual {i}' if system else 'the residual'
-            raise ValueError(
+            raise ModelError(
                 f'{model}.pde_residual: {which} of set {name!r} is {shape} for {points} points; a residual holds'
                 ' one value per point, [N] or [N, 1] (an [N] term against an [N, 1] one broadcasts to [N, N]:'
                 " take columns, u[:, 0:1] or d('x'), or flatten both)"
