@@ -794,6 +794,34 @@ def test_rejection_sampling_covers_the_whole_region(method):
     assert abs(np.isclose(edge[:, 1], 2.0).sum() / 800 - 1 / 8) < 0.04, method  # the top edge, length 1
 
 
+def test_an_empty_or_thin_region_is_one_error_line_at_once_and_draws_are_bounded(monkeypatch):
+    """A Difference removing the whole region drew towards COUNT x 2^24 candidates for minutes (GBs), then a bare
+    ValueError; now a ConfigError naming the geometry after a few rounds, every draw at most BATCH."""
+    from scepter_like.data import geometry
+
+    square = {'NAME': 'Rectangle', 'LOW': [0, 0], 'HIGH': [1, 1]}
+    interior, wall = {'KIND': 'interior', 'COUNT': 1000}, {'KIND': 'boundary', 'COUNT': 1, 'CONDITIONS': DIRICHLET}
+    for cut_high, point_set in [(2, interior), (2, wall), (0.9999999, interior)]:  # empty (no boundary), a sliver
+        region = {'NAME': 'Difference', 'OF': [square, {'NAME': 'Rectangle', 'LOW': [-1, -1], 'HIGH': [2, cut_high]}]}
+        with pytest.raises(
+            ConfigError, match=r'^SOLVER\.TRAIN_DATA\.GEOMETRY: the region is empty or too thin to sample: none of'
+        ):
+            point_sets({'s': point_set}, geometry=region)
+    sizes = []
+
+    def half(m):  # every other candidate inside
+        sizes.append(m)
+        return np.arange(m, dtype=float), np.arange(m) % 2 == 0
+
+    monkeypatch.setattr(geometry, 'BATCH', 64)
+    points = geometry.rejection_sample(1000, half)
+    assert len(points) == 1000 and max(sizes) == 64  # past BATCH, draws of BATCH add up
+    monkeypatch.setattr(geometry, 'BUDGET', 1000)
+    monkeypatch.setattr(geometry, 'TRIAL', 128)
+    with pytest.raises(ConfigError, match=r'^G: .*: 64 of 128 random .*, so 1000 points would need about 2e\+03'):
+        geometry.rejection_sample(1000, half, 'G')
+
+
 def test_a_boundary_set_on_one_side_of_an_axis():
     """DeepXDE's on_boundary filter (x = 0 only): FACES x_low; x names both faces of the axis."""
     wall = {'KIND': 'boundary', 'COUNT': 40, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 0}]}

@@ -76,7 +76,7 @@ class Domain:
             space, keep = g.interior_from_unit(u[:, : g.dim])
             return self._with_time(space, u[:, -1]), keep
 
-        return rejection_sample(n, candidates)
+        return rejection_sample(n, candidates, g.where)
 
     def boundary(self, n, draw, faces=None):
         """``(points, outward normals)``; ``faces``: a box's faces of these indices only (``Box.face_measures``)."""
@@ -93,7 +93,7 @@ class Domain:
                 normals = np.concatenate([normals, np.zeros((m, 1))], axis=1)
             return self._with_time(space, u[:, -1]), normals, keep
 
-        return rejection_sample(n, candidates)
+        return rejection_sample(n, candidates, g.where)
 
     def initial(self, n, draw):
         if self.time is None:

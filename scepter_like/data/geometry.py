@@ -33,23 +33,37 @@ from scepter_like.errors import ConfigError
 
 RELATIVE_TOLERANCE = 1e-9  # of the bounding box's diagonal: how far from a boundary a point still lies on it
 PROBE = 1e-6  # of the bounding box's diagonal: the step off a point where boundaries meet, to see where the region is
-MAX_DOUBLINGS = 24
+BATCH = 1 << 20  # the most candidates drawn at once: bounds a draw's memory
+BUDGET = 1 << 26  # the most candidates a set may need: a region needing more is too thin to sample
+TRIAL = 1 << 16  # candidates drawn before their share inside is trusted to judge the region
 
 
-def rejection_sample(n, candidates):
-    """The first ``n`` points ``candidates(m)`` keeps, drawing ``m = n, 2n, 4n, ...`` candidates until enough.
+def rejection_sample(n, candidates, where='GEOMETRY'):
+    """The first ``n`` points ``candidates(m)`` keeps, drawing ``m = n, 2n, 4n, ...`` candidates (each try a fresh
+    draw) up to ``BATCH`` at once, then adding draws of ``BATCH``.
 
-    ``candidates(m)`` returns ``(points, keep mask)`` (or a tuple of arrays and the mask);
-    each try is a fresh draw, so the result is a pure function of the generator's state.
+    ``candidates(m)`` returns ``(points, keep mask)`` (or a tuple of arrays and the mask); the result is a pure
+    function of the generator's state.  A region that keeps none of ``TRIAL`` candidates, or would need more than
+    ``BUDGET`` of them, is a ``ConfigError`` naming ``where`` at once, not minutes of drawing and gigabytes.
     """
-    m = max(n, 1)
-    for _ in range(MAX_DOUBLINGS):
-        *arrays, keep = candidates(m)
-        if keep.sum() >= n:
-            arrays = [a[keep][:n] for a in arrays]
+    m, drawn, inside, parts = max(n, 1), 0, 0, []
+    while True:
+        *arrays, keep = candidates(min(m, BATCH))
+        drawn, inside = drawn + len(keep), inside + int(keep.sum())
+        if m <= BATCH:  # below the batch size each try replaces the last
+            parts = []
+        parts.append([a[keep] for a in arrays])
+        if sum(len(p[0]) for p in parts) >= n:
+            arrays = [np.concatenate(columns)[:n] for columns in zip(*parts)]
             return arrays[0] if len(arrays) == 1 else tuple(arrays)
+        if drawn >= TRIAL and (inside == 0 or n * drawn / inside > BUDGET):
+            share = f'{inside or "none"} of {drawn} random points of its bounding box fell inside'
+            need = inside and f', so {n} points would need about {n * drawn / inside:.2g} candidates (over {BUDGET})'
+            raise ConfigError(
+                f'{where}: the region is empty or too thin to sample: {share}{need or ""}; check the parts of a'
+                ' Difference or Union and their LOW / HIGH'
+            )
         m *= 2
-    raise ValueError(f'could not draw {n} points from {m} candidates: the region is too thin to sample')
 
 
 def pick_piece(u0, measures):
@@ -66,6 +80,7 @@ class Geometry:
 
     dim = 0
     low = high = None
+    where = 'GEOMETRY'  # the config path, for errors
 
     def sdf(self, points):
         raise NotImplementedError
@@ -144,11 +159,11 @@ class Geometry:
         return keep
 
     def sample_interior(self, n, draw):
-        return rejection_sample(n, lambda m: self.interior_from_unit(draw(m, self.dim)))
+        return rejection_sample(n, lambda m: self.interior_from_unit(draw(m, self.dim)), self.where)
 
     def sample_boundary(self, n, draw):
         """``n`` boundary points and their outward unit normals, float64 ``[n, dim]`` each."""
-        return rejection_sample(n, lambda m: self.boundary_from_unit(draw(m, self.dim)))
+        return rejection_sample(n, lambda m: self.boundary_from_unit(draw(m, self.dim)), self.where)
 
 
 def _probe_directions(dim):
@@ -189,7 +204,7 @@ class Box(Geometry):
                 f'{where}: each HIGH coordinate must exceed its LOW one (extent HIGH - LOW = {(high - low).tolist()});'
                 ' fix LOW / HIGH'
             )
-        self.low, self.high, self.dim = low, high, low.size
+        self.low, self.high, self.dim, self.where = low, high, low.size, where
 
     def face_measures(self, faces=None):
         """Measure of each of the ``2 * dim`` faces (face ``2a``: axis a's low one, ``2a + 1``: its high one);
@@ -242,7 +257,7 @@ class Ball(Geometry):
             raise ConfigError(f'{where}: CENTER needs 2 (disk) or 3 (ball) coordinates, got {self.center.tolist()}')
         if not radius > 0:
             raise ConfigError(f'{where}: RADIUS must be positive, got {radius}')
-        self.radius, self.dim = float(radius), self.center.size
+        self.radius, self.dim, self.where = float(radius), self.center.size, where
         self.low, self.high = self.center - self.radius, self.center + self.radius
 
     @property
@@ -276,7 +291,7 @@ class Polygon(Geometry):
         self.vertices = v if area > 0 else v[::-1]  # counter-clockwise: the outward normal is (dy, -dx)
         self.edges = np.roll(self.vertices, -1, axis=0) - self.vertices
         self.lengths = np.linalg.norm(self.edges, axis=1)
-        self.dim, self.low, self.high = 2, v.min(axis=0), v.max(axis=0)
+        self.dim, self.low, self.high, self.where = 2, v.min(axis=0), v.max(axis=0), where
 
     @property
     def measure(self):
@@ -306,7 +321,7 @@ class _Combination(Geometry):
         dims = {p.dim for p in parts}
         if len(parts) < 2 or len(dims) != 1:
             raise ConfigError(f'{where}: OF needs at least two regions of one dimension, got dimensions {dims}')
-        self.parts, self.dim = list(parts), dims.pop()
+        self.parts, self.dim, self.where = list(parts), dims.pop(), where
 
 
 class Union(_Combination):
