@@ -329,3 +329,21 @@ def test_field_plot_draws_one_output_of_a_field_with_several(tmp_path, monkeypat
     hook.after_all_iter(solver)
     np.testing.assert_array_equal(drawn[0][0], np.cos(x[:, 0]))
     np.testing.assert_array_equal(drawn[0][1], np.cos(x[:, 0]) + 1)
+
+
+# -- export ------------------------------------------------------------------------------------
+def test_onnx_export_of_a_float64_model_takes_a_float32_input_file_as_run_inference_does(tmp_path, capsys):
+    """The input is cast to the model's dtype (solver/predict.cast_inputs); it was refused with a hint about a
+    data config's DTYPES, which an export from a checkpoint has none of."""
+    pytest.importorskip('onnxruntime')
+    from argparse import Namespace
+
+    import tasks.pinn  # noqa: F401  (registers PoissonPINN)
+    from scepter_like.model import MODELS
+    from scepter_like.tools.export import export_onnx_file
+
+    model = MODELS.build({'NAME': 'PoissonPINN', 'K': 2}).double()
+    np.savez(tmp_path / 'pts.npz', x=np.random.default_rng(0).random((5, 2), dtype=np.float32))
+    out = tmp_path / 'm.onnx'
+    export_onnx_file(model, Namespace(input=str(tmp_path / 'pts.npz'), output=str(out), atol=1e-6, rtol=1e-5))
+    assert out.exists() and 'onnxruntime vs torch' in capsys.readouterr().out

@@ -81,14 +81,11 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
     was_training = model.training
     model.eval()
     pieces, dropped = {}, {}
-    cast = _input_dtype(model)
+    cast = input_dtype(model)
     try:
         with torch.no_grad():
             for batch in batches:
-                batch = {
-                    k: v.to(device, dtype=cast if v.is_floating_point() else None) if isinstance(v, torch.Tensor) else v
-                    for k, v in batch.items()
-                }
+                batch = cast_inputs(batch, cast, device)
                 n = len(next(iter(batch.values()))) if rows else None
                 with autocast():
                     out = forward_checked(model, batch, trained=True)
@@ -110,7 +107,16 @@ def predict_batches(model, batches, device, autocast=contextlib.nullcontext, row
     return {k: torch.cat(v).numpy() for k, v in pieces.items()}
 
 
-def _input_dtype(model):
+def cast_inputs(batch, dtype, device=None):
+    """``batch`` with its floating tensors in ``dtype`` (and on ``device``): given inputs, for inference and ONNX
+    export alike, fit the model whatever float type their file holds."""
+    return {
+        k: v.to(device, dtype=dtype if v.is_floating_point() else None) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
+
+
+def input_dtype(model):
     """What floating inputs are cast to: the model's floating dtype (numpy's float64 arrays for a float32 model)."""
     from scepter_like.model.dtype_mismatch import model_dtype
 

@@ -64,11 +64,11 @@ def sample_inputs(model, input_path, solver=None):
     """A dict of CPU tensors: the arrays of ``input_path`` as the model takes them, else the first samples
     of TEST_DATA / EVAL_DATA (the first batch, for a model with INPUT_BATCHING 'whole')."""
     from scepter_like.solver.inference_solver import read_model_inputs
-    from scepter_like.solver.predict import as_tensors, input_batching
+    from scepter_like.solver.predict import as_tensors, cast_inputs, input_batching, input_dtype
 
     rows = input_batching(model) == 'rows'
-    if input_path:
-        return as_tensors(read_model_inputs(input_path, model), rows=rows)
+    if input_path:  # in the model's dtype, as run_inference reads it (a float32 file for a float64 model)
+        return cast_inputs(as_tensors(read_model_inputs(input_path, model), rows=rows), input_dtype(model))
     bundle = solver.datas.get('test') or solver.datas.get('eval')
     if not rows:
         return as_tensors(next(bundle.iterate()), rows=False)
