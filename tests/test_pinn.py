@@ -187,6 +187,38 @@ def test_pcgrad_zero_gradient_term_projects_nothing():
         torch.testing.assert_close(w.grad, torch.tensor([1.0, 1.0]))
 
 
+# -- field metrics per output -------------------------------------------------------------------
+def test_field_metrics_of_one_output_of_a_system_are_named_by_it():
+    from scepter_like.metric import METRICS
+    from scepter_like.solver.train_val_solver import check_distinct_names
+
+    pred, ref = torch.rand(6, 2), torch.rand(6, 2)
+    entries = [
+        Config({'NAME': name, 'COMPONENT': k}, path=f'SOLVER.METRICS[{i}]')
+        for i, (name, k) in enumerate([('RelativeL2Error', 0), ('RelativeL2Error', 1), ('MaxAbsError', 1)])
+    ]
+    metrics = [METRICS.build(entry) for entry in entries]
+    check_distinct_names(metrics, entries)  # two RelativeL2Error used to collide on relative_l2
+    got = {}
+    for metric in metrics:
+        metric.update({'u': pred, 'u_exact': ref})
+        got.update(metric.compute())
+    p, r = pred.double(), ref.double()
+    assert got == pytest.approx(
+        {
+            'relative_l2_u0': ((p[:, 0] - r[:, 0]).norm() / r[:, 0].norm()).item(),
+            'relative_l2_u1': ((p[:, 1] - r[:, 1]).norm() / r[:, 1].norm()).item(),
+            'max_abs_error_u1': (p[:, 1] - r[:, 1]).abs().max().item(),
+        }
+    )
+    assert metrics[1].lower_is_better == ('relative_l2_u1',)  # SAVE_BEST_BY relative_l2_u1 keeps the least
+    assert METRICS.build({'NAME': 'RelativeL2Error'}).output_names() == ['relative_l2']  # null: every output
+    with pytest.raises(DataError, match=r"^SOLVER\.METRICS\[2\]\.COMPONENT: 'u' has 2 output\(s\).*COMPONENT 2"):
+        METRICS.build(Config({'NAME': 'MaxAbsError', 'COMPONENT': 2}, path='SOLVER.METRICS[2]')).update(
+            {'u': pred, 'u_exact': ref}
+        )
+
+
 # -- field metrics under torchrun ------------------------------------------------------------
 def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
     out = tmp_path / 'metrics.json'
