@@ -379,3 +379,12 @@ def test_onnx_export_of_a_float64_model_takes_a_float32_input_file_as_run_infere
     out = tmp_path / 'm.onnx'
     export_onnx_file(model, Namespace(input=str(tmp_path / 'pts.npz'), output=str(out), atol=1e-6, rtol=1e-5))
     assert out.exists() and 'onnxruntime vs torch' in capsys.readouterr().out
+
+
+def test_an_input_file_that_is_no_npz_says_which_format_is_read(tmp_path):
+    from scepter_like.solver.inference_solver import read_npz
+
+    path = tmp_path / 'grid.csv'
+    path.write_text('x,t\n0.1,0.2\n')
+    with pytest.raises(DataError, match=r'grid\.csv is not a readable \.npz file \(.*\); inputs are read from an'):
+        read_npz(str(path))

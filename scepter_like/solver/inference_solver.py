@@ -132,7 +132,10 @@ def read_npz(path):
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (ValueError, OSError) as e:
-        raise DataError(f'{path} is not a readable .npz file ({str(e).splitlines()[0]})') from None
+        raise DataError(
+            f'{path} is not a readable .npz file ({str(e).splitlines()[0]}); inputs are read from an .npz of named'
+            " arrays only (a CSV: np.savez('points.npz', x=np.loadtxt(path, delimiter=',', skiprows=1)))"
+        ) from None
 
 
 def write_npz(path, arrays):
