@@ -264,7 +264,8 @@ def test_resume_from_a_run_folder_and_a_longer_schedule_says_what_happens(blobs,
     ]
     assert train(tmp_path, cfg, *words) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert f'resumed from {tmp_path / "first" / "checkpoints" / "checkpoint-epoch-2.pth"} after step ' in out  # its latest
+    latest = tmp_path / 'first' / 'checkpoints' / 'checkpoint-epoch-2.pth'
+    assert f'resumed from {latest} after step ' in out
     warning = re.search(r'WARNING (.*comes from a run of another length.*)', out).group(1)
     assert 'MAX_EPOCHS 2 -> 4' in warning and 'CosineAnnealingLR' in warning
     assert 'T_max=2 (this config: 4)' in warning and 'rises' in warning
