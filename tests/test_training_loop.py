@@ -4,6 +4,7 @@ import contextlib
 import logging
 import math
 
+import numpy as np
 import pytest
 import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
@@ -475,3 +476,18 @@ def test_two_metrics_reporting_one_name_are_one_error_naming_both(tmp_path):
         "SOLVER.METRICS[1]: AccuracyMetric reports 'accuracy', as SOLVER.METRICS[0] (AccuracyMetric) does, and one"
         ' would hide the other; keep one of them'
     )
+
+
+def test_an_extra_key_hiding_a_model_output_of_other_values_is_named_once(tmp_path, caplog):
+    """A reference ``u_exact`` from a file beside the model's exact_solution: the metrics read the file's, silently."""
+    blobs = np.load(write_blobs(tmp_path / 'blobs.npz'))
+    npz = tmp_path / 'with_logits.npz'
+    np.savez(npz, x=blobs['x'], y=blobs['y'], logits=np.zeros((len(blobs['y']), 3), np.float32))
+    solver = build_solver(blob_solver_cfg(str(npz), tmp_path / 'w', EXTRA_KEYS=['label', 'logits']))
+    with caplog.at_level(logging.WARNING, logger='scepter_like'):
+        solver.solve()
+    said = [r.getMessage() for r in caplog.records if 'in the model outputs too' in r.getMessage()]
+    assert said == [
+        "SOLVER.EXTRA_KEYS: ['logits'] are in the model outputs too, with other values; the metrics read"
+        " the batch's, not the model's"
+    ]  # once over two passes; the label the Classifier passes on is the same

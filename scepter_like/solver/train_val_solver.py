@@ -2,6 +2,8 @@
 
 import os
 
+import torch
+
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.base import Metric, checked_metric
 from scepter_like.metric.whole_pass import PassCollector, WholePassMetric
@@ -20,6 +22,13 @@ def batch_value(batch, key):
             return ABSENT
         value = value[part]
     return value
+
+
+def _same_values(a, b):
+    """Whether two step values hold the same numbers (tensors compared on the same device and dtype)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and torch.equal(a.to(b.device, b.dtype), b)
+    return a is b
 
 
 def check_distinct_names(metrics, entries):
@@ -74,6 +83,7 @@ class TrainValSolver(BaseSolver):
                 ' reports nothing; add METRICS, e.g. [{NAME: AccuracyMetric}]'
             )
         self.eval_data = None
+        self._extras_hide_outputs_checked = False
         if self.cfg.SAVE_EVAL_DATA:
             keys = list(dict.fromkeys([k for entry in entries for k in entry.get('KEYS') or []] + self.extra_keys))
             if not keys:
@@ -87,6 +97,18 @@ class TrainValSolver(BaseSolver):
         if callable(metric):
             return WholePassMetric(metric, entry.get('KEYS') or [])
         return checked_metric(metric, entry)  # raises: the Metric contract, named
+
+    def _check_extras_against_outputs(self, extras, results):
+        """Once, on the first batch: a batch key of EXTRA_KEYS that the model's outputs hold too, with other values
+        (a reference ``u_exact`` from a file beside the model's ``exact_solution``), is the one the metrics read;
+        nothing else would say which."""
+        self._extras_hide_outputs_checked = True
+        differ = [k for k, v in extras.items() if k in results and not _same_values(v, results[k])]
+        if differ:
+            self.logger.warning(
+                f'{self.cfg.path_of("EXTRA_KEYS")}: {differ} are in the model outputs too, with other values; the'
+                " metrics read the batch's, not the model's"
+            )
 
     def start_pass_iters(self):
         """Each eval / test pass starts its METRICS (and SAVE_EVAL_DATA's collector) from nothing."""
@@ -104,6 +126,8 @@ class TrainValSolver(BaseSolver):
             if missing:
                 raise DataError(f'SOLVER.EXTRA_KEYS names {missing}, which the {self.mode} batches lack')
             self.step.outputs.update(extras)
+            if not self._extras_hide_outputs_checked:
+                self._check_extras_against_outputs(extras, results)
             data = {**results, **extras}
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.update(data)
