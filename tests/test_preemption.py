@@ -339,30 +339,35 @@ class Slow(Dataset):
             time.sleep(60)  # busy when its loader shuts it down
         return torch.tensor(float(i))
 
-def loader():
-    return iter(DataLoader(Slow(), batch_size=4, num_workers=1, worker_init_fn=start_worker))
+def loader(context):
+    return iter(DataLoader(Slow(), batch_size=4, num_workers=1, worker_init_fn=start_worker,
+                           multiprocessing_context=context))
 
-shut, kept = loader(), loader()
-next(shut), next(kept)
-workers = shut._workers + kept._workers
-if os.fork() == 0:  # a SIGTERM from a process other than the workers' parent, as slurmstepd's
-    for worker in workers:
-        for signum in (15, 10, 2):  # SIGTERM, SIGUSR1, SIGINT
-            os.kill(worker.pid, signum)
-    os._exit(0)
-os.wait()
-time.sleep(0.5)
-print('outlived', sum(w.is_alive() for w in workers))
-del shut  # torch joins a busy worker for 5 s, then SIGTERMs it
-print('after shutdown', workers[0].is_alive(), workers[1].is_alive())
+if __name__ == '__main__':
+    shut, kept = loader(sys.argv[1]), loader(sys.argv[1])
+    next(shut), next(kept)
+    workers = shut._workers + kept._workers
+    if os.fork() == 0:  # a SIGTERM from a process other than the workers' parent, as slurmstepd's
+        for worker in workers:
+            for signum in (15, 10, 2):  # SIGTERM, SIGUSR1, SIGINT
+                os.kill(worker.pid, signum)
+        os._exit(0)
+    os.wait()
+    time.sleep(0.5)
+    print('outlived', sum(w.is_alive() for w in workers))
+    del shut  # torch joins a busy worker for 5 s, then SIGTERMs it
+    print('after shutdown', workers[0].is_alive(), workers[1].is_alive())
 """  # and exits with ``kept`` alive: multiprocessing ends its worker with SIGTERM
 
 
-def test_loader_workers_outlive_a_strangers_stop_signal_and_end_at_their_parents(tmp_path):
+@pytest.mark.parametrize('context', ['fork', 'forkserver'])  # forkserver: the workers' OS parent is not the loader's
+def test_loader_workers_outlive_a_strangers_stop_signal_and_end_at_their_parents(tmp_path, context):
     """A worker lets pass a stop signal that is not its parent's SIGTERM, and exits on that: torch's shutdown of it and
     multiprocessing's at the parent's exit (ignoring SIGTERM outright had hung the exit)."""
+    script = tmp_path / 'workers.py'
+    script.write_text(WORKERS_AND_THEIR_SIGNALS)
     res = subprocess.run(
-        [sys.executable, '-c', WORKERS_AND_THEIR_SIGNALS], env=tool_env(), capture_output=True, text=True, timeout=90
+        [sys.executable, str(script), context], env=tool_env(), capture_output=True, text=True, timeout=90
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines() == ['outlived 2', 'after shutdown False True'], res.stdout

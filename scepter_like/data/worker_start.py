@@ -14,6 +14,7 @@ missing (macOS) the worker keeps torch's handling.  A parent that dies without a
 by torch's watchdog in the worker.
 """
 
+import multiprocessing
 import os
 import random
 import signal
@@ -33,7 +34,8 @@ def start_worker(worker_id):
     random.seed(seed)
     if hasattr(signal, 'sigwaitinfo'):
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        threading.Thread(target=_take_stop_signals, args=(os.getppid(),), name='stop-signals', daemon=True).start()
+        parent = multiprocessing.parent_process().pid  # the loader's process (os.getppid() is forkserver's there)
+        threading.Thread(target=_take_stop_signals, args=(parent,), name='stop-signals', daemon=True).start()
 
 
 def _take_stop_signals(parent):
