@@ -418,3 +418,18 @@ def test_the_documented_table_job_runs(tmp_path, capsys, monkeypatch):
     accuracy = float(re.search(r'eval epoch 5/5 \(60 samples\): accuracy: ([0-9.]+)', capsys.readouterr().out).group(1))
     assert accuracy > 0.8
     assert os.path.isfile(tmp_path / 'work_dir' / 'iris' / 'checkpoints' / 'checkpoint-best.pth')
+
+
+@pytest.mark.parametrize('split', ['TRAIN_DATA', 'EVAL_DATA', 'TEST_DATA'])
+def test_an_empty_split_is_one_line_naming_it_never_a_score_of_0(split, tmp_path, capsys):
+    """An empty eval pass used to report accuracy 0 (mse 0: a "new best"); an empty train split blamed the
+    number of processes."""
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    np.savez(tmp_path / 'empty.npz', x=np.zeros((0, 8)), y=np.zeros(0, np.int64))
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', MAX_STEPS=1)
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    cfg['SOLVER'][split]['PATH'] = str(tmp_path / 'empty.npz')
+    assert train(tmp_path, cfg) == 2
+    mode = split.split('_')[0].lower()
+    line = one_error_line(capsys)
+    assert re.search(rf'^error: SOLVER\.{split}: .*empty\.npz\): the {mode} split has no samples;', line), line

@@ -19,7 +19,7 @@ from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
 from scepter_like.data.worker_start import start_worker
-from scepter_like.errors import ConfigError, DistributedError, class_of, suggest
+from scepter_like.errors import ConfigError, DataError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
 from scepter_like.utils.file_system import check_local_file_system
@@ -97,6 +97,16 @@ class DataBundle:
         take = self.dataset.take
         for begin in range(0, end, size):
             yield take(indices[begin : begin + size])
+
+
+def refuse_empty(dataset, source, mode, ds_cfg):
+    """A DataError when the split holds no samples: an empty eval / test pass would score 0 (an error of 0, a
+    "new best"), and an empty train split would read as too many processes."""
+    if len(dataset) > 0:
+        return
+    path = f' (PATH: {ds_cfg.PATH})' if ds_cfg.get('PATH') else ''
+    fix = 'give it samples' if mode == 'train' else f'give it samples, or leave {ds_cfg.path} out'
+    raise DataError(f'{source}{path}: the {mode} split has no samples; {fix}')
 
 
 def _dataset_name(dataset, cfg):
@@ -197,6 +207,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
         cfg[key] = value
     source = _dataset_name(dataset, ds_cfg)
+    refuse_empty(dataset, source, mode, ds_cfg)
     if cfg.TRANSFORMS:
         pipeline = build_pipeline(cfg.TRANSFORMS, logger=logger, where=cfg.path_of('TRANSFORMS'))
         dataset = TransformedDataset(dataset, pipeline, seed, source)
