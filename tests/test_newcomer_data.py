@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from conftest import REPO
 from helpers import blob_solver_cfg
@@ -433,3 +434,43 @@ def test_an_empty_split_is_one_line_naming_it_never_a_score_of_0(split, tmp_path
     mode = split.split('_')[0].lower()
     line = one_error_line(capsys)
     assert re.search(rf'^error: SOLVER\.{split}: .*empty\.npz\): the {mode} split has no samples;', line), line
+
+
+def test_accuracy_takes_only_integer_class_indices_within_the_logits():
+    """Labels that do not fit the logits used to score a number (0 for a regression model, near 0 for labels
+    counted from 1) or crash inside torch (one-hot labels)."""
+    from scepter_like.errors import DataError
+    from scepter_like.metric.registry import METRICS
+
+    accuracy = METRICS.build({'NAME': 'AccuracyMetric'})
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0], [2.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 1, 2, 1], dtype=torch.int32)
+    assert accuracy(logits, labels) == {'accuracy': 0.75} == accuracy(logits, labels[:, None])
+    mistakes = [
+        (logits[:, :1], labels.float(), r'the logits are \[4, 1\] .*a model of one output is a regression'),
+        (logits, labels + 1, r'of 4 labels, 0 are below 0 and 1 at or above 3, .* labels counted from 1 take label'),
+        (logits, labels - 1, r'1 are below 0 .*remap the labels \(e\.g\. -1 / 1 to 0 / 1\)'),
+        (logits, torch.eye(3)[labels], r'the labels float32 \[4, 3\], one-hot .*save labels\.argmax\(1\) instead'),
+        (logits, labels.double(), r'labels float64 \[4\]; class indices are integers .*DTYPES: \{label: int64\}'),
+        (logits, labels[:2], r'the labels int32 \[2\]; it takes one class index per row of logits'),
+    ]
+    for bad_logits, bad_labels, pattern in mistakes:
+        with pytest.raises(DataError, match=pattern):
+            accuracy(bad_logits, bad_labels)
+    # in a pass the range is checked once, when the sums are read (no wait for the device on each batch)
+    accuracy.update({'logits': logits, 'label': labels + 1})
+    with pytest.raises(DataError, match='at or above 3'):
+        accuracy.compute()
+
+
+def test_eval_labels_counted_from_1_and_one_hot_labels_end_the_run_with_one_line(tmp_path, capsys):
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    with np.load(npz) as data:
+        np.savez(tmp_path / 'from1.npz', x=data['x'], y=data['y'] + 1)
+        np.savez(tmp_path / 'onehot.npz', x=data['x'], y=np.eye(3)[data['y']])
+    for name, pattern in (('from1', 'labels counted from 1 take label - 1'), ('onehot', r'one-hot .*argmax')):
+        cfg = blob_solver_cfg(npz, tmp_path / name, MAX_STEPS=1)
+        for split in ('EVAL_DATA',) + (('TRAIN_DATA',) if name == 'onehot' else ()):  # CrossEntropy takes one-hot
+            cfg['SOLVER'][split]['PATH'] = str(tmp_path / f'{name}.npz')
+        assert train(tmp_path, cfg) == 2
+        assert re.search(f'^error: AccuracyMetric: .*{pattern}', one_error_line(capsys))

@@ -2,9 +2,11 @@
 
 import torch
 
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.base import Metric
 from scepter_like.metric.registry import METRICS
+from scepter_like.model.losses import INTEGER_LABELS
+from scepter_like.model.size_mismatch import LABELS_FROM_1, NEGATIVE_LABELS
 
 
 @METRICS.register_class()
@@ -19,23 +21,61 @@ class AccuracyMetric(Metric):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.topk = sorted(set(cfg.TOPK))
-        self.state_names = tuple(f'correct@{k}' for k in self.topk) + ('count',)
+        self.classes = None  # the logits' class count, known from the first update
+        # labels below 0 and at or above the class count are summed with the hits (see update)
+        self.state_names = tuple(f'correct@{k}' for k in self.topk) + ('count', 'below_0', 'above_classes')
 
     def update(self, data):
         logits, label = self.inputs(data)
-        if self.topk[-1] > logits.shape[-1]:  # every label is among all classes: a top-k of 1.0 says nothing
+        classes = self.classes = check_class_labels(logits, label)
+        if self.topk[-1] > classes:  # every label is among all classes: a top-k of 1.0 says nothing
             raise ConfigError(
-                f'{self.cfg.path_of("TOPK")}: top-{self.topk[-1]} accuracy of {logits.shape[-1]} classes is 1 by'
-                f' definition; give TOPK values up to {logits.shape[-1]}'
+                f'{self.cfg.path_of("TOPK")}: top-{self.topk[-1]} accuracy of {classes} classes is 1 by'
+                f' definition; give TOPK values up to {classes}'
             )
-        hit = logits.topk(self.topk[-1], dim=-1).indices.eq(label.view(-1, 1))  # topk is sorted
+        label = label.reshape(-1, 1)
+        hit = logits.reshape(-1, classes).topk(self.topk[-1], dim=-1).indices.eq(label)  # topk is sorted
         correct = [hit[:, :k].any(dim=1).sum() for k in self.topk]
         count = torch.tensor(label.numel(), device=logits.device)
-        self.accumulate(torch.stack(correct + [count]))
+        # The range of the labels is counted on the device with the hits, and checked in finish, which reads the
+        # sums once per pass (after compute's all-reduce; per step when a model calls the metric): testing it here
+        # would wait for the device on every train step (Classifier's METRIC).
+        outside = [(label < 0).sum(), (label >= classes).sum()]
+        self.accumulate(torch.stack(correct + [count] + outside))
 
     def output_names(self):
         return ['accuracy' if k == 1 else f'accuracy_top{k}' for k in self.topk]
 
     def finish(self, sums):
+        below, above = int(sums['below_0']), int(sums['above_classes'])
+        if below or above:
+            fix = NEGATIVE_LABELS if below else f'give the model an output per class (its OUT_DIM), or: {LABELS_FROM_1}'
+            raise DataError(
+                f'AccuracyMetric: of {int(sums["count"])} labels, {below} are below 0 and {above} at or above'
+                f' {self.classes}, for logits of {self.classes} classes; {fix}'
+            )
         count = max(sums['count'], 1.0)
         return {name: sums[f'correct@{k}'] / count for name, k in zip(self.output_names(), self.topk)}
+
+
+def check_class_labels(logits, label):
+    """The class count of ``logits`` ([..., C], C >= 2) when ``label`` holds one integer class index per row;
+    else a DataError naming the shapes and the fix.  Shapes and dtypes only: no wait for the device."""
+    shapes = f'the logits are {list(logits.shape)} and the labels {str(label.dtype).removeprefix("torch.")}'
+    shapes += f' {list(label.shape)}'
+    if logits.dim() < 2 or logits.shape[-1] < 2:
+        raise DataError(
+            f'AccuracyMetric: {shapes}; accuracy needs a score per class (2 or more): a model of one output is a'
+            ' regression (MSEMetric) or a one-logit binary classifier (give it OUT_DIM 2)'
+        )
+    classes = logits.shape[-1]
+    if label.shape == logits.shape:
+        raise DataError(
+            f'AccuracyMetric: {shapes}, one-hot or class probabilities; it takes class indices [N]: save'
+            ' labels.argmax(1) instead (probabilities need a metric of your own that takes them)'
+        )
+    if label.numel() * classes != logits.numel():
+        raise DataError(f'AccuracyMetric: {shapes}; it takes one class index per row of logits')
+    if label.is_floating_point():
+        raise DataError(f'AccuracyMetric: {shapes}; {INTEGER_LABELS}')
+    return classes

@@ -11,6 +11,9 @@ from torch.nn import functional as F
 from scepter_like.errors import DataError
 from scepter_like.model.registry import LOSSES
 
+# how to give class labels that are floats (here and in AccuracyMetric)
+INTEGER_LABELS = "class indices are integers (save them as int64, or set the dataset's DTYPES: {label: int64})"
+
 
 @LOSSES.register_class()
 class CrossEntropyLoss(nn.Module):
@@ -30,8 +33,7 @@ class CrossEntropyLoss(nn.Module):
             elif target.shape != logits.shape:  # probabilities have the logits' shape; anything else is a mistake
                 raise DataError(
                     f'CrossEntropyLoss: the labels are {target.dtype} {list(target.shape)} for logits'
-                    f" {list(logits.shape)}; class indices are integers (save them as int64, or set the dataset's"
-                    " DTYPES: {label: int64}), class probabilities have the logits' shape"
+                    f" {list(logits.shape)}; {INTEGER_LABELS}, class probabilities have the logits' shape"
                 )
         if target.dim() == logits.dim() and target.shape[-1] == 1 and target.dtype == torch.long:
             target = target.squeeze(-1)  # a column of class indices [N, 1]

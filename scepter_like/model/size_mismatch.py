@@ -26,6 +26,9 @@ _SIDES = (
 )
 
 
+# what to do about class labels outside 0 .. classes - 1 (here and in AccuracyMetric)
+NEGATIVE_LABELS = 'class labels are indices 0, 1, ..., classes - 1: remap the labels (e.g. -1 / 1 to 0 / 1)'
+LABELS_FROM_1 = 'class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1'
 _LABEL = re.compile(r'Target (-?\d+) is out of bounds')
 _RANK = re.compile(r'expected \dD input')
 
@@ -74,7 +77,7 @@ def explain(model, batch, error, trained=False):
         return None
     target = _LABEL.search(message)
     if target and int(target.group(1)) < 0:  # no size fixes a negative label
-        fix = 'class labels are indices 0, 1, ..., classes - 1: remap the labels (e.g. -1 / 1 to 0 / 1)'
+        fix = NEGATIVE_LABELS
     elif trained:
         fix = 'give inputs of the sizes the model takes' + (f' ({", ".join(keys)})' if keys else '')
     elif keys:
@@ -82,7 +85,7 @@ def explain(model, batch, error, trained=False):
     else:
         fix = f"make the model's {side} sizes fit the data"
     if target and int(target.group(1)) >= 0:
-        fix += ' (class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1)'
+        fix += f' ({LABELS_FROM_1})'
     images = [v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() == 4]
     if side == 'input' and _RANK.search(message):  # a sample without its batch axis
         fix = 'give a batch: the inputs need their sample axis first (one sample x as x[None])'
