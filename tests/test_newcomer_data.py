@@ -474,3 +474,13 @@ def test_eval_labels_counted_from_1_and_one_hot_labels_end_the_run_with_one_line
             cfg['SOLVER'][split]['PATH'] = str(tmp_path / f'{name}.npz')
         assert train(tmp_path, cfg) == 2
         assert re.search(f'^error: AccuracyMetric: .*{pattern}', one_error_line(capsys))
+
+
+def test_text_labels_in_arrays_are_one_line_naming_the_array_and_the_fix(tmp_path, capsys):
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    with np.load(npz) as data:
+        np.savez(tmp_path / 'text.npz', x=data['x'], y=np.array(['barolo', 'grignolino', 'barbera'])[data['y']])
+    cfg = blob_solver_cfg(str(tmp_path / 'text.npz'), tmp_path / 'run', MAX_STEPS=1)
+    assert train(tmp_path, cfg) == 2
+    line = one_error_line(capsys)
+    assert re.search(r"text\.npz: array 'label' holds <U10 values, not numbers; .*np\.unique.*CsvDataset", line), line

@@ -26,7 +26,9 @@ class ArrayDataset(torch.utils.data.Dataset):
     def __init__(self, arrays, source='a dataset'):
         if not arrays:
             raise DataError(f'{source}: a dataset needs at least one array')
-        self.arrays = {k: floating_as_default(torch.as_tensor(np.asarray(v))) for k, v in arrays.items()}
+        self.arrays = {
+            k: floating_as_default(torch.as_tensor(numeric(v, f'{source}: array {k!r}'))) for k, v in arrays.items()
+        }
         for key, array in self.arrays.items():
             reject_nonfinite(array, f'{source}: array {key!r}')
         lengths = {k: len(v) for k, v in self.arrays.items()}
@@ -56,6 +58,19 @@ class ArrayDataset(torch.utils.data.Dataset):
     def take(self, idx):
         """The batch of the samples at ``idx`` (a LongTensor) as a dict: one ``index_select`` per field."""
         return {k: v.index_select(0, idx) for k, v in self.arrays.items()}
+
+
+def numeric(value, where):
+    """``value`` as a numpy array of numbers (torch takes no other); text or objects are a DataError saying how
+    to give class names as numbers."""
+    array = np.asarray(value)
+    if array.dtype.kind in 'biufc':
+        return array
+    raise DataError(
+        f'{where} holds {array.dtype} values, not numbers; text class labels: save their indices'
+        ' (names, label = np.unique(texts, return_inverse=True)), or read a CSV file with CsvDataset (LABEL_COLUMN,'
+        ' CLASSES)'
+    )
 
 
 def reject_nonfinite(array, where):
