@@ -110,3 +110,10 @@ def test_image_inputs_of_another_layout_or_not_arrays_are_one_line_saying_what_t
         ' sample x as x[None])'
     )
     assert predict(model, {'img': images.transpose(0, 3, 1, 2)}, 4, cpu)['logits'].shape == (2, 2)
+
+
+def test_predict_takes_reversed_and_flipped_numpy_views(solver):
+    x = np.random.default_rng(0).normal(size=(6, 8))
+    expected = solver.predict({'img': np.ascontiguousarray(x[::-1, ::-1])})['logits']
+    np.testing.assert_array_equal(solver.predict({'img': x[::-1, ::-1]})['logits'], expected)  # negative strides
+    np.testing.assert_array_equal(solver.predict({'img': np.flip(x)})['logits'], expected)

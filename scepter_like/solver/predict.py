@@ -47,7 +47,9 @@ def _tensor(key, value):
     if isinstance(value, torch.Tensor):
         return value
     try:
-        return torch.as_tensor(np.asarray(value))
+        array = np.asarray(value)
+        # torch takes no negative strides (x[:, ::-1], np.flip): such a view is copied
+        return torch.as_tensor(np.ascontiguousarray(array) if any(s < 0 for s in array.strides) else array)
     except (TypeError, ValueError):
         kind = type(value[0]).__name__ if isinstance(value, (list, tuple)) and value else type(value).__name__
         raise DataError(
