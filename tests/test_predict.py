@@ -117,3 +117,35 @@ def test_predict_takes_reversed_and_flipped_numpy_views(solver):
     expected = solver.predict({'img': np.ascontiguousarray(x[::-1, ::-1])})['logits']
     np.testing.assert_array_equal(solver.predict({'img': x[::-1, ::-1]})['logits'], expected)  # negative strides
     np.testing.assert_array_equal(solver.predict({'img': np.flip(x)})['logits'], expected)
+
+
+class Frame:
+    """What predict reads of a pandas DataFrame: ``columns``, ``frame[list of names]``, ``numpy.asarray(frame)``."""
+
+    def __init__(self, values, columns):
+        self.values, self.columns = np.asarray(values), list(columns)
+
+    def __getitem__(self, names):
+        return Frame(self.values[:, [self.columns.index(n) for n in names]], names)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
+def test_predict_orders_a_dataframe_by_the_training_tables_column_names(tmp_path):
+    rng = np.random.default_rng(0)
+    names = ['f0', 'f1', 'f2', 'f3']
+    x = rng.normal(size=(40, 4))
+    rows = [','.join(map(str, [*r, 'ab'[int(r[0] > 0)]])) for r in x]
+    (tmp_path / 't.csv').write_text('\n'.join([','.join([*names, 'kind']), *rows]) + '\n')
+    data = {'NAME': 'CsvDataset', 'PATH': str(tmp_path / 't.csv'), 'LABEL_COLUMN': 'kind', 'BATCH_SIZE': 8}
+    cfg = blob_solver_cfg('', tmp_path / 'work', TRAIN_DATA=data, EVAL_DATA=None)
+    cfg['SOLVER']['MODEL'].update(INPUT_KEY='x', BACKBONE={'NAME': 'MLP', 'IN_DIM': 4, 'OUT_DIM': 2})
+    solver = build_solver(cfg)
+    expected = solver.predict({'x': x})['logits']
+    shuffled = ['f2', 'f0', 'f3', 'f1']
+    frame = Frame(x, names)[shuffled]
+    np.testing.assert_array_equal(solver.predict({'x': frame})['logits'], expected)  # by name, not by place
+    with pytest.raises(DataError, match=r"'x' is a DataFrame without the column\(s\) \['f3'\] .*\['f0', 'f1', 'f2'"):
+        solver.predict({'x': Frame(x[:, :3], names[:3])})
+    assert not np.array_equal(solver.predict({'x': np.asarray(frame)})['logits'], expected)  # an array: as it is

@@ -569,7 +569,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         """
         from scepter_like.solver.predict import predict
 
-        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.updater.autocast)
+        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.updater.autocast, self.datas)
 
     def update_metrics(self, batch_data: dict[str, Any], results: dict[str, Any]) -> None:
         """Feed an eval / test step's results to the metrics (none in BaseSolver)."""

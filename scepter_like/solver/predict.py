@@ -27,11 +27,12 @@ def input_batching(model):
     return batching
 
 
-def as_tensors(inputs, rows=True):
-    """``{key: tensor}`` from a dict of numpy arrays, tensors or nested lists; with ``rows``, all equally long."""
+def as_tensors(inputs, rows=True, columns=None):
+    """``{key: tensor}`` from a dict of numpy arrays, tensors, nested lists or DataFrames; with ``rows``, all
+    equally long.  ``columns`` (batch key -> the table columns it was trained on) orders a DataFrame's by name."""
     if not isinstance(inputs, dict) or not inputs:
         raise DataError('predict needs a non-empty dict of arrays (batch key -> array)')
-    tensors = {k: _tensor(k, v) for k, v in inputs.items()}
+    tensors = {k: _tensor(k, by_name(k, v, (columns or {}).get(k))) for k, v in inputs.items()}
     lengths = {k: (len(v) if v.dim() else 0) for k, v in tensors.items()}
     if rows and (len(set(lengths.values())) != 1 or 0 in lengths.values()):
         raise DataError(
@@ -58,16 +59,34 @@ def _tensor(key, value):
         ) from None
 
 
-def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext):
+def by_name(key, value, names):
+    """A DataFrame ``value`` (duck-typed: no pandas import) as its columns ``names`` (a list, or one name), in
+    that order: the features of a table are matched by place, and a DataFrame's own order may differ from the
+    training file's.  Anything else, or without ``names`` (the data was no table), is taken as it is."""
+    if names is None or not hasattr(value, 'columns'):
+        return value
+    missing = [name for name in ([names] if isinstance(names, str) else names) if name not in value.columns]
+    if missing:
+        raise DataError(
+            f'predict input {key!r} is a DataFrame without the column(s) {missing} the model was trained on; it takes'
+            f' the columns {names} (in any order; pass df.to_numpy() to take its columns as they stand)'
+        )
+    return value[names]
+
+
+def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, datas=None):
     """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time.
 
-    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).
+    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).  ``datas`` (the
+    solver's, mode -> DataBundle): where they read a table, its columns order DataFrame inputs by name (the
+    splits agree on them: ``check_splits_agree``).
     """
+    columns = next((bundle.columns for bundle in (datas or {}).values() if bundle.columns), None)
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
     if input_batching(model) == 'whole':
-        return predict_batches(model, [as_tensors(inputs, rows=False)], device, autocast, rows=False)
-    tensors = as_tensors(inputs)
+        return predict_batches(model, [as_tensors(inputs, False, columns)], device, autocast, rows=False)
+    tensors = as_tensors(inputs, columns=columns)
     n = len(next(iter(tensors.values())))
     batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
     return predict_batches(model, batches, device, autocast)
