@@ -484,3 +484,14 @@ def test_text_labels_in_arrays_are_one_line_naming_the_array_and_the_fix(tmp_pat
     assert train(tmp_path, cfg) == 2
     line = one_error_line(capsys)
     assert re.search(r"text\.npz: array 'label' holds <U10 values, not numbers; .*np\.unique.*CsvDataset", line), line
+
+
+def test_the_runs_config_records_the_class_names_of_text_labels_in_index_order(tmp_path, capsys):
+    """CLASSES: [] numbers text labels by sorted name; the run's config.yaml says which name is which index, so
+    predictions map back to names and ``--cfg WORK_DIR/config.yaml`` numbers them alike."""
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=iris_like_csv(tmp_path / 'iris.csv')))
+    assert run(run_train, ['--cfg', str(job), 'SOLVER.MAX_EPOCHS=1']) == 0, capsys.readouterr().err
+    recorded = yaml.safe_load(open(tmp_path / 'run' / 'config.yaml'))['SOLVER']
+    for split in ('TRAIN_DATA', 'EVAL_DATA'):
+        assert recorded[split]['CLASSES'] == ['setosa', 'versicolor', 'virginica']

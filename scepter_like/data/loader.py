@@ -206,6 +206,8 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
     classes, columns = getattr(dataset, 'classes', None), getattr(dataset, 'columns', None)
     for key, value in ds_cfg.items():  # keep resolved dataset defaults visible in the run's config
         cfg[key] = value
+    if classes is not None and 'CLASSES' in cfg:  # and the class numbering (CLASSES: [] numbers by sorted name)
+        cfg['CLASSES'] = list(classes)
     source = _dataset_name(dataset, ds_cfg)
     refuse_empty(dataset, source, mode, ds_cfg)
     if cfg.TRANSFORMS:
