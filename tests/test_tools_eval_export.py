@@ -70,6 +70,25 @@ def test_run_eval_reproduces_training_metrics_exactly(trained):
     assert re.search(rf'accuracy\s+{logged["eval"]["accuracy"]:.6f}\s+{logged["test"]["accuracy"]:.6f}', table)
 
 
+def test_run_eval_of_a_mixed_precision_run_evaluates_under_its_autocast(tmp_path):
+    """A bf16 run's evaluations ran under autocast; run_eval ran in float32 and gave other numbers."""
+    work = tmp_path / 'amp'
+    amp = ['SOLVER.TRAIN_HOOKS.0.USE_AMP=true', 'SOLVER.TRAIN_HOOKS.0.AMP_DTYPE=bf16']
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', *TRAIN_ARGS, *amp)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ckpt = work / 'checkpoints' / 'digits-last.pth'
+    logged = torch.load(ckpt, weights_only=True)['solver']['epoch_outputs']
+    res = run_cli('run_eval.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={work}', '--checkpoint', ckpt, *amp)
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads((work / 'metrics.json').read_text())
+    assert record['eval'] == logged['eval'] and record['test'] == logged['test']  # exact floats
+    solver = _digits_solver(ckpt, *amp)
+    try:
+        assert solver.updater.settings.autocast_dtype is torch.bfloat16
+    finally:
+        solver.close()
+
+
 def test_run_inference_equals_predict_and_manual_forward(trained, tmp_path):
     work, ckpt = trained
     solver = _digits_solver(ckpt, f'SOLVER.WORK_DIR={tmp_path / "w"}')

@@ -242,7 +242,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         if cfg.LR_SCHEDULER is not None and cfg.OPTIMIZER is None:
             raise ConfigError(f'{cfg.path_of("LR_SCHEDULER")}: an LR scheduler needs an OPTIMIZER')
         backward_hook = any(type(h).__name__ == 'BackwardHook' for h in self.hooks_dict['train'])
-        if cfg.OPTIMIZER is None and self.updater.active and backward_hook:
+        if cfg.OPTIMIZER is None and self.updater.active and backward_hook and 'train' in self.datas:
             raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
         train = self.progress if 'train' in self.datas else None
         self.updater.set_up(self.train_parameters(), self.device, train)

@@ -2,9 +2,10 @@
 
 The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
 ``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
-OPTIMIZER, LR_SCHEDULER, OPTIMIZER_PHASES, LOSS_AGGREGATOR, TRAIN_HOOKS, RESUME_FROM, the
-log file (and MAX_EPOCHS is 1), and
-MODEL.PRETRAINED_MODEL (the given weights replace it); ``ENV.USE_PL`` is turned off (the native loop
+OPTIMIZER, LR_SCHEDULER, OPTIMIZER_PHASES, LOSS_AGGREGATOR, the TRAIN_HOOKS but BackwardHook
+(its AMP setting: a mixed-precision run evaluated under autocast, and so do the tools),
+RESUME_FROM, the log file (and MAX_EPOCHS is 1), and MODEL.PRETRAINED_MODEL (the given
+weights replace it); ``ENV.USE_PL`` is turned off (the native loop
 evaluates a Lightning run's weights to the same numbers).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
 (and, where the file describes its model, be of the config's architecture).  EVAL_HOOKS
@@ -19,6 +20,7 @@ import os
 
 import numpy as np
 
+from scepter_like.config import Config
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
 from scepter_like.solver.base_solver import DATA_KEYS
@@ -34,7 +36,6 @@ _TRAINING_ONLY = {
     'LR_SCHEDULER': None,
     'OPTIMIZER_PHASES': [],
     'LOSS_AGGREGATOR': None,
-    'TRAIN_HOOKS': [],
     'RESUME_FROM': '',
     'LOG_FILE': '',
 }
@@ -49,8 +50,12 @@ def inference_config(cfg, data_modes=EVAL_MODES):
     if cfg.get('ENV') is not None and cfg.ENV.get('USE_PL'):
         cfg.ENV['USE_PL'] = False  # evaluation, inference and export run the native loop (the same numbers)
     solver_cfg = cfg.SOLVER
+    backward = [
+        h for h in solver_cfg.get('TRAIN_HOOKS') or [] if isinstance(h, Config) and h.get('NAME') == 'BackwardHook'
+    ]
     for key, value in _TRAINING_ONLY.items():
         solver_cfg[key] = value
+    solver_cfg['TRAIN_HOOKS'] = backward  # its USE_AMP: a mixed-precision run's passes ran under autocast
     for mode, key in DATA_KEYS.items():
         if mode not in data_modes:
             solver_cfg[key] = None
