@@ -63,7 +63,15 @@ def test_pretrained_loads_a_local_torchvision_file_and_drops_fc(tmp_path):
     save_safetensors(source.state_dict(), str(tmp_path / 'backbone.safetensors'))  # model.* keys
     again = resnet(DEPTH=18, PRETRAINED=str(tmp_path / 'backbone.safetensors'))
     assert torch.equal(again.model.conv1.weight, source.model.conv1.weight)
-    with pytest.raises(CheckpointError, match=r'resnet18\.pth do not fit the model — mis-shaped: conv1\.weight'):
+    # an earlier Classifier run's weights: backbone.model.* beside its head (dropped), as a new head finetunes
+    classifier = {f'backbone.{k}': v for k, v in source.state_dict().items()}
+    classifier.update({'head.fc.weight': torch.zeros(3, 512), 'head.fc.bias': torch.zeros(3)})
+    save_safetensors(classifier, str(tmp_path / 'classifier.safetensors'))
+    third = resnet(DEPTH=18, PRETRAINED=str(tmp_path / 'classifier.safetensors'))
+    assert torch.equal(third.model.layer4[1].conv2.weight, source.model.layer4[1].conv2.weight)
+    with pytest.raises(
+        CheckpointError, match=r'resnet18\.pth do not fit the model — mis-shaped: conv1\.weight.*model$'
+    ):
         resnet(DEPTH=18, KERNEL_SIZE=3, PRETRAINED=str(tmp_path / 'resnet18.pth'))  # a 3x3 first conv, not 7x7
 
 

@@ -1,6 +1,7 @@
 """SafetensorsHook export (round trip, metadata, tied weights) and MODEL.PRETRAINED_MODEL
 (.safetensors and .pth, strict, with a readable report when the weights do not fit)."""
 
+import logging
 import os
 
 import pytest
@@ -105,3 +106,19 @@ def test_pretrained_model_that_does_not_fit_gives_a_key_report(tmp_path):
     assert 'missing: backbone.0.bias' in text
     assert 'unexpected: extra.bias' in text
     assert 'mis-shaped: backbone.2.weight (5, 16) vs model (3, 16)' in text
+
+
+def test_pretrained_strict_off_keeps_a_new_head_of_another_class_count(tmp_path, caplog):
+    """Finetuning to 3 classes from weights of 5: the mis-shaped head was an error even with strict loading off."""
+    other = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
+    path = tmp_path / 'five_classes.safetensors'
+    save_safetensors({f'backbone.{k}': v for k, v in other.state_dict().items()}, path)
+    fresh = build_solver(blob_cfg(tmp_path / 'fresh')).unwrapped_model.state_dict()  # the same seed, no weights
+    cfg = blob_cfg(tmp_path / 'tuned')
+    cfg['SOLVER']['MODEL'].update(PRETRAINED_MODEL=str(path), PRETRAINED_STRICT=False)
+    with caplog.at_level(logging.WARNING):
+        own = build_solver(cfg).unwrapped_model.state_dict()
+    assert torch.equal(own['backbone.0.weight'], other[0].weight) and torch.equal(own['backbone.0.bias'], other[0].bias)
+    assert torch.equal(own['backbone.2.weight'], fresh['backbone.2.weight'])  # the new head: its own init
+    said = [r.getMessage() for r in caplog.records if 'mis-shaped' in r.getMessage()]
+    assert len(said) == 1 and 'backbone.2.weight (5, 16) vs model (3, 16)' in said[0], said

@@ -151,10 +151,14 @@ class ResNet(BaseModel):
             self.load_layers(cfg.PRETRAINED)
 
     def load_layers(self, path):
-        """Load the layers' state dict: torchvision's keys (``conv1.weight``, ...; ``fc.*`` dropped) or ``model.*``."""
+        """Load the layers' state dict: torchvision's keys (``conv1.weight``, ...; ``fc.*`` dropped), ``model.*``
+        (this backbone's own), or a Classifier's ``backbone.model.*`` (an earlier run's checkpoint; its head
+        dropped)."""
         state = {k: v for k, v in load_weights_file(path).items() if not k.startswith('fc.')}
-        if state and all(k.startswith('model.') for k in state):
-            state = {k.removeprefix('model.'): v for k, v in state.items()}
+        for prefix in ('backbone.model.', 'model.'):
+            if any(k.startswith(prefix) for k in state):
+                state = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+                break
         load_state_dict_checked(self.model, state, path)
         if self.logger is not None:
             self.logger.info(f'ResNet-{self.cfg.DEPTH}: loaded pretrained layers from {path}')

@@ -228,31 +228,35 @@ def weights_in(data, path, eval_weights=False):
     return state
 
 
-def load_state_dict_checked(model, state, source, strict=True):
+def load_state_dict_checked(model, state, source, strict=True, strict_key=None):
     """Load ``state`` into ``model``; a mismatch raises one readable CheckpointError.
 
-    The message lists missing, unexpected and mis-shaped keys (the first few of each).
+    The message lists missing, unexpected and mis-shaped keys (the first few of each).  Not ``strict`` (finetuning,
+    a new head of another class count), all three are allowed: mis-shaped keys keep the model's own values.
+    Returns ``(missing, unexpected, mis-shaped)``, the last as ``'key (file shape) vs model (shape)'`` texts.
+    ``strict_key``: the config key that turns strict loading off, named in the error where there is one.
     """
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     shaped = [
-        f'{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
-        for k in own
-        if k in state and hasattr(state[k], 'shape') and tuple(state[k].shape) != tuple(own[k].shape)
+        k for k in own if k in state and hasattr(state[k], 'shape') and tuple(state[k].shape) != tuple(own[k].shape)
     ]
-    if shaped or (strict and (missing or unexpected)):
+    shaped_text = [f'{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}' for k in shaped]
+    if strict and (missing or unexpected or shaped):
         parts = []
-        for label, items in (('missing', missing), ('unexpected', unexpected), ('mis-shaped', shaped)):
+        for label, items in (('missing', missing), ('unexpected', unexpected), ('mis-shaped', shaped_text)):
             if items:
                 more = f' (+{len(items) - 5} more)' if len(items) > 5 else ''
                 parts.append(f'{label}: {", ".join(items[:5])}{more}')
         raise CheckpointError(
             f'weights in {source} do not fit the model — {"; ".join(parts)}; use weights of this model'
-            + (' or set strict loading off' if not shaped else '')
+            + (f' or set {strict_key} false' if strict_key else '')
         )
+    if shaped:
+        state = {k: v for k, v in state.items() if k not in set(shaped)}
     model.load_state_dict(state, strict=strict)
-    return missing, unexpected
+    return missing, unexpected, shaped_text
 
 
 CHECKPOINT_DIR = 'checkpoints'  # inside WORK_DIR
@@ -344,13 +348,19 @@ def load_pretrained(model, model_cfg, logger):
     if not pretrained:
         return
     state = load_weights_file(pretrained)
-    missing, unexpected = load_state_dict_checked(
-        model, state, pretrained, strict=model_cfg.get('PRETRAINED_STRICT', True)
+    missing, unexpected, shaped = load_state_dict_checked(
+        model, state, pretrained, model_cfg.get('PRETRAINED_STRICT', True), model_cfg.path_of('PRETRAINED_STRICT')
     )
     logger.info(
         f'loaded pretrained weights from {pretrained}'
         + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
     )
+    if shaped:  # a new head, most likely; anything else the user should see
+        more = f' (+{len(shaped) - 5} more)' if len(shaped) > 5 else ''
+        logger.warning(
+            f'{model_cfg.path_of("PRETRAINED_STRICT")} false: {len(shaped)} mis-shaped key(s) of {pretrained} keep'
+            f' their fresh values: {", ".join(shaped[:5])}{more}'
+        )
 
 
 def save_safetensors(state_dict, path, metadata=None):
