@@ -245,7 +245,7 @@ def test_eval_metrics_exact_under_ddp(digits, digits_single):
     """The test accuracy of 2 ranks equals one process's on the same weights; each sample counted once."""
     solver, _ = digits_single
     ranks = [load(digits['tmp'] / 'probe-ref' / f'rank{r}.pt') for r in (0, 1)]
-    assert sum(r['metric_sums'][0][-1].item() for r in ranks) == 360  # the count state
+    assert sum(r['metric_sums'][0][-3].item() for r in ranks) == 360  # the count state (then the label range's)
     solver.unwrapped_model.load_state_dict(ranks[0]['weights'])
     solver.solve_test()
     assert solver.epoch_outputs['test'] == ranks[0]['epoch_outputs']['test']
@@ -432,7 +432,7 @@ def test_uneven_dataset_finishes_with_exact_metrics(multinode, noise_data):
     assert multinode['codes'] == [0, 0]
     ranks = multinode['ranks']
     assert [r['total_iter'] for r in ranks] == [14, 14]  # 2 epochs of ceil(49 / 8) batches
-    assert sum(r['metric_sums'][0][-1].item() for r in ranks) == 97
+    assert sum(r['metric_sums'][0][-3].item() for r in ranks) == 97  # the count state
     solver = noise_data[2]
     solver.unwrapped_model.load_state_dict(ranks[0]['weights'])
     solver.solve_test()
