@@ -254,3 +254,55 @@ def test_an_image_folder_follows_symlinked_sub_folders_once(tmp_path):
     classes, samples = list_image_folder(str(root), 'DATA_ROOT')
     assert [label for _, label in samples].count(0) == 2 + 3 and len(samples) == 2 + 3 + 2
     assert sum('/extra/' in path for path, _ in samples) == 3
+
+
+def test_weights_name_their_classes_and_data_numbered_otherwise_is_refused(folder, tmp_path):
+    """Without train data (run_eval, run_inference) a split lacking a class, or CLASSES in another order, would be
+    measured against the wrong labels: the checkpoint names the train classes, and such data is refused."""
+    import logging
+    import shutil
+
+    from helpers import build_solver
+
+    from scepter_like.model.description import parse_description
+    from scepter_like.solver.inference_solver import build_solver_with_weights
+    from scepter_like.utils.checkpoint import MODEL_DESCRIPTION_KEY
+
+    root, _ = folder
+    val = tmp_path / 'val'
+    for name in ('class_1', 'class_2'):
+        shutil.copytree(os.path.join(root, name), val / name)
+    data = {'NAME': 'ImageFolderDataset', 'BATCH_SIZE': 4, 'TRANSFORMS': [{'NAME': 'ImageToTensor'}]}
+    model = {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 768, 'HIDDEN_DIMS': [8], 'OUT_DIM': 3}}
+    solver_cfg = {
+        'NAME': 'TrainValSolver', 'WORK_DIR': str(tmp_path / 'w'), 'MAX_EPOCHS': 1, 'MODEL': model,
+        'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1}, 'METRICS': [{'NAME': 'AccuracyMetric'}],
+        'TRAIN_DATA': dict(data, DATA_ROOT=root),
+    }  # fmt: skip
+    trainer = build_solver({'SOLVER': solver_cfg})
+    classes = ['class_0', 'class_1', 'class_2']
+    ckpt = str(tmp_path / 'ckpt.pth')
+    trainer.save_checkpoint(ckpt)
+    assert torch.load(ckpt, weights_only=True)[MODEL_DESCRIPTION_KEY]['classes'] == classes
+    metadata = trainer.save_safetensors()[1]
+    assert parse_description(metadata[MODEL_DESCRIPTION_KEY], 'metadata')['classes'] == classes
+
+    def evaluate(path, **eval_data):
+        cfg = Config({'SOLVER': dict(solver_cfg, EVAL_DATA=dict(data, **eval_data))})
+        return build_solver_with_weights(cfg, path, logging.getLogger('scepter_like.test'))
+
+    prefix = r'^SOLVER\.EVAL_DATA: its classes \[{}\] are numbered otherwise than those .*ckpt.pth was trained on'
+    with pytest.raises(ConfigError, match=prefix.format(r"'class_1', 'class_2'")):
+        evaluate(ckpt, DATA_ROOT=str(val))
+    with pytest.raises(ConfigError, match=prefix.format(r"'class_2', 'class_1', 'class_0'")):
+        evaluate(ckpt, DATA_ROOT=root, CLASSES=classes[::-1])
+    solver = evaluate(ckpt, DATA_ROOT=str(val), CLASSES=classes)
+    assert solver.unwrapped_model.class_names == classes  # what an export from it records again
+    resume = dict(solver_cfg, WORK_DIR=str(tmp_path / 'r'), RESUME_FROM=ckpt)
+    resume['TRAIN_DATA'] = dict(data, DATA_ROOT=root, CLASSES=classes[::-1])
+    with pytest.raises(ConfigError, match=r'^SOLVER\.TRAIN_DATA: its classes .* numbered otherwise than those'):
+        build_solver({'SOLVER': resume})
+    old = torch.load(ckpt, weights_only=True)  # a file written before weights named their classes: as before
+    del old[MODEL_DESCRIPTION_KEY]['classes']
+    torch.save(old, ckpt)
+    assert evaluate(ckpt, DATA_ROOT=str(val)).unwrapped_model.class_names is None

@@ -158,22 +158,27 @@ def check_data_keys(ds_cfg):
             )
 
 
-def check_splits_agree(bundles, where):
-    """A ConfigError when the eval / test data number their classes, or place their table columns, otherwise than
-    the train data (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  A split lacking a class
-    numbers the others anew by name; a file whose header orders the columns otherwise stacks the features in that
-    order: either way the model would be measured on inputs or labels it was not trained on."""
+def check_splits_agree(bundles, where, recorded=None):
+    """A ConfigError when the data number their classes, or place their table columns, otherwise than the model
+    was trained on (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  The classes are those
+    ``recorded``, a pair (class names, the weights file recording them: ``BaseModel.class_names``), where given
+    and not None, else the train data's.  A split lacking a class numbers the others anew by name; a file whose
+    header orders the columns otherwise stacks the features in that order: either way the model would be
+    measured on inputs or labels it was not trained on."""
     train = bundles.get('train')
-    if train is None:
-        return
+    if recorded is None or recorded[0] is None:
+        recorded = (train.classes if train is not None else None, None)
+    classes, source = recorded
+    train_columns = (train.columns if train is not None else None) or {}
     for mode, bundle in bundles.items():
-        if None not in (train.classes, bundle.classes) and list(bundle.classes) != list(train.classes):
+        if None not in (classes, bundle.classes) and list(bundle.classes) != list(classes):
+            whose = "the train data's" if source is None else f'those {source} was trained on'
             raise ConfigError(
-                f"{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than the train data's"
-                f' {list(train.classes)} (a split lacking a class); give both data configs the same CLASSES'
+                f'{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than {whose}'
+                f' {list(classes)} (a split lacking a class, or another order); give it CLASSES: {list(classes)}'
             )
         for key, names in (bundle.columns or {}).items():
-            trained = (train.columns or {}).get(key)
+            trained = train_columns.get(key)
             if trained is not None and names != trained:
                 raise ConfigError(
                     f"{where[mode]}: its {key!r} is read from the columns {names}, the train data's from {trained}"

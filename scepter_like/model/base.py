@@ -35,6 +35,9 @@ class BaseModel(torch.nn.Module):
     }
     # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)
     COMPILE_INCOMPATIBLE = None
+    # the class names of the outputs in index order (the train data's, set by the solver; None: unnamed):
+    # descriptions record them, and the tools refuse data that numbers its classes otherwise
+    class_names = None
     # None: a checkpoint fits a config naming the same architecture; else the config keys that fix the
     # architecture too (a checkpoint whose values differ is refused, naming them)
     ARCH_KEYS = None

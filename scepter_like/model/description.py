@@ -9,7 +9,9 @@ JSON.  ``BaseModel.describe`` writes it:
   or the path of a ``.py`` file imported by path), imported before building it, so a tool
   needs neither the training config nor its IMPORTS;
 - ``config``: the model's config without the PRETRAINED* keys;
-- whatever else a model needs to be rebuilt (MeshModel: ``stats``, its normalisation statistics).
+- whatever else a model needs to be rebuilt (MeshModel: ``stats``, its normalisation statistics);
+- ``classes``: the class names of its outputs in index order (``BaseModel.class_names``), where the train
+  data named them; a file without them (or written before they were recorded) is taken as it is.
 
 ``model_from_description`` builds the model back (fresh weights: load the state dict next);
 ``check_architecture`` refuses weights whose architecture differs from a config's model.
@@ -53,6 +55,8 @@ def describe(model):
     if describe_fn is None:
         return None
     desc = describe_fn()
+    if getattr(model, 'class_names', None) is not None:
+        desc = {**desc, 'classes': list(model.class_names)}
     try:
         return json.loads(json.dumps(desc, allow_nan=True))
     except (TypeError, ValueError) as e:
@@ -112,7 +116,9 @@ def model_from_description(desc, source):
             f'{source} describes a {name}, {where}; give the module with --import, or --cfg with the training config'
         )
     with default_dtype(DTYPES.get(desc.get('dtype'), torch.float32)):
-        return MODELS.get(name).from_description(desc)
+        model = MODELS.get(name).from_description(desc)
+    model.class_names = desc.get('classes')
+    return model
 
 
 def architecture_differences(saved, model):

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import torch
 
 from scepter_like.about import __version__
+from scepter_like.data.loader import check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
 from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
@@ -95,6 +96,7 @@ def restore_training_state(solver, ckpt, source):
         raise CheckpointError(f'{source} is not a scepter_like training checkpoint; give one from CheckpointHook')
     fix = 'resume with the config of the run that wrote it, or start a new WORK_DIR'
     check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
+    take_class_names(solver, (ckpt.get(MODEL_DESCRIPTION_KEY) or {}).get('classes'), source)
     load_model_state(solver.model, ckpt['model'], source)
     config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
     config_lrs = [g.get('initial_lr', g['lr']) for g in solver.optimizer.param_groups] if solver.optimizer else None
@@ -158,8 +160,25 @@ def load_checkpoint_file(path):
     return load_torch_file(path, map_location='cpu')
 
 
+def take_class_names(solver, recorded, source):
+    """The model takes the class names its weights ``source`` were trained on (``recorded``: their description's
+    ``classes``; None: unnamed), else the train data's, so its checkpoints and exports record them; data that
+    numbers its classes otherwise is a ConfigError (``check_splits_agree``)."""
+    from scepter_like.solver.base_solver import DATA_KEYS  # (base_solver imports this module)
+
+    where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
+    check_splits_agree(solver.datas, where, (recorded, source))
+    train = solver.datas.get('train')
+    if recorded is None and train is not None:
+        recorded = train.classes
+    solver.unwrapped_model.class_names = recorded
+
+
 def resume(solver):
-    """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None."""
+    """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None.
+
+    The model takes the train data's class names first (``take_class_names``)."""
+    take_class_names(solver, None, None)
     path = resume_path(solver)
     if path is None:
         return None

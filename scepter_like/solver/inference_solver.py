@@ -8,7 +8,8 @@ RESUME_FROM, the log file (and MAX_EPOCHS is 1), and MODEL.PRETRAINED_MODEL (the
 weights replace it); ``ENV.USE_PL`` is turned off (the native loop
 evaluates a Lightning run's weights to the same numbers).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
-(and, where the file describes its model, be of the config's architecture).  EVAL_HOOKS
+(and, where the file describes its model, be of the config's architecture; where it names the classes
+the model was trained on, EVAL_DATA and TEST_DATA must number theirs the same).  EVAL_HOOKS
 and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
 
 Without a config, ``model_from_weights`` builds the model the file describes
@@ -24,6 +25,7 @@ from scepter_like.config import Config
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
 from scepter_like.solver.base_solver import DATA_KEYS
+from scepter_like.solver.checkpoint_state import take_class_names
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_write, load_state_dict_checked, load_weights_and_description
 from scepter_like.utils.distributed import default_device
@@ -74,6 +76,8 @@ def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
     solver.set_up()
     fix = 'give the config of the run that wrote it, or leave out --cfg to build the model the file describes'
     check_architecture(description, solver.unwrapped_model, weights, fix)
+    saved = {} if description is None else parse_description(description, weights)
+    take_class_names(solver, saved.get('classes'), weights)  # export writes them again
     load_state_dict_checked(solver.unwrapped_model, state, weights)
     logger.info(f'loaded model weights from {weights}')
     return solver
