@@ -230,7 +230,8 @@ def test_a_description_written_before_the_normalisation_options_counts_as_their_
         del old['config'][key]
     assert architecture_differences(old, model) == []
     per_channel = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 8, 'STATS': stats, 'TARGET_SCALE': 'per_channel'})
-    assert architecture_differences(old, per_channel) == ["TARGET_SCALE 'shared' (the config: 'per_channel')"]
+    expected = "MODEL.TARGET_SCALE: the file's 'shared', the config's 'per_channel'"
+    assert architecture_differences(old, per_channel) == [expected]
 
 
 def test_checkpointed_processor_gives_the_plain_gradients_and_keeps_fewer_activations(tiny_manifest):
@@ -466,7 +467,9 @@ def test_checkpoint_of_another_architecture_is_one_error_line(trained_mesh, tmp_
     cfg, work = trained_mesh
     res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', work, 'SOLVER.MODEL.AGGREGATION=mean',
                    f'SOLVER.WORK_DIR={work}', 'SOLVER.MODEL.MLP_LAYERS=2')  # fmt: skip
-    assert_one_error_line(res, 'another architecture', "AGGREGATION 'sum' (the config: 'mean')", 'MLP_LAYERS 1')
+    assert_one_error_line(
+        res, 'another architecture', "MODEL.AGGREGATION: the file's 'sum', the config's 'mean'", 'MLP_LAYERS: the'
+    )
     # other config keys may differ: a data key is no architecture
     res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', work, f'SOLVER.WORK_DIR={work}',
                    'SOLVER.EVAL_DATA.BATCH_SIZE=2')  # fmt: skip

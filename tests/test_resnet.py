@@ -118,3 +118,31 @@ def test_a_head_that_does_not_fit_the_backbone_names_its_dim():
     with pytest.raises(RuntimeError) as e:
         model(**batch)
     assert 'set MODEL.HEAD.DIM (now 2048) to fit the data' in explain(model, batch, e.value)
+
+
+def test_a_checkpoint_of_another_stem_is_refused_naming_the_nested_key():
+    """A stem of another stride or without the max pool has the same weights: without comparing the parts' keys
+    the weights would load silently into the wrong network."""
+    from scepter_like.model.description import architecture_differences, check_architecture
+
+    backbone = {'NAME': 'ResNet', 'KERNEL_SIZE': 3, 'FIRST_CONV_STRIDE': 1, 'USE_MAXPOOL': False}
+    model = MODELS.build(
+        Config({'M': {'NAME': 'Classifier', 'BACKBONE': backbone, 'NECK': {'NAME': 'GlobalAveragePooling'}}}).M
+    )
+    saved = model.describe()
+    saved['config']['BACKBONE'].update(FIRST_CONV_STRIDE=2, USE_MAXPOOL=True)
+    saved['config']['NECK']['DIM'] = 1
+    assert architecture_differences(saved, model) == [
+        "MODEL.BACKBONE.USE_MAXPOOL: the file's True, the config's False",
+        "MODEL.BACKBONE.FIRST_CONV_STRIDE: the file's 2, the config's 1",
+        "MODEL.NECK.DIM: the file's 1, the config's 2",
+    ]
+    with pytest.raises(CheckpointError, match=r'^w\.pth holds another architecture .*: MODEL\.BACKBONE\.USE_MAXPOOL'):
+        check_architecture(saved, model, 'w.pth', 'fix')
+    saved['config']['NECK'] = None
+    expected = "MODEL.NECK: the file's None, the config's a GlobalAveragePooling"
+    assert architecture_differences(saved, model)[-1] == expected
+    imagenet = model.describe()
+    imagenet['config']['BACKBONE'].update(KERNEL_SIZE=7, FIRST_CONV_STRIDE=2)
+    model.cfg.BACKBONE['KERNEL_SIZE'] = 7  # ImageNet's stem reads no stem key: only KERNEL_SIZE can differ
+    assert architecture_differences(imagenet, model) == []

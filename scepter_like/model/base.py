@@ -39,7 +39,8 @@ class BaseModel(torch.nn.Module):
     # descriptions record them, and the tools refuse data that numbers its classes otherwise
     class_names = None
     # None: a checkpoint fits a config naming the same architecture; else the config keys that fix the
-    # architecture too (a checkpoint whose values differ is refused, naming them)
+    # architecture too (a checkpoint whose values differ is refused, naming them; a key holding a part's MODELS
+    # config is compared by that part's keys); above all those that change the network but no weight's shape
     ARCH_KEYS = None
     # how predict() and tools/run_inference.py batch the arrays given to them: 'rows' (every array has one
     # sample axis first, cut into batches) or 'whole' (the arrays are one batch as they stand, e.g. a graph's
@@ -89,6 +90,11 @@ class BaseModel(torch.nn.Module):
         """``{name: number}`` each train log line shows as it is at that line, not as a mean over the interval (a
         PINN's identified PDE parameters): none here."""
         return {}
+
+    @classmethod
+    def arch_keys(cls, config):
+        """The ARCH_KEYS that fix the architecture of a model of ``config`` (a plain dict; all of them here)."""
+        return cls.ARCH_KEYS or ()
 
     def describe(self):
         """A plain dict (JSON-able): the MODELS name, the modules that register it, its config without PRETRAINED*.

@@ -35,6 +35,7 @@ class Classifier(BaseModel):
         'INPUT_KEY': {'value': 'img', 'description': 'batch key of the input'},
         'LABEL_KEY': {'value': 'label', 'description': 'batch key of the class labels'},
     }
+    ARCH_KEYS = ('BACKBONE', 'NECK', 'HEAD')  # each compared by its own ARCH_KEYS
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)

@@ -124,26 +124,42 @@ def model_from_description(desc, source):
 def architecture_differences(saved, model):
     """What differs between the architecture a file describes (``saved``) and ``model``'s (``[]``: none).
 
-    The MODELS names are compared, and for a model class that declares ``ARCH_KEYS`` the
-    values of those config keys; other config keys (a loss weight, a data key) may differ.
+    The MODELS names are compared, and the values of the config keys that a model class names
+    in ``arch_keys`` (its ``ARCH_KEYS``); a key holding a part's MODELS config (a Classifier's
+    BACKBONE) is compared by that part's keys in turn.  Other config keys (a loss weight, a data
+    key) may differ.
     """
     own = describe(model)
     if own is None:
         return []
     if saved['architecture'] != own['architecture']:
         return [f'architecture {saved["architecture"]} (the config: {own["architecture"]})']
-    keys = getattr(type(model), 'ARCH_KEYS', None) or ()
-    para, _ = declared_params(type(model))
-    missing = '(not set)'
+    return list(_config_differences(saved['config'], own['config'], type(model), 'MODEL'))
+
+
+def _config_differences(saved, own, cls, where):
+    """``where.KEY: the file's .., the config's ..`` for each architecture key of ``cls`` whose values differ."""
+    para, _ = declared_params(cls)
 
     def value(config, key):  # a key the file lacks was written before it existed: it held the default
-        return config.get(key, para[key]['value'] if key in para else missing)
+        return config.get(key, para[key]['value'] if key in para else '(not set)')
 
-    return [
-        f'{key} {value(saved["config"], key)!r} (the config: {value(own["config"], key)!r})'
-        for key in keys
-        if value(saved['config'], key) != value(own['config'], key)
-    ]
+    arch_keys = getattr(cls, 'arch_keys', lambda config: ())
+    for key in dict.fromkeys((*arch_keys(saved), *arch_keys(own))):
+        old, new = value(saved, key), value(own, key)
+        if _is_part(old) and _is_part(new) and old['NAME'] == new['NAME'] and old['NAME'] in MODELS:
+            yield from _config_differences(old, new, MODELS.get(old['NAME']), f'{where}.{key}')
+        elif old != new:
+            yield f"{where}.{key}: the file's {_short(old)}, the config's {_short(new)}"
+
+
+def _is_part(value):
+    return isinstance(value, dict) and isinstance(value.get('NAME'), str)
+
+
+def _short(value):
+    """A part's config by its MODELS name (the parts differ in it), any other value as Python writes it."""
+    return f'a {value["NAME"]}' if _is_part(value) else repr(value)
 
 
 def check_architecture(saved, model, source, fix):

@@ -112,6 +112,7 @@ class GlobalAveragePooling(BaseModel):
     """scepter's neck: the mean over the DIM spatial axes, [B, C, ...] -> [B, C]; a [B, C] input passes as is."""
 
     para_dict = {'DIM': {'value': 2, 'description': 'spatial axes of the input: 1, 2 or 3', 'choices': [1, 2, 3]}}
+    ARCH_KEYS = ('DIM',)  # holds no weights
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)

@@ -136,6 +136,14 @@ class ResNet(BaseModel):
         },
     }
 
+    # the stem keys change the network but no weight's shape: a checkpoint would load into another stem silently
+    ARCH_KEYS = ('DEPTH', 'KERNEL_SIZE', 'USE_RELU', 'USE_MAXPOOL', 'FIRST_CONV_STRIDE', 'FIRST_MAX_POOL_STRIDE')
+
+    @classmethod
+    def arch_keys(cls, config):
+        """ImageNet's stem (KERNEL_SIZE 7) reads none of the stem keys."""
+        return cls.ARCH_KEYS[:2] if config.get('KERNEL_SIZE', 7) == 7 else cls.ARCH_KEYS
+
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.model = ResNetLayers(
