@@ -306,3 +306,12 @@ def test_weights_name_their_classes_and_data_numbered_otherwise_is_refused(folde
     del old[MODEL_DESCRIPTION_KEY]['classes']
     torch.save(old, ckpt)
     assert evaluate(ckpt, DATA_ROOT=str(val)).unwrapped_model.class_names is None
+
+
+def test_a_list_line_naming_a_missing_file_is_one_error_at_build(folder, tmp_path):
+    """Found when the dataset is built, naming the list file and its line, not when a worker reads the item."""
+    root, samples = folder
+    (tmp_path / 'list.txt').write_text(f'{samples[0][0]} 0\n# a comment\n{root}/cta/011.png 1\n')
+    with pytest.raises(DataError) as e:
+        DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt')})
+    assert str(e.value).startswith(f"LIST_FILE: line 3 of {tmp_path / 'list.txt'} ('{root}/cta/011.png 1'): no file")

@@ -102,7 +102,8 @@ def list_image_folder(root, where, classes=()):
 
 @DATASETS.register_class()
 class ImageListDataset(ImageFileDataset):
-    """LIST_FILE lines ``path label`` (label: a class index; blank lines and ``#`` comments skipped)."""
+    """LIST_FILE lines ``path label`` (label: a class index; blank lines and ``#`` comments skipped); every file
+    must exist when the dataset is built."""
 
     para_dict = {
         'LIST_FILE': {
@@ -129,11 +130,15 @@ class ImageListDataset(ImageFileDataset):
 
 
 def _list_entry(text, root, where):
-    """(path under ``root``, class index) of one ``path label`` line; a DataError naming the line otherwise."""
+    """(path under ``root``, class index) of one ``path label`` line naming an existing file; a DataError naming the
+    line otherwise."""
     parts = text.rsplit(None, 1)
     if len(parts) < 2:
         raise DataError(f'{where} ({text!r}) has no label; write "path label" on each line, the label a class index')
     name, label = parts
     if not label.isdigit():
         raise DataError(f'{where} ({text!r}): the label {label!r} is not a class index (a whole number >= 0)')
-    return os.path.join(root, name), int(label)
+    path = os.path.join(root, name)
+    if not os.path.isfile(path):  # found now, not when a worker reads it epochs later
+        raise DataError(f'{where} ({text!r}): no file {path}; correct the path (relative to {root})')
+    return path, int(label)
