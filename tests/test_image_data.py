@@ -315,3 +315,14 @@ def test_a_list_line_naming_a_missing_file_is_one_error_at_build(folder, tmp_pat
     with pytest.raises(DataError) as e:
         DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt')})
     assert str(e.value).startswith(f"LIST_FILE: line 3 of {tmp_path / 'list.txt'} ('{root}/cta/011.png 1'): no file")
+
+
+def test_hidden_folders_and_files_are_no_data(tmp_path):
+    """A notebook's .ipynb_checkpoints is no class, and macOS's ._x.png (AppleDouble, no image) no sample."""
+    samples = write_png_folder(str(tmp_path), classes=2, per_class=2)
+    (tmp_path / '.ipynb_checkpoints').mkdir()
+    (tmp_path / 'class_1' / '._000.png').write_bytes(b'\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X')
+    (tmp_path / 'class_1' / '.cache').mkdir()
+    Image.open(samples[0][0]).save(tmp_path / 'class_1' / '.cache' / 'x.png')
+    ds = DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path)})
+    assert ds.classes == ['class_0', 'class_1'] and [s[0] for s in ds.samples] == [p for p, _ in samples]

@@ -38,12 +38,20 @@ class ImageFileDataset(torch.utils.data.Dataset):
 
 
 def _is_image(name):
-    return name.lower().endswith(IMAGE_EXTENSIONS)
+    """An image file by its extension; hidden names (macOS's ``._x.png``, editors' ``.x.png``) are no data."""
+    return not _hidden(name) and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def _hidden(name):
+    """Names starting with '.' (``.ipynb_checkpoints``, ``.DS_Store``, ``._x.png``) are skipped, as torchvision's
+    ImageFolder and most tools skip them."""
+    return name.startswith('.')
 
 
 @DATASETS.register_class()
 class ImageFolderDataset(ImageFileDataset):
-    """DATA_ROOT/<class>/**/<image>: the classes are the sub-folders in sorted order, or CLASSES (label = position)."""
+    """DATA_ROOT/<class>/**/<image>: the classes are the sub-folders in sorted order, or CLASSES (label = position);
+    names starting with '.' are skipped."""
 
     para_dict = {
         'DATA_ROOT': {
@@ -64,8 +72,8 @@ class ImageFolderDataset(ImageFileDataset):
 
 
 def _walk(folder):
-    """The files under ``folder``, through symlinked sub-folders too (as torchvision's ImageFolder), each real folder
-    once (a link back up would loop)."""
+    """The image files under ``folder``, hidden files and folders skipped, through symlinked sub-folders too (as
+    torchvision's ImageFolder), each real folder once (a link back up would loop)."""
     seen = set()
     for path, dirs, names in os.walk(folder, followlinks=True):
         real = os.path.realpath(path)
@@ -73,7 +81,8 @@ def _walk(folder):
             dirs[:] = []
             continue
         seen.add(real)
-        yield from (os.path.join(path, name) for name in names)
+        dirs[:] = [name for name in dirs if not _hidden(name)]
+        yield from (os.path.join(path, name) for name in names if _is_image(name))
 
 
 def list_image_folder(root, where, classes=()):
@@ -81,7 +90,7 @@ def list_image_folder(root, where, classes=()):
     be one of them), else the sub-folders in sorted order."""
     if not os.path.isdir(root):
         raise DataError(f'{where}: no folder {root}; give the folder that holds one sub-folder of images per class')
-    folders = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not _hidden(e.name))
     if not folders:
         raise DataError(f'{where}: {root} has no sub-folders; put the images of each class in a folder of its own')
     unknown = [name for name in folders if classes and name not in classes]
@@ -90,7 +99,7 @@ def list_image_folder(root, where, classes=()):
     samples = []
     for name in folders:
         folder = os.path.join(root, name)
-        files = sorted(f for f in _walk(folder) if _is_image(f))
+        files = sorted(_walk(folder))
         if not files:
             raise DataError(
                 f'{where}: class folder {folder} holds no image files; fill it (or remove it, and give'
