@@ -212,7 +212,8 @@ def test_targets_of_another_shape_are_aligned_or_refused_never_broadcast():
     from scepter_like.config import Config
     from scepter_like.errors import DataError
     from scepter_like.metric.regression import MSEMetric
-    from scepter_like.model.losses import CrossEntropyLoss, MSELoss
+    from scepter_like.model.losses import MSELoss
+    from scepter_like.model.registry import LOSSES
 
     pred, target = torch.tensor([[1.0], [2.0], [4.0]]), torch.tensor([1.0, 2.0, 3.0])
     assert MSELoss(Config({}))(pred, target).item() == pytest.approx(1 / 3)  # broadcast: 14/9
@@ -221,7 +222,7 @@ def test_targets_of_another_shape_are_aligned_or_refused_never_broadcast():
     for fn in (lambda: MSELoss(Config({}))(pred, torch.zeros(6)), lambda: metric(pred, torch.zeros(6))):
         with pytest.raises(DataError, match=r'the prediction is \[3, 1\] and the target \[6\]: they hold different'):
             fn()
-    loss = CrossEntropyLoss(Config({'LABEL_SMOOTHING': 0.0}))
+    loss = LOSSES.build({'NAME': 'CrossEntropyLoss'})
     logits, labels = torch.randn(4, 3), torch.tensor([0, 2, 1, 2])
     expected = torch.nn.functional.cross_entropy(logits, labels)
     assert loss(logits, labels[:, None].int()) == expected  # a column of int32 class indices
@@ -495,3 +496,22 @@ def test_the_runs_config_records_the_class_names_of_text_labels_in_index_order(t
     recorded = yaml.safe_load(open(tmp_path / 'run' / 'config.yaml'))['SOLVER']
     for split in ('TRAIN_DATA', 'EVAL_DATA'):
         assert recorded[split]['CLASSES'] == ['setosa', 'versicolor', 'virginica']
+
+
+def test_cross_entropy_weighs_classes_and_refuses_weights_of_another_count():
+    """WEIGHT is torch's per-class weight; a list of another length than the logits is one line naming the key."""
+    import torch
+
+    from scepter_like.errors import ConfigError
+    from scepter_like.model.registry import LOSSES
+
+    logits, labels = torch.randn(4, 3), torch.tensor([0, 2, 1, 2])
+    loss = LOSSES.build({'NAME': 'CrossEntropy', 'WEIGHT': [1, 0.5, 2.0], 'LABEL_SMOOTHING': 0.1})
+    weight = torch.tensor([1, 0.5, 2.0])
+    expected = torch.nn.functional.cross_entropy(logits, labels, weight=weight, label_smoothing=0.1)
+    assert torch.allclose(loss(logits, labels), expected)
+    assert loss.state_dict() == {}  # checkpoints keep their keys
+    with pytest.raises(ConfigError, match=r'^WEIGHT: 2 class weights for logits of 3 classes; give one weight per'):
+        LOSSES.build({'NAME': 'CrossEntropyLoss', 'WEIGHT': [1, 2]})(logits, labels)
+    with pytest.raises(ConfigError, match=r'^WEIGHT: \[1, -2\] must be numbers >= 0'):
+        LOSSES.build({'NAME': 'CrossEntropyLoss', 'WEIGHT': [1, -2]})

@@ -1,14 +1,14 @@
 """Losses, built from LOSSES configs.
 
 Each is a plain module around one ``torch.nn.functional`` call: no unused ``weight``
-buffer to look up through ``nn.Module.__getattr__`` on every step.
+buffer to look up through ``nn.Module.__getattr__`` on every step (nor in the state dict).
 """
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from scepter_like.errors import DataError
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.registry import LOSSES
 
 # how to give class labels that are floats (here and in AccuracyMetric)
@@ -17,14 +17,42 @@ INTEGER_LABELS = "class indices are integers (save them as int64, or set the dat
 
 @LOSSES.register_class()
 class CrossEntropyLoss(nn.Module):
-    para_dict = {'LABEL_SMOOTHING': {'value': 0.0, 'description': 'label smoothing in [0, 1)'}}
+    """Cross entropy of class logits; WEIGHT weighs each class (rare classes count more), as torch's ``weight``."""
+
+    para_dict = {
+        'LABEL_SMOOTHING': {'value': 0.0, 'description': 'label smoothing in [0, 1)'},
+        'WEIGHT': {
+            'value': None,
+            'type': (list, type(None)),
+            'description': 'a weight per class, in class-index order, one per logit (null: all 1)',
+        },
+    }
 
     def __init__(self, cfg, logger=None):
         super().__init__()
         self.label_smoothing = cfg.LABEL_SMOOTHING
+        self.weight_key = cfg.path_of('WEIGHT')
+        self.weight = None if cfg.WEIGHT is None else list(cfg.WEIGHT)
+        if self.weight is not None and not all(isinstance(w, (int, float)) and w >= 0 for w in self.weight):
+            raise ConfigError(f'{self.weight_key}: {self.weight} must be numbers >= 0, one per class')
+        self._weight = None  # WEIGHT as a tensor where the logits are, made at the first forward (checked there)
 
     def extra_repr(self):
-        return f'label_smoothing={self.label_smoothing}'
+        return f'label_smoothing={self.label_smoothing}, weight={self.weight}'
+
+    def class_weight(self, logits):
+        """WEIGHT as a tensor of the logits' device and dtype, once it is known to give one weight per logit."""
+        if self.weight is None:
+            return None
+        if self._weight is None or (self._weight.device, self._weight.dtype) != (logits.device, logits.dtype):
+            classes = logits.shape[1] if logits.dim() > 1 else logits.shape[0]
+            if len(self.weight) != classes:
+                raise ConfigError(
+                    f'{self.weight_key}: {len(self.weight)} class weights for logits of {classes} classes; give one'
+                    ' weight per class, in class-index order'
+                )
+            self._weight = torch.tensor(self.weight, dtype=logits.dtype, device=logits.device)
+        return self._weight
 
     def forward(self, logits, target):
         if target.dtype != torch.long:
@@ -37,7 +65,7 @@ class CrossEntropyLoss(nn.Module):
                 )
         if target.dim() == logits.dim() and target.shape[-1] == 1 and target.dtype == torch.long:
             target = target.squeeze(-1)  # a column of class indices [N, 1]
-        return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
+        return F.cross_entropy(logits, target, weight=self.class_weight(logits), label_smoothing=self.label_smoothing)
 
 
 LOSSES.register_class('CrossEntropy')(CrossEntropyLoss)  # scepter's name for it, as its YAMLs write it
