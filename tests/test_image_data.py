@@ -326,3 +326,13 @@ def test_hidden_folders_and_files_are_no_data(tmp_path):
     Image.open(samples[0][0]).save(tmp_path / 'class_1' / '.cache' / 'x.png')
     ds = DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path)})
     assert ds.classes == ['class_0', 'class_1'] and [s[0] for s in ds.samples] == [p for p, _ in samples]
+
+
+def test_16_and_32_bit_grey_images_are_scaled_to_8_bits_not_clipped(tmp_path):
+    """Pillow's convert('RGB') clips I;16 values at 255: a 12-bit scan in a 16-bit PNG came out almost white."""
+    from scepter_like.transform.io import read_image
+
+    Image.fromarray(np.array([[0, 4095, 32896, 65535]], dtype=np.uint16)).save(tmp_path / 'g16.png')
+    assert np.asarray(read_image(str(tmp_path / 'g16.png')))[0, :, 0].tolist() == [0, 16, 128, 255]
+    Image.fromarray(np.array([[-5, 2**30, 2**31 - 1]], dtype=np.int32)).save(tmp_path / 'g32.tif')
+    assert np.asarray(read_image(str(tmp_path / 'g32.tif')))[0, :, 1].tolist() == [0, 128, 255]

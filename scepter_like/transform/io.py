@@ -2,6 +2,7 @@
 
 A file that cannot be decoded (missing, not an image, truncated) is a DataError naming it;
 truncated images are never padded silently (scepter sets Pillow's ``LOAD_TRUNCATED_IMAGES``).
+16- and 32-bit integer images are scaled to 8 bits by their bit depth (``eight_bits``), not clipped.
 """
 
 import os
@@ -25,7 +26,7 @@ def read_image(path, backend='pillow', rgb_order='RGB'):
 
     try:
         with Image.open(path) as opened:
-            img = opened.convert('RGB')  # decodes the whole file: a truncated one fails here
+            img = eight_bits(opened).convert('RGB')  # decodes the whole file: a truncated one fails here
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
         raise DataError(f'cannot read image {path} ({_first_line(e)}); replace or remove the file') from None
     if rgb_order == 'BGR':
@@ -33,6 +34,23 @@ def read_image(path, backend='pillow', rgb_order='RGB'):
     if backend == 'torchvision':
         return image_backend('torchvision', 'read_image').coerce(img, path)
     return img
+
+
+def eight_bits(img):
+    """A 16-bit (``I;16``) or 32-bit integer (``I``) grey image scaled to 8 bits by its bit depth, else ``img``.
+
+    Pillow's ``convert`` clips such values at 255 (a 12-bit scan in a 16-bit PNG turns almost white); scaled, they
+    are as OpenCV reads them.  An ``I`` image from a PNG holds at most 16 bits; from another file, 31 (signed),
+    negative values are 0.
+    """
+    if img.mode != 'I' and not img.mode.startswith('I;16'):
+        return img
+    import numpy as np
+    from PIL import Image
+
+    top = 2**16 - 1 if img.mode != 'I' or img.format == 'PNG' else 2**31 - 1
+    values = np.asarray(img, dtype=np.float64) * (255 / top)
+    return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), 'L')
 
 
 def _read_cv2(path, rgb_order):
