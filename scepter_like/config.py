@@ -419,42 +419,65 @@ def _step(node, part, so_far, text):
 
 
 # -- references: ${A.B.0.C} ----------------------------------------------------------------------
+NESTED_REFERENCE = re.compile(r'\$\{[^}]*\$\{')  # a '${' opened before the previous one closed
+
+
+def _place(parts):
+    """``('SOLVER', 'TRAIN_HOOKS', 1)`` -> ``SOLVER.TRAIN_HOOKS[1]``, the way errors name a place."""
+    place = ''
+    for part in parts:
+        place = _child_path(place, part)
+    return place
+
+
 def resolve_references(cfg: Config) -> Config:
     """Replace each ``${A.B.C}`` in the string values of ``cfg`` (a root Config) by the value there.
 
     A string that is one reference takes the referenced value as it is (a number stays a
     number); a reference inside a longer string is put in as text.  References may chain;
-    a cycle or a path that leads nowhere is a ConfigError naming both places.
+    a cycle (a value referring to itself or to a mapping or list holding it), a nested
+    reference (``${A.${B}}``) or a path that leads nowhere is a ConfigError naming the places.
+    References read what the files and overrides write: a key left to its declared
+    default is not there yet.
     """
     tree = cfg.to_dict()
-    done = {}
 
-    def lookup(path, seen):
-        if path in seen:
-            raise ConfigError(f'${{{path}}}: the references form a cycle ({" -> ".join([*seen, path])})')
-        node = tree
+    def lookup(path, chain):
+        """The resolved value at reference ``path``; ``chain`` holds the places being resolved (tuples of keys)."""
+        node, parts = tree, ()
         for part in path.split('.'):
             key = int(part) if part.isdigit() and isinstance(node, list) else part
             try:
                 node = node[key]
             except (KeyError, IndexError, TypeError):
-                raise ConfigError(f'${{{path}}} (in {seen[-1]}): the config has no {path}; fix the reference') from None
-        return resolve(node, [*seen, path])
+                raise ConfigError(
+                    f'${{{path}}} (in {_place(chain[-1])}): the config has no {path}; references read what the'
+                    ' files and overrides write, not the declared defaults: write the key there, or fix the reference'
+                ) from None
+            parts += (key,)
+        if any(place[: len(parts)] == parts for place in chain):  # itself, or a mapping or list holding it
+            cycle = ' -> '.join(_place(place) for place in [*chain, parts])
+            raise ConfigError(f'${{{path}}}: the references form a cycle ({cycle})')
+        return resolve(node, [*chain, parts])
 
-    def resolve(value, seen):
+    def resolve(value, chain):
+        """``value`` with its references resolved; it sits at ``chain[-1]``, reached through the rest of ``chain``."""
         if isinstance(value, dict):
-            return {k: resolve(v, [*seen[:-1], _child_path(seen[-1], k)]) for k, v in value.items()}
+            return {k: resolve(v, [*chain[:-1], chain[-1] + (k,)]) for k, v in value.items()}
         if isinstance(value, list):
-            return [resolve(v, [*seen[:-1], _child_path(seen[-1], i)]) for i, v in enumerate(value)]
+            return [resolve(v, [*chain[:-1], chain[-1] + (i,)]) for i, v in enumerate(value)]
         if not isinstance(value, str) or '${' not in value:
             return value
+        if NESTED_REFERENCE.search(value):
+            raise ConfigError(
+                f'{_place(chain[-1])}: {value!r} nests a reference inside another; nested references are not'
+                ' supported: write the inner path out'
+            )
         whole = REFERENCE.fullmatch(value.strip())
         if whole:
-            return lookup(whole.group(1).strip(), seen)
-        return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), seen)), value)
+            return lookup(whole.group(1).strip(), chain)
+        return REFERENCE.sub(lambda m: str(lookup(m.group(1).strip(), chain)), value)
 
-    for key in list(tree):
-        done[key] = resolve(tree[key], [key])
-    for key, value in done.items():
+    for key, value in {key: resolve(tree[key], [(key,)]) for key in tree}.items():
         cfg[key] = value
     return cfg

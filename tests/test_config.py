@@ -133,3 +133,35 @@ def test_references_resolve_after_overrides_keep_types_and_report_cycles():
         resolve_references(Config({'A': '${B}', 'B': '${A}'}))
     with pytest.raises(ConfigError, match=r'\$\{SOLVER.MAX_EPOCH\} \(in X\): the config has no SOLVER.MAX_EPOCH'):
         resolve_references(Config({'SOLVER': {'MAX_EPOCHS': 1}, 'X': '${SOLVER.MAX_EPOCH}'}))
+
+
+@pytest.mark.parametrize(
+    'data, match',
+    [
+        ({'SOLVER': {'EXTRA': {'A': '${SOLVER.EXTRA}'}}}, r'cycle \(SOLVER.EXTRA.A -> SOLVER.EXTRA\)'),
+        ({'SOLVER': {'H': [{'N': 1}, {'I': '${SOLVER.H}'}]}}, r'cycle \(SOLVER.H\[1\].I -> SOLVER.H\)'),
+        ({'X': '${SOLVER}', 'SOLVER': {'A': 'x_${X}'}}, r'cycle \(X -> SOLVER.A -> X\)'),
+        ({'L': ['${L.0}']}, r'cycle \(L\[0\] -> L\[0\]\)'),
+    ],
+)
+def test_a_reference_to_itself_or_a_container_holding_it_is_a_cycle(data, match):
+    """Walking into a referenced mapping kept only the child's place, so a reference back to it recursed forever."""
+    with pytest.raises(ConfigError, match=match):
+        resolve_references(Config(data))
+
+
+def test_references_into_a_sibling_of_a_referenced_mapping_resolve():
+    cfg = resolve_references(Config({'X': '${A}', 'A': {'B': '${A.C}', 'C': 1}}))
+    assert cfg.X.to_dict() == {'B': 1, 'C': 1} and cfg.A.B == 1
+
+
+def test_a_nested_reference_is_an_error_naming_the_key():
+    """The inner reference was put in and the outer one left as literal text (a file named log_${...}.txt)."""
+    cfg = Config({'SOLVER': {'KEYS': ['MAX_EPOCHS'], 'MAX_EPOCHS': 3, 'F': 'log_${SOLVER.${SOLVER.KEYS.0}}'}})
+    with pytest.raises(ConfigError, match=r'^SOLVER.F: .* nested references are not supported'):
+        resolve_references(cfg)
+
+
+def test_a_reference_to_a_missing_key_says_defaults_are_not_read():
+    with pytest.raises(ConfigError, match='references read what the files and overrides write, not the declared'):
+        resolve_references(Config({'SOLVER': {'A': '${SOLVER.NUM_WORKERS}'}}))
