@@ -27,12 +27,43 @@ REFERENCE = re.compile(r'\$\{([^${}]+)\}')
 ROOT_KEYS = ('ENV', 'SOLVER', 'IMPORTS')
 
 
-class YamlLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading numbers with an exponent as YAML 1.2 does: ``5e-4`` and ``1e3`` are floats.
+INT_TAG = 'tag:yaml.org,2002:int'
+FLOAT_TAG = 'tag:yaml.org,2002:float'
 
-    (YAML 1.1, which PyYAML implements, wants a dot and a signed exponent, ``5.0e-4``,
-    and reads ``5e-4`` as a string.)  A key written twice in one mapping is an error
-    (YAML would keep the last silently).
+
+class YamlResolver(yaml.resolver.Resolver):
+    """Which plain scalars are numbers: YAML 1.2's core schema, for the loader and the dumper alike.
+
+    PyYAML implements YAML 1.1, where ``5e-4`` is a string, ``010`` is octal 8 and ``30:00``
+    is base-60 1800.  Here numbers with an exponent and no dot are floats and integers are
+    decimal, ``0o`` octal or ``0x`` hexadecimal (``010`` is 10; ``30:00`` and ``1_000`` are
+    strings).  The dumper quotes every string this table reads as something else, so a
+    dumped config loads back equal.
+    """
+
+
+YamlResolver.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != INT_TAG]
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+}
+YamlResolver.add_implicit_resolver(
+    INT_TAG, re.compile(r'^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$'), list('-+0123456789')
+)
+YamlResolver.add_implicit_resolver(
+    FLOAT_TAG, re.compile(r'^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$'), list('-+0123456789.')
+)
+
+
+def _construct_int(loader, node):
+    """A YAML 1.2 integer: decimal even with leading zeros, ``0o`` octal, ``0x`` hexadecimal."""
+    text = loader.construct_scalar(node)
+    return int(text, 0) if text[:2] in ('0o', '0x') else int(text, 10)
+
+
+class YamlLoader(yaml.SafeLoader, YamlResolver):
+    """PyYAML's safe loader with YamlResolver's numbers.
+
+    A key written twice in one mapping is an error (YAML would keep the last silently).
     """
 
     def construct_mapping(self, node, deep=False):
@@ -54,16 +85,21 @@ class YamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-YamlLoader.add_implicit_resolver(
-    'tag:yaml.org,2002:float',
-    re.compile(r'^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$'),
-    list('-+0123456789.'),
-)
+YamlLoader.add_constructor(INT_TAG, _construct_int)
+
+
+class YamlDumper(getattr(yaml, 'CSafeDumper', yaml.SafeDumper), YamlResolver):  # type: ignore[misc]
+    """PyYAML's safe dumper (libyaml's when present: same text, faster) quoting by YamlResolver's table."""
 
 
 def load_yaml(stream):
     """YAML text (or a file object) to Python values, safely, numbers as YAML 1.2 reads them."""
     return yaml.load(stream, Loader=YamlLoader)
+
+
+def dump_yaml(value, **options):
+    """YAML text that ``load_yaml`` reads back as ``value``."""
+    return yaml.dump(value, Dumper=YamlDumper, sort_keys=False, allow_unicode=True, **options)
 
 
 def _child_path(path, key):
@@ -239,8 +275,7 @@ class Config:
 
     def dump(self) -> str:
         """YAML text that loads back to an equal config."""
-        dumper = getattr(yaml, 'CSafeDumper', yaml.SafeDumper)  # libyaml when present: same text, faster
-        return yaml.dump(self.to_dict(), Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        return dump_yaml(self.to_dict(), default_flow_style=False)
 
 
 def _recased(value, case):
@@ -359,8 +394,8 @@ def parse_override(text):
 
 
 def value_text(value: object) -> str:
-    """The override text that YAML reads back as ``value`` (``1e-05`` alone would read as a string)."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
+    """The override text (one line) that an override reads back as ``value``."""
+    text = dump_yaml(value, default_flow_style=True, width=1 << 20).strip()
     return text.removesuffix('...').strip()
 
 

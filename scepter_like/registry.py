@@ -20,9 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
-from scepter_like.config import Config
+from scepter_like.config import Config, value_text
 from scepter_like.errors import ConfigError, RegistryError, suggest
 
 NAME_KEY = 'NAME'
@@ -385,10 +383,7 @@ def render_config_template(name, para):
     for key, spec in para.items():
         value = spec.get('value')
         value = list(value) if isinstance(value, tuple) else value  # scepter writes some defaults as tuples
-        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
-        if text.endswith('\n...'):
-            text = text[:-4].strip()
-        text = text.removesuffix('...').strip()
+        text = value_text(value)
         desc = ' '.join(str(spec.get('description', '')).split())
         if spec.get('required'):
             desc = f'(required) {desc}'.strip()

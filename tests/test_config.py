@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from scepter_like.config import Config, apply_overrides, resolve_references
+from scepter_like.config import Config, apply_overrides, load_yaml, parse_override, resolve_references, value_text
 from scepter_like.errors import ConfigError
 
 
@@ -165,3 +165,25 @@ def test_a_nested_reference_is_an_error_naming_the_key():
 def test_a_reference_to_a_missing_key_says_defaults_are_not_read():
     with pytest.raises(ConfigError, match='references read what the files and overrides write, not the declared'):
         resolve_references(Config({'SOLVER': {'A': '${SOLVER.NUM_WORKERS}'}}))
+
+
+TRICKY_STRINGS = ['2e5', '1e-3', '.5', 'null', 'true', '010', '0o10', '0x1F', '30:00', 'yes', 'NO', '~', '', '.inf']
+
+
+def test_dump_quotes_every_string_the_loader_reads_as_something_else(tmp_path):
+    """The stock dumper wrote '2e5' and '1e-3' bare, which the loader reads as floats: config.yaml did not rerun."""
+    data = {'SOLVER': {'S': TRICKY_STRINGS, 'N': [1, 1.5, 1e-05, 2e5, None, True, 8]}}
+    text = Config(data).dump()
+    assert load_yaml(text) == data
+    assert Config(cfg_file=write(tmp_path / 'x.yaml', text)) == Config(data)
+    assert [parse_override(f'A={value_text(s)}')[1] for s in TRICKY_STRINGS] == TRICKY_STRINGS
+
+
+@pytest.mark.parametrize(
+    'text, value',
+    [('010', 10), ('0123', 123), ('0o10', 8), ('0x10', 16), ('-7', -7), ('30:00', '30:00'), ('1_000', '1_000')],
+)
+def test_integers_are_read_as_yaml_1_2_core_schema(text, value):
+    """YAML 1.1 read 010 as octal 8 and 30:00 as base-60 1800."""
+    assert load_yaml(f'A: {text}') == {'A': value}
+    assert parse_override(f'A={text}')[1] == value
