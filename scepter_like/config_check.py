@@ -3,7 +3,8 @@
 Each component config is resolved by its registry (unknown NAME or key, wrong type, a value
 out of its declared range: the usual one-line errors) and gets every default filled in,
 so the printed config is what a run would use.  Nested model parts (BACKBONE, LOSS, ...)
-are resolved by MODELS or LOSSES, whichever holds their NAME.
+are resolved by MODELS or LOSSES, whichever holds their NAME; a NAME neither holds is the
+error a run gives when it builds the part.
 """
 
 import copy
@@ -25,22 +26,21 @@ def _registries():
     return SOLVERS, lists, singles, (MODELS, LOSSES)
 
 
-def _resolve_model(cfg, model_registries):
-    """Resolve ``cfg`` and, inside it, every mapping whose NAME one of ``model_registries`` holds."""
-    for registry in model_registries:
-        if isinstance(cfg.get('NAME'), str) and cfg.NAME in registry:
-            registry.resolve(cfg)
-            break
-    for value in cfg.values():
+def _resolve_model(cfg, model_registries, where):
+    """Resolve ``cfg`` (at ``where``) and, inside it, every mapping with a NAME, by the registry holding it."""
+    registry = next((r for r in model_registries if isinstance(cfg, Config) and cfg.get('NAME') in r), None)
+    (registry or model_registries[0]).resolve(cfg, where)
+    for key, value in cfg.items():
         if isinstance(value, Config) and 'NAME' in value:
-            _resolve_model(value, model_registries)
+            _resolve_model(value, model_registries, cfg.path_of(key))
 
 
 def _resolve_data(cfg, mode):
-    from scepter_like.data.loader import LOADER_PARA_DICT, check_data_keys, resolve_loader_keys
+    from scepter_like.data.loader import LOADER_PARA_DICT, check_data_keys, check_data_mapping, resolve_loader_keys
     from scepter_like.data.registry import DATASETS
     from scepter_like.transform.registry import resolve_pipeline
 
+    check_data_mapping(cfg, mode)
     loader = resolve_loader_keys(cfg, mode)
     resolve_pipeline(loader.TRANSFORMS, loader.path_of('TRANSFORMS'))
     dataset = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
@@ -64,19 +64,19 @@ def checked_config(cfg):
     resolve_env(solver_cfg)
     compile_settings(solver_cfg)
     for key, registry in lists.items():
-        for entry in solver_cfg.get(key) or []:
-            registry.resolve(entry)
+        for index, entry in enumerate(solver_cfg.get(key) or []):
+            registry.resolve(entry, f'{solver_cfg.path_of(key)}[{index}]')
     for key, registry in singles.items():
         if solver_cfg.get(key) is not None:
-            registry.resolve(solver_cfg[key])
+            registry.resolve(solver_cfg[key], solver_cfg.path_of(key))
     phases = OptimizerPhases(solver_cfg)  # each later phase's keys, then its optimizer and scheduler
-    for optimizer, scheduler in zip(phases.optimizers[1:], phases.schedulers[1:]):
-        singles['OPTIMIZER'].resolve(optimizer)
+    for owner, optimizer, scheduler in list(zip(phases.owners, phases.optimizers, phases.schedulers))[1:]:
+        singles['OPTIMIZER'].resolve(optimizer, owner.path_of('OPTIMIZER'))
         if scheduler is not None:
-            singles['LR_SCHEDULER'].resolve(scheduler)
+            singles['LR_SCHEDULER'].resolve(scheduler, owner.path_of('LR_SCHEDULER'))
     if solver_cfg.get('MODEL') is not None:
-        _resolve_model(solver_cfg.MODEL, model_registries)
+        _resolve_model(solver_cfg.MODEL, model_registries, solver_cfg.path_of('MODEL'))
     for mode, key in DATA_KEYS.items():
-        if isinstance(solver_cfg.get(key), Config):
+        if solver_cfg.get(key) is not None:
             _resolve_data(solver_cfg[key], mode)
     return cfg

@@ -322,13 +322,18 @@ class Registry:
             )
         return self._entries[name]
 
-    def resolve(self, cfg):
-        """Look up ``cfg.NAME`` and fill / check its keys; returns (obj, cfg as a Config)."""
+    def resolve(self, cfg, where: str | None = None):
+        """Look up ``cfg.NAME`` and fill / check its keys; returns (obj, cfg as a Config).
+
+        ``where`` names the place of ``cfg`` in the whole config for the error when it is
+        not a mapping (a None or a word in a list carries no place of its own).
+        """
+        where = where or self.name
         if cfg is None:
-            raise ConfigError(f'{self.name}: a config with a NAME is needed, got nothing')
+            raise ConfigError(f'{where}: a mapping with NAME (a {self.name} entry) is needed, got nothing')
         if not isinstance(cfg, Config):
             if not isinstance(cfg, dict):
-                raise ConfigError(f'{self.name}: expected a mapping with NAME, got {cfg!r}')
+                raise ConfigError(f'{where}: expected a mapping with NAME (a {self.name} entry), got {cfg!r}')
             cfg = Config(cfg)
         if NAME_KEY not in cfg:
             glued = next((k for k in cfg.keys() if isinstance(k, str) and k.startswith(f'{NAME_KEY}:')), None)
@@ -348,9 +353,9 @@ class Registry:
         resolve_params(cfg, para, owner, strict)
         return obj, cfg
 
-    def build(self, cfg: Any, logger: Any = None, **kwargs: Any) -> Any:
-        """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled."""
-        obj, cfg = self.resolve(cfg)
+    def build(self, cfg: Any, logger: Any = None, *, where: str | None = None, **kwargs: Any) -> Any:
+        """Build ``cfg.NAME`` as ``obj(cfg, logger=logger, **kwargs)`` with defaults filled (``where``: as resolve)."""
+        obj, cfg = self.resolve(cfg, where)
         _check_call(obj, cfg, logger, kwargs, f'{self.name}.{cfg[NAME_KEY]}')
         built = obj(cfg, logger=logger, **kwargs)
         _label(built, f'{cfg[NAME_KEY]} ({cfg.path})' if cfg.path else str(cfg[NAME_KEY]))

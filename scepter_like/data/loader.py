@@ -196,10 +196,15 @@ def warn_scepter_train_order(cfg, mode, logger):
         )
 
 
-def build_data(cfg, mode, dist_info, seed, logger=None):
-    """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
+def check_data_mapping(cfg, mode):
+    """A data config is a mapping: a word or a list is a ConfigError (a run's and ``--print-config``'s)."""
     if not isinstance(cfg, Config):
         raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
+
+
+def build_data(cfg, mode, dist_info, seed, logger=None):
+    """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
+    check_data_mapping(cfg, mode)
     warn_scepter_train_order(cfg, mode, logger)
     loader_cfg = resolve_loader_keys(cfg, mode)
     for key in LOADER_PARA_DICT:

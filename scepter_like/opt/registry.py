@@ -8,13 +8,14 @@ OPTIMIZERS = Registry('OPTIMIZERS')
 LR_SCHEDULERS = Registry('LR_SCHEDULERS')
 
 
-def build_attached(registry, scepter_base, cfg, target, keyword, logger=None):
+def build_attached(registry, scepter_base, cfg, target, keyword, logger=None, where=None):
     """The entry ``cfg`` names in ``registry``, attached to ``target`` (the parameters, or the optimizer).
 
     This project's entries take ``target`` as the keyword ``keyword``; scepter's, subclasses
-    of ``scepter_base``, are built from the config and then called with ``target``.
+    of ``scepter_base``, are built from the config and then called with ``target``.  ``where``
+    names the place of ``cfg`` (``Registry.resolve``).
     """
-    entry, cfg = registry.resolve(cfg)
+    entry, cfg = registry.resolve(cfg, where)
     if inspect.isclass(entry) and issubclass(entry, scepter_base):
         return registry.build(cfg, logger=logger)(target)
     return registry.build(cfg, logger=logger, **{keyword: target})

@@ -129,6 +129,7 @@ class OptimizerPhases:
         self.optimizers: list[Config | None] = [solver_cfg.OPTIMIZER]
         self.schedulers: list[Config | None] = [solver_cfg.LR_SCHEDULER]
         self.starts: list[tuple[str, int]] = [('step', 0)]  # (kind, value) per phase
+        self.owners: list[Config] = [solver_cfg]  # the mapping holding each phase's OPTIMIZER (for errors)
         entries = solver_cfg.OPTIMIZER_PHASES or []
         if entries and solver_cfg.OPTIMIZER is None:
             raise ConfigError(f'{solver_cfg.path_of("OPTIMIZER_PHASES")}: later phases need a first SOLVER.OPTIMIZER')
@@ -144,6 +145,7 @@ class OptimizerPhases:
             if (phase.AT_STEP > 0) == (phase.AT_EPOCH > 0):
                 raise ConfigError(f'{phase.path}: give exactly one of AT_STEP and AT_EPOCH (a positive number)')
             self.starts.append(('step', phase.AT_STEP) if phase.AT_STEP else ('epoch', phase.AT_EPOCH))
+            self.owners.append(phase)
             self.optimizers.append(phase.OPTIMIZER)
             self.schedulers.append(phase.LR_SCHEDULER)
 
@@ -152,9 +154,11 @@ class OptimizerPhases:
 
     def build(self, index: int, params: list[torch.nn.Parameter], logger: Any = None) -> tuple[Any, Any]:
         """(optimizer, LR scheduler or None) of phase ``index`` over ``params``."""
-        optimizer = build_optimizer(self.optimizers[index], params, logger)
-        scheduler_cfg = self.schedulers[index]
-        scheduler = build_lr_scheduler(scheduler_cfg, optimizer, logger) if scheduler_cfg is not None else None
+        owner, scheduler_cfg = self.owners[index], self.schedulers[index]
+        optimizer = build_optimizer(self.optimizers[index], params, logger, owner.path_of('OPTIMIZER'))
+        scheduler = None
+        if scheduler_cfg is not None:
+            scheduler = build_lr_scheduler(scheduler_cfg, optimizer, logger, owner.path_of('LR_SCHEDULER'))
         return optimizer, scheduler
 
     def start_step(self, index: int, epoch_steps: int) -> int:

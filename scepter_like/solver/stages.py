@@ -121,10 +121,10 @@ def build_hooks(cfg, logger):
         entries = cfg[HOOK_KEYS[mode]] or []
         if not isinstance(entries, list):
             raise ConfigError(f'{cfg.path_of(HOOK_KEYS[mode])}: expected a list of hook configs')
-        hooks = [HOOKS.build(entry, logger=logger) for entry in entries]
+        places = [f'{cfg.path_of(HOOK_KEYS[mode])}[{index}]' for index in range(len(entries))]
+        hooks = [HOOKS.build(entry, logger=logger, where=where) for entry, where in zip(entries, places)]
         for index, hook in enumerate(hooks):
-            where = getattr(entries[index], 'path', '') or f'{cfg.path_of(HOOK_KEYS[mode])}[{index}]'
-            check_stage_methods(hook, where, logger)
+            check_stage_methods(hook, places[index], logger)
             keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
         hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
     warn_hooks_meant_before_the_update(hooks_dict['train'], logger)

@@ -89,6 +89,11 @@ def _import_one(name, base_dir):
 def _load(name, base_dir):
     if _is_path(name):
         path = _file_path(name, base_dir)
+        if os.path.isdir(path):
+            raise ConfigError(
+                f'IMPORTS: {name!r} is a folder; give a .py file, or the package by its module name with the folder'
+                ' above it on PYTHONPATH'
+            )
         if not os.path.isfile(path):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
         loaded = module_of_file(path)

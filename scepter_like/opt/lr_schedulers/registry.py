@@ -11,6 +11,6 @@ from scepter_like.opt.registry import LR_SCHEDULERS, build_attached
 __all__ = ['LR_SCHEDULERS', 'build_lr_scheduler']
 
 
-def build_lr_scheduler(cfg, optimizer, logger=None):
-    """The LR scheduler ``cfg`` names, attached to ``optimizer``, whichever shape its entry has."""
-    return build_attached(LR_SCHEDULERS, BaseScheduler, cfg, optimizer, 'optimizer', logger)
+def build_lr_scheduler(cfg, optimizer, logger=None, where=None):
+    """The LR scheduler ``cfg`` (at ``where``) names, attached to ``optimizer``, whichever shape its entry has."""
+    return build_attached(LR_SCHEDULERS, BaseScheduler, cfg, optimizer, 'optimizer', logger, where)

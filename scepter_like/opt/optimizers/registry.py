@@ -11,6 +11,6 @@ from scepter_like.opt.registry import OPTIMIZERS, build_attached
 __all__ = ['OPTIMIZERS', 'build_optimizer']
 
 
-def build_optimizer(cfg, parameters, logger=None):
-    """The optimizer ``cfg`` names over ``parameters``, whichever shape its entry has."""
-    return build_attached(OPTIMIZERS, BaseOptimize, cfg, parameters, 'params', logger)
+def build_optimizer(cfg, parameters, logger=None, where=None):
+    """The optimizer ``cfg`` (at ``where``) names over ``parameters``, whichever shape its entry has."""
+    return build_attached(OPTIMIZERS, BaseOptimize, cfg, parameters, 'params', logger, where)
