@@ -412,15 +412,19 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         node = cfg
         for i, part in enumerate(parts[:-1]):
             node = _step(node, part, parts[: i + 1], text)
-        last = parts[-1]
+        last, dotted = parts[-1], '.'.join(map(str, parts))
         if append:
             target = node[last] if isinstance(node, list) and isinstance(last, int) and last < len(node) else None
             if isinstance(node, Config):
                 target = node.get(last)
-            if not isinstance(target, list):
+            if isinstance(node, Config) and last not in node:  # its declared default is not known here
+                whole = value_text(value if isinstance(value, list) else [value])
                 raise ConfigError(
-                    f"override '{text}': += appends to a list, and {'.'.join(map(str, parts))} is not one"
+                    f"override '{text}': the file does not write {dotted}, so += has no list to append to (a declared"
+                    f' default is not known here); set it whole: {dotted}={whole}'
                 )
+            if not isinstance(target, list):
+                raise ConfigError(f"override '{text}': += appends to a list, and {dotted} is not one")
             if isinstance(value, list):  # a list extends, as Python's += does
                 target.extend(value)
             else:

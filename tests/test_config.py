@@ -187,3 +187,12 @@ def test_integers_are_read_as_yaml_1_2_core_schema(text, value):
     """YAML 1.1 read 010 as octal 8 and 30:00 as base-60 1800."""
     assert load_yaml(f'A: {text}') == {'A': value}
     assert parse_override(f'A={text}')[1] == value
+
+
+def test_appending_to_a_list_the_file_does_not_write_says_how_to_set_it_whole():
+    """It said 'SOLVER.EVAL_HOOKS is not one', as if the key held something else."""
+    with pytest.raises(
+        ConfigError,
+        match=r'the file does not write SOLVER.EVAL_HOOKS.* set it whole: SOLVER.EVAL_HOOKS=\[\{NAME: T\}\]',
+    ):
+        apply_overrides(Config({'SOLVER': {'NAME': 'S'}}), ['SOLVER.EVAL_HOOKS+={NAME: T}'])
