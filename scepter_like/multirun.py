@@ -15,6 +15,7 @@ A tracker hook in the config (MLflowLogHook, WandbLogHook) gets one parent for t
 after its folder (``SweepTracking``, solver/hooks/tracking/sweep.py; docs/tracking.md).
 """
 
+import copy
 import csv
 import hashlib
 import io
@@ -26,6 +27,7 @@ import sys
 import time
 
 from scepter_like.cli import tool_command
+from scepter_like.config import Config, apply_overrides, resolve_references
 from scepter_like.errors import ConfigError
 from scepter_like.utils.checkpoint import atomic_write_text
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
@@ -156,7 +158,28 @@ def base_config(args, sweeps):
 
     fixed = [f'{k}={values[0]}' for k, values in sweeps if len(values) == 1]
     cfg = load_config(argparse.Namespace(**{**vars(args), 'overrides': fixed}))
+    check_work_dir_unswept(Config(cfg_file=args.cfg), fixed, sweeps)
     return cfg, cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value']
+
+
+def check_work_dir_unswept(raw, fixed, sweeps):
+    """A WORK_DIR that refers (through any chain of ``${...}``) to a swept key is an error, as sweeping WORK_DIR is.
+
+    The sweep has one WORK_DIR, holding every run's folder and the summary; it would be
+    resolved once, with the unswept value of the key.  ``raw``: the config file's, unresolved.
+    """
+    apply_overrides(raw, fixed)
+    for key, values in sweeps:
+        dirs = {
+            resolve_references(apply_overrides(copy.deepcopy(raw), [f'{key}={value}'])).SOLVER.get('WORK_DIR')
+            for value in values
+        }
+        if len(dirs) > 1:
+            raise ConfigError(
+                f'-m {key}={",".join(values)}: SOLVER.WORK_DIR refers to the swept {key}, but a sweep has one'
+                ' WORK_DIR (each run gets WORK_DIR/<overrides>/, named after the swept values): take the'
+                ' reference out of WORK_DIR'
+            )
 
 
 def run_multirun(args, tool):

@@ -5,6 +5,7 @@ import csv
 import pytest
 from conftest import DIGITS_CFG, run_cli, run_tool
 
+from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.multirun import expand_grid, parse_sweeps, run_name, split_values
 
@@ -78,3 +79,14 @@ def test_sweep_parsing_and_folder_names():
     for bad in ('A.B=1,,2', 'A.B=', 'SOLVER.WORK_DIR=a,b'):
         with pytest.raises(ConfigError):
             parse_sweeps([bad])
+
+
+def test_a_work_dir_referring_to_a_swept_key_is_an_error():
+    """WORK_DIR was resolved once, with the unswept value: every run of MAX_EPOCHS=1,2 went under wd/e3/."""
+    from scepter_like.multirun import check_work_dir_unswept
+
+    raw = {'SOLVER': {'MAX_EPOCHS': 3, 'TAG': 'e${SOLVER.MAX_EPOCHS}'}}
+    fixed = ['SOLVER.WORK_DIR=wd/${SOLVER.TAG}']
+    with pytest.raises(ConfigError, match=r'^-m SOLVER.MAX_EPOCHS=1,2: SOLVER.WORK_DIR refers to the swept'):
+        check_work_dir_unswept(Config(raw), fixed, parse_sweeps([*fixed, 'SOLVER.MAX_EPOCHS=1,2']))
+    check_work_dir_unswept(Config(raw), fixed, parse_sweeps([*fixed, 'SOLVER.LR=1,2']))  # an unreferenced sweep
