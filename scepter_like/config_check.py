@@ -53,7 +53,7 @@ def _resolve_data(cfg, mode):
 
 def checked_config(cfg):
     """A copy of ``cfg`` (a root Config) with every component resolved; raises the usual ConfigErrors."""
-    from scepter_like.solver.base_solver import DATA_KEYS
+    from scepter_like.data.loader import DATA_KEYS
     from scepter_like.solver.compile import compile_settings
     from scepter_like.solver.environment import resolve_env
     from scepter_like.solver.optimization import OptimizerPhases

@@ -24,6 +24,8 @@ from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
 from scepter_like.utils.file_system import check_local_file_system
 
+DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}  # SOLVER's data config of each mode
+
 LOADER_PARA_DICT = {
     'BATCH_SIZE': {'value': 32, 'description': 'samples per batch on each rank', 'min': 1},
     'NUM_WORKERS': {'value': 0, 'description': 'DataLoader worker processes (0: load in the main process)', 'min': 0},

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scepter_like.data.loader import build_data, check_splits_agree
+from scepter_like.data.loader import DATA_KEYS, build_data, check_splits_agree
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.registry import MODELS
@@ -61,7 +61,6 @@ from scepter_like.utils.distributed import broadcast_object
 from scepter_like.utils.dtypes import DTYPES, default_dtype
 from scepter_like.utils.scalars import is_scalar
 
-DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}
 _CPU = torch.device('cpu')  # the device of a run without torch.distributed (one object, not one per step)
 
 

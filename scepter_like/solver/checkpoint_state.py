@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import torch
 
 from scepter_like.about import __version__
-from scepter_like.data.loader import check_splits_agree
+from scepter_like.data.loader import DATA_KEYS, check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
 from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
@@ -164,8 +164,6 @@ def take_class_names(solver, recorded, source):
     """The model takes the class names its weights ``source`` were trained on (``recorded``: their description's
     ``classes``; None: unnamed), else the train data's, so its checkpoints and exports record them; data that
     numbers its classes otherwise is a ConfigError (``check_splits_agree``)."""
-    from scepter_like.solver.base_solver import DATA_KEYS  # (base_solver imports this module)
-
     where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
     check_splits_agree(solver.datas, where, (recorded, source))
     train = solver.datas.get('train')

@@ -22,9 +22,9 @@ import os
 import numpy as np
 
 from scepter_like.config import Config
+from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
-from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.checkpoint_state import take_class_names
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_write, load_state_dict_checked, load_weights_and_description

@@ -4,10 +4,11 @@ import os
 
 import torch
 
+from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.base import Metric, checked_metric
 from scepter_like.metric.whole_pass import PassCollector, WholePassMetric
-from scepter_like.solver.base_solver import DATA_KEYS, BaseSolver
+from scepter_like.solver.base_solver import BaseSolver
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_torch_save
 

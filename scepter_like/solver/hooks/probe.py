@@ -30,50 +30,7 @@ from scepter_like.errors import DataError
 from scepter_like.solver.hooks.hook import PRIORITY_PROBE, Hook, SolverSurface
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
-from scepter_like.utils.probe import ProbeData
-
-_CHANNELS = (1, 3, 4)
-
-
-class ProbeImage:
-    """Marks a tensor / array as an image (or a batch of images) for ProbeDataHook.
-
-    Layouts: HxW, HxWxC, CxHxW (C in 1, 3, 4) and NxCxHxW / NxHxWxC batches.  uint8 is
-    written as is; other dtypes are mapped from VALUE_RANGE (default 0..1) to 0..255 and clipped.
-    """
-
-    def __init__(self, data, value_range=(0.0, 1.0)):
-        self.data = data
-        self.value_range = value_range
-
-    def to_uint8_images(self, name):
-        """(list of HxW / HxWxC uint8 arrays, whether the data was a batch)."""
-        arr = self.data.detach().cpu().numpy() if isinstance(self.data, torch.Tensor) else np.asarray(self.data)
-        if arr.ndim in (2, 3):
-            return [_to_uint8(_hwc(arr, name), self.value_range)], False
-        if arr.ndim == 4:
-            return [_to_uint8(_hwc(a, name), self.value_range) for a in arr], True
-        raise DataError(f'probe {name!r}: an image must be HxW, HxWxC, CxHxW or a batch of them, got {arr.shape}')
-
-
-def _hwc(arr, name):
-    if arr.ndim == 2:
-        return arr
-    if arr.shape[-1] in _CHANNELS:
-        hwc = arr
-    elif arr.shape[0] in _CHANNELS:
-        hwc = arr.transpose(1, 2, 0)
-    else:
-        raise DataError(f'probe {name!r}: no channel axis of size 1, 3 or 4 in image shape {arr.shape}')
-    return hwc[..., 0] if hwc.shape[-1] == 1 else hwc
-
-
-def _to_uint8(arr, value_range):
-    if arr.dtype == np.uint8:
-        return arr
-    lo, hi = value_range
-    scaled = (arr.astype(np.float64) - lo) / (hi - lo) * 255.0
-    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+from scepter_like.utils.probe import ProbeData, ProbeImage  # ProbeImage: where users import it from
 
 
 def _safe_name(name):
