@@ -45,6 +45,7 @@ from scepter_like.errors import ConfigError, DataError, ModelError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.registry import MODELS
+from scepter_like.utils.log_values import LINE_KEYS
 
 RESERVED_PREFIXES = ('loss', 'weight_')  # the loss terms; the weights a loss aggregator logs beside them
 
@@ -52,8 +53,6 @@ RESERVED_PREFIXES = ('loss', 'weight_')  # the loss terms; the weights a loss ag
 def reserved_names():
     """The keys a train log line (and ``metrics.jsonl``) writes beside the step's outputs: a parameter so named
     would print twice, or be hidden (``lr``)."""
-    from scepter_like.solver.hooks.log import LINE_KEYS
-
     words = [key.split('/')[0] for key in LINE_KEYS]  # samples/s: samples
     return tuple(dict.fromkeys([*words, 'grad_norm']))
 

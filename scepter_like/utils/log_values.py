@@ -5,7 +5,12 @@ import numbers
 import time
 from collections import OrderedDict
 
-__all__ = ['LogAgg', 'as_time', 'time_since']
+__all__ = ['LINE_KEYS', 'LogAgg', 'as_time', 'time_since']
+
+# The keys a train line writes itself, beside the step's scalars (the model's outputs, grad_norm): a scalar of
+# one of these names would be shown twice or, for lr, hidden in metrics.jsonl (PhysicsInformedModel refuses
+# PARAMETERS of these names).  Keep in step with LogHook._write_line.
+LINE_KEYS = ('epoch', 'iter', 'step', 'lr', 'time', 'data', 'samples/s', 'FLOP/s', 'eta', 'mem')
 
 
 class LogAgg:

@@ -30,11 +30,6 @@ from scepter_like.utils.logger import LineWriter
 from scepter_like.utils.progress_bar import ProgressBar, format_hms, live_display
 from scepter_like.utils.scalars import ScalarSums
 
-# The keys a train line writes itself, beside the step's scalars (the model's outputs, grad_norm): a scalar of
-# one of these names would be shown twice or, for lr, hidden in metrics.jsonl (PhysicsInformedModel refuses
-# PARAMETERS of these names).  Keep in step with _write_line.
-LINE_KEYS = ('epoch', 'iter', 'step', 'lr', 'time', 'data', 'samples/s', 'FLOP/s', 'eta', 'mem')
-
 
 @HOOKS.register_class()
 class LogHook(Hook):
