@@ -21,7 +21,7 @@ import tasks.pinn  # noqa: F401  (registers the PINN tasks)
 from scepter_like.cli import run
 from scepter_like.model.pinn import PhysicsInformedModel
 from scepter_like.model.registry import MODELS
-from scepter_like.solver.hooks.log import LINE_KEYS
+from scepter_like.utils.log_values import LINE_KEYS
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
 from tasks.pinn.burgers import NU, cole_hopf
 from tasks.pinn.heat import heat_solution
