@@ -42,6 +42,20 @@ def test_hook_model_metric_templates_build(capsys):
     assert METRICS.build(Config(data)).output_names() == ['accuracy']
 
 
+def test_a_template_builds_as_it_stands_or_marks_what_it_needs(capsys):
+    """Box's 3-D LOW beside a 2-D HIGH did not build; Normalize's empty MEAN / STD were not marked required."""
+    from scepter_like.data.geometry import GEOMETRIES
+
+    _, data = template_of(capsys, 'Box')
+    assert GEOMETRIES.build(Config(data)).dim == 3
+    text, _ = template_of(capsys, 'Normalize')
+    assert re.search(r'^MEAN: \[\]  # \(required\)', text, re.M) and re.search(
+        r'^STD: \[\]  # \(required\)', text, re.M
+    )
+    for name in ('ToTensor', 'Select', 'Rename'):
+        assert '(required)' in template_of(capsys, name)[0], name
+
+
 def test_optimizer_and_scheduler_templates_build_with_required_keys_filled(capsys):
     from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
 

@@ -393,7 +393,11 @@ def rectangle(cfg, logger=None):
 
 
 @GEOMETRIES.register_function(
-    'Box', para_dict={**_BOX_KEYS, 'LOW': {'value': [0.0, 0.0, 0.0], 'description': 'lower corner (any dimension)'}}
+    'Box',
+    para_dict={
+        'LOW': {'value': [0.0, 0.0, 0.0], 'description': 'lower corner (any dimension)'},
+        'HIGH': {'value': [1.0, 1.0, 1.0], 'description': 'upper corner (as many coordinates as LOW)'},
+    },
 )
 def box(cfg, logger=None):
     return Box(cfg.LOW, cfg.HIGH, cfg.path or 'GEOMETRY')

@@ -272,8 +272,8 @@ class Normalize(ImageTransform):
     """``(image - MEAN) / STD`` per channel, on the float tensor ImageToTensor gives (whatever the BACKEND)."""
 
     para_dict = {
-        'MEAN': {'value': [], 'description': 'per-channel means (as many as the image has channels)'},
-        'STD': {'value': [], 'description': 'per-channel standard deviations, none zero'},
+        'MEAN': {'value': [], 'required': True, 'description': 'per-channel means (as many as the image has channels)'},
+        'STD': {'value': [], 'required': True, 'description': 'per-channel standard deviations, none zero'},
     }
 
     def __init__(self, cfg, logger=None):

@@ -32,7 +32,9 @@ def to_numpy(value):
 class ToTensor:
     """Each key of KEYS as a tensor (arrays share memory; a Python or numpy number becomes a 0-d tensor)."""
 
-    para_dict = {'KEYS': {'value': [], 'type': (str, list), 'description': 'the sample keys to convert'}}
+    para_dict = {
+        'KEYS': {'value': [], 'required': True, 'type': (str, list), 'description': 'the sample keys to convert'}
+    }
 
     def __init__(self, cfg, logger=None):
         self.where = transform_name(cfg, self)
@@ -66,7 +68,7 @@ class Select:
     """A new sample of the KEYS only (and of ``meta``, META_KEYS of it, when they are given)."""
 
     para_dict = {
-        'KEYS': {'value': [], 'type': (str, list), 'description': 'the sample keys to keep'},
+        'KEYS': {'value': [], 'required': True, 'type': (str, list), 'description': 'the sample keys to keep'},
         'META_KEYS': {'value': [], 'description': "keys of the sample's meta dict to keep in meta"},
     }
 
@@ -91,8 +93,13 @@ class Rename:
     """INPUT_KEY[i] becomes OUTPUT_KEY[i]; the other keys stay as they are."""
 
     para_dict = {
-        'INPUT_KEY': {'value': [], 'type': (str, list), 'description': 'the keys to rename'},
-        'OUTPUT_KEY': {'value': [], 'type': (str, list), 'description': 'their new names, in the same order'},
+        'INPUT_KEY': {'value': [], 'required': True, 'type': (str, list), 'description': 'the keys to rename'},
+        'OUTPUT_KEY': {
+            'value': [],
+            'required': True,
+            'type': (str, list),
+            'description': 'their new names, in the same order',
+        },
     }
 
     def __init__(self, cfg, logger=None):
