@@ -1,6 +1,7 @@
 """--print-config refuses what a run refuses, and component errors name their place in the config."""
 
 import pytest
+from newcomer_support import own_logger_restored  # noqa: F401  (build_solver adds a console handler)
 import torch
 
 from scepter_like.cli import read_config
@@ -21,7 +22,10 @@ DIGITS = 'configs/cate_recognition/digits_mlp.yaml'
         ('SOLVER.MODEL.NAME=Clasifier', r"^SOLVER.MODEL.NAME: 'Clasifier' is not in registry MODELS"),
         ('SOLVER.MODEL=abc', r"^SOLVER.MODEL: expected a mapping with NAME \(a MODELS entry\), got 'abc'"),
         ('SOLVER.MODEL=[1]', r'^SOLVER.MODEL: expected a mapping with NAME \(a MODELS entry\), got \[1\]'),
-        ('SOLVER.TEST_DATA=abc', r"^test data config must be a mapping with NAME, got 'abc'"),
+        (
+            'SOLVER.TEST_DATA=abc',
+            r"^SOLVER.TEST_DATA: a data config is a mapping with NAME \(a DATASETS entry\), got 'abc'",
+        ),
         ('SOLVER.TRAIN_HOOKS.1=null', r'^SOLVER.TRAIN_HOOKS\[1\]: a mapping with NAME \(a HOOKS entry\) is needed'),
         ('SOLVER.TRAIN_HOOKS+=LogHook', r"^SOLVER.TRAIN_HOOKS\[5\]: expected a mapping with NAME .*got 'LogHook'"),
         ('SOLVER.OPTIMIZER=abc', r'^SOLVER.OPTIMIZER: expected a mapping with NAME \(an? OPTIMIZERS entry\)'),
@@ -41,6 +45,17 @@ def test_a_run_names_the_place_of_a_hook_or_optimizer_that_is_not_a_mapping():
     solver = Config({'SOLVER': {'OPTIMIZER': 'abc', 'LR_SCHEDULER': None, 'OPTIMIZER_PHASES': []}})
     with pytest.raises(ConfigError, match=r"^SOLVER.OPTIMIZER: expected a mapping with NAME .*got 'abc'"):
         OptimizerPhases(solver.SOLVER).build(0, [torch.nn.Parameter(torch.zeros(1))])
+
+
+def test_a_run_names_the_place_of_a_model_or_data_config_that_is_not_a_mapping(tmp_path):
+    from scepter_like import build_solver
+
+    for override, match in [
+        ('SOLVER.MODEL=abc', r"^SOLVER.MODEL: expected a mapping with NAME \(a MODELS entry\), got 'abc'"),
+        ('SOLVER.TEST_DATA=[1]', r'^SOLVER.TEST_DATA: a data config is a mapping with NAME .*got \[1\]'),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            build_solver(DIGITS, overrides=[override, f'SOLVER.WORK_DIR={tmp_path}'])
 
 
 def test_importing_a_folder_says_it_is_a_folder(tmp_path):

@@ -201,7 +201,9 @@ def warn_scepter_train_order(cfg, mode, logger):
 def check_data_mapping(cfg, mode):
     """A data config is a mapping: a word or a list is a ConfigError (a run's and ``--print-config``'s)."""
     if not isinstance(cfg, Config):
-        raise ConfigError(f'{mode} data config must be a mapping with NAME, got {cfg!r}')
+        raise ConfigError(
+            f'SOLVER.{DATA_KEYS[mode]}: a data config is a mapping with NAME (a DATASETS entry), got {cfg!r}'
+        )
 
 
 def build_data(cfg, mode, dist_info, seed, logger=None):

@@ -212,7 +212,7 @@ class BaseSolver(HookStages, ScepterProtocol):
     def construct_model(self) -> None:
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
-        self.model = MODELS.build(self.cfg.MODEL, logger=self.logger)
+        self.model = MODELS.build(self.cfg.MODEL, logger=self.logger, where=self.cfg.path_of('MODEL'))
         load_pretrained(self.model, self.cfg.MODEL, self.logger)
 
     def construct_metrics(self) -> None:
