@@ -1,8 +1,8 @@
 """--print-config refuses what a run refuses, and component errors name their place in the config."""
 
 import pytest
-from newcomer_support import own_logger_restored  # noqa: F401  (build_solver adds a console handler)
 import torch
+from newcomer_support import own_logger_restored  # noqa: F401  (build_solver adds a console handler)
 
 from scepter_like.cli import read_config
 from scepter_like.config import Config
