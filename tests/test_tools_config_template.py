@@ -102,6 +102,7 @@ def test_user_module_template_as_users_run_it(tmp_path):
         'NAME': 'ShadowNet',
         'PRETRAINED_MODEL': '',
         'PRETRAINED_STRICT': True,
+        'FREEZE': [],
         'WIDTH': 4,
     }
 

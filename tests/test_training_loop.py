@@ -491,3 +491,18 @@ def test_an_extra_key_hiding_a_model_output_of_other_values_is_named_once(tmp_pa
         "SOLVER.EXTRA_KEYS: ['logits'] are in the model outputs too, with other values; the metrics read"
         " the batch's, not the model's"
     ]  # once over two passes; the label the Classifier passes on is the same
+
+
+def test_freeze_keeps_the_named_parameters_out_of_training_and_a_typo_is_one_line(tmp_path):
+    cfg = blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w')
+    cfg['SOLVER']['MODEL']['FREEZE'] = ['backbone.0']  # the first layer, as a finetuning user fixes a stem
+    solver = build_solver(cfg)
+    before = {k: v.clone() for k, v in solver.unwrapped_model.state_dict().items()}
+    solver.solve()
+    after = solver.unwrapped_model.state_dict()
+    for key in before:
+        assert torch.equal(after[key], before[key]) == key.startswith('backbone.0.'), key
+    cfg['SOLVER']['MODEL']['FREEZE'] = ['backbone.7']
+    cfg['SOLVER']['WORK_DIR'] = str(tmp_path / 'typo')
+    with pytest.raises(ConfigError, match=r"^SOLVER.MODEL.FREEZE: 'backbone.7' names no parameter of the model \(its"):
+        build_solver(cfg)

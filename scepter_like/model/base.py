@@ -2,6 +2,9 @@
 
 import torch
 
+from scepter_like.errors import ConfigError
+from scepter_like.utils.checkpoint import load_pretrained
+
 
 def _without_pretrained(value):
     """A plain config (dicts, lists) without the PRETRAINED* keys at any level: what fixes a model, not its start."""
@@ -22,7 +25,8 @@ class BaseModel(torch.nn.Module):
     the tensors that the METRICS name in their ``KEYS``.
 
     ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
-    after building the model, so finetuning is one config key.
+    after building the model, so finetuning is one config key; then it freezes the
+    parameters ``FREEZE`` names (``prepare_model``).
 
     Every checkpoint and ``.safetensors`` export carries ``describe()``, from which
     ``from_description`` builds the model again without the training config (see
@@ -32,6 +36,11 @@ class BaseModel(torch.nn.Module):
     para_dict = {
         'PRETRAINED_MODEL': {'value': '', 'description': '.safetensors or .pth weights to load before training'},
         'PRETRAINED_STRICT': {'value': True, 'description': 'require the weights to fit the model exactly'},
+        'FREEZE': {
+            'value': [],
+            'description': 'parameter name prefixes (as named_parameters() names them, e.g. backbone.model.layer1)'
+            ' whose parameters stay as they are in training',
+        },
     }
     # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)
     COMPILE_INCOMPATIBLE = None
@@ -128,3 +137,26 @@ class BaseModel(torch.nn.Module):
         samples in another layout (MeshModel: the dataset's sample files) converts them here.
         """
         return arrays
+
+
+def prepare_model(model, model_cfg, logger):
+    """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE."""
+    load_pretrained(model, model_cfg, logger)
+    freeze_parameters(model, model_cfg)
+
+
+def freeze_parameters(model, model_cfg):
+    """Turn off the gradients of the parameters under each prefix of ``model_cfg.FREEZE`` (the optimizer then leaves
+    them out, and the run summary counts them frozen); a prefix naming no parameter (a typo) is a ConfigError."""
+    prefixes = model_cfg.get('FREEZE') or []
+    named = dict(model.named_parameters())
+    for prefix in prefixes:
+        under = [p for name, p in named.items() if name == prefix or name.startswith(f'{prefix}.')]
+        if not under:
+            tops = sorted({name.split('.')[0] for name in named})
+            raise ConfigError(
+                f'{model_cfg.path_of("FREEZE")}: {prefix!r} names no parameter of the model (its parameters are'
+                f' under {", ".join(tops)}; list them with model.named_parameters())'
+            )
+        for parameter in under:
+            parameter.requires_grad_(False)

@@ -37,6 +37,7 @@ import torch
 from scepter_like.data.loader import DATA_KEYS, build_data, check_splits_agree
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
+from scepter_like.model.base import prepare_model
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import checkpoint_state
 from scepter_like.solver.compile import compile_model, compile_settings
@@ -56,7 +57,7 @@ from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
 from scepter_like.solver.test_weights import TEST_WITH, weights_for_test
 from scepter_like.utils.blame import describe_caller
-from scepter_like.utils.checkpoint import load_pretrained, unwrap_model
+from scepter_like.utils.checkpoint import unwrap_model
 from scepter_like.utils.distributed import broadcast_object
 from scepter_like.utils.dtypes import DTYPES, default_dtype
 from scepter_like.utils.scalars import is_scalar
@@ -213,7 +214,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
         self.model = MODELS.build(self.cfg.MODEL, logger=self.logger, where=self.cfg.path_of('MODEL'))
-        load_pretrained(self.model, self.cfg.MODEL, self.logger)
+        prepare_model(self.model, self.cfg.MODEL, self.logger)
 
     def construct_metrics(self) -> None:
         entries = self.cfg.METRICS or []
