@@ -61,21 +61,23 @@ class AccuracyMetric(Metric):
 def check_class_labels(logits, label):
     """The class count of ``logits`` ([..., C], C >= 2) when ``label`` holds one integer class index per row;
     else a DataError naming the shapes and the fix.  Shapes and dtypes only: no wait for the device."""
-    shapes = f'the logits are {list(logits.shape)} and the labels {str(label.dtype).removeprefix("torch.")}'
-    shapes += f' {list(label.shape)}'
-    if logits.dim() < 2 or logits.shape[-1] < 2:
-        raise DataError(
-            f'AccuracyMetric: {shapes}; accuracy needs a score per class (2 or more): a model of one output is a'
-            ' regression (MSEMetric) or a one-logit binary classifier (give it OUT_DIM 2)'
-        )
-    classes = logits.shape[-1]
+    classes = logits.shape[-1] if logits.dim() >= 2 else 0
+    if classes < 2:
+        fix = 'accuracy needs a score per class (2 or more): a model of one output is a regression (MSEMetric) or a'
+        raise DataError(f'{_shapes(logits, label)}; {fix} one-logit binary classifier (give it OUT_DIM 2)')
     if label.shape == logits.shape:
         raise DataError(
-            f'AccuracyMetric: {shapes}, one-hot or class probabilities; it takes class indices [N]: save'
+            f'{_shapes(logits, label)}, one-hot or class probabilities; it takes class indices [N]: save'
             ' labels.argmax(1) instead (probabilities need a metric of your own that takes them)'
         )
     if label.numel() * classes != logits.numel():
-        raise DataError(f'AccuracyMetric: {shapes}; it takes one class index per row of logits')
+        raise DataError(f'{_shapes(logits, label)}; it takes one class index per row of logits')
     if label.is_floating_point():
-        raise DataError(f'AccuracyMetric: {shapes}; {INTEGER_LABELS}')
+        raise DataError(f'{_shapes(logits, label)}; {INTEGER_LABELS}')
     return classes
+
+
+def _shapes(logits, label):
+    """The start of an error line (made only for one: the checks run every step)."""
+    dtype = str(label.dtype).removeprefix('torch.')
+    return f'AccuracyMetric: the logits are {list(logits.shape)} and the labels {dtype} {list(label.shape)}'

@@ -39,7 +39,7 @@ class BaseModel(torch.nn.Module):
         'FREEZE': {
             'value': [],
             'description': 'parameter name prefixes (as named_parameters() names them, e.g. backbone.model.layer1)'
-            ' whose parameters stay as they are in training',
+            ' whose parameters stay as they are in training (BatchNorm statistics still update: FREEZE_BN)',
         },
     }
     # None, or the reason torch.compile must not be applied to this model (the solver then runs it eager)

@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import torch
 
 from scepter_like.data.loader import DATA_KEYS
@@ -26,10 +27,14 @@ def batch_value(batch, key):
 
 
 def _same_values(a, b):
-    """Whether two step values hold the same numbers (tensors compared on the same device and dtype)."""
+    """Whether two step values hold the same numbers (tensors compared on the same device and dtype; lists, numbers
+    and arrays by value)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and torch.equal(a.to(b.device, b.dtype), b)
-    return a is b
+    try:
+        return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
+    except (TypeError, ValueError):
+        return a is b
 
 
 def check_distinct_names(metrics, entries):

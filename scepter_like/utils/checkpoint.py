@@ -254,7 +254,8 @@ def load_state_dict_checked(model, state, source, strict=True, strict_key=None):
             + (f' or set {strict_key} false' if strict_key else '')
         )
     if shaped:
-        state = {k: v for k, v in state.items() if k not in set(shaped)}
+        kept_own = set(shaped)
+        state = {k: v for k, v in state.items() if k not in kept_own}
     model.load_state_dict(state, strict=strict)
     return missing, unexpected, shaped_text
 

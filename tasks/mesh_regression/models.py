@@ -102,9 +102,10 @@ class Normaliser(nn.Module):
         that does beyond float32 rounding (X the largest difference, Y it relative to the buffer's largest value)."""
         fresh = Normaliser(stats, self.per_channel, self.has_edges)
         found = []
-        for name, held in self.named_buffers():
-            gap = (fresh.get_buffer(name).double() - held.double()).abs().max().item()
-            size = max(held.double().abs().max().item(), 1e-12)
+        for name, buffer in self.named_buffers():
+            held = buffer.detach().double().cpu()  # compared where the fresh ones are (the model may be on a GPU)
+            gap = (fresh.get_buffer(name).double() - held).abs().max().item()
+            size = max(held.abs().max().item(), 1e-12)
             if gap > 1e-6 * size:
                 found.append(f'{name} by up to {gap:.4g} ({100 * gap / size:.3g} %)')
         return found

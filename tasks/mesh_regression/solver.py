@@ -14,8 +14,8 @@ TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR
 
 import os
 
+from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import ConfigError, DataError
-from scepter_like.solver.base_solver import DATA_KEYS
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.train_val_solver import TrainValSolver
 from tasks.mesh_regression.stats import STATS_FILE, mean_baseline_rmse, save_stats, shared_stats
