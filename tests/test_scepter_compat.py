@@ -1188,8 +1188,22 @@ def test_a_step_based_solve_of_scepters_diffusion_solver_ends_by_itself_at_max_s
             final = [('final run_eval', 'train')] if stop_at == 0 else []
             assert ends == [*final, ('after_all_iter', 'train'), ('after_solve', 'train')]
             solver.close()
+
+        @SOLVERS.register_class('CompatStepSolverTwice')
+        class StepSolverTwice(StepSolver):  # its run_train runs its parent's loop, then more steps of its own
+            def run_train(self):
+                super().run_train()
+                StepSolver.run_train(self)
+
+        StageRecord.stop_at, stages[:] = 3, []
+        cfg = blob_solver_cfg(npz, tmp_path / 'twice', hooks, NAME='CompatStepSolverTwice', MAX_STEPS=8)
+        solver = build_solver(cfg)
+        solver.solve()  # the stop ends both loops: after_all_iter once (each run_train had caught it)
+        assert [s for s in stages if s[0] != 'after_iter'] == [('after_all_iter', 'train'), ('after_solve', 'train')]
+        solver.close()
     finally:
         SOLVERS._entries.pop('CompatStepSolver', None)
+        SOLVERS._entries.pop('CompatStepSolverTwice', None)
         HOOKS._entries.pop('CompatStageRecord', None)
 
 

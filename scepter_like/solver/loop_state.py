@@ -48,6 +48,7 @@ class TrainingProgress:
         self.stop_reason: str | None = None  # set by request_stop: training ends at the next step boundary
         self.stop_signal = 0  # the signal every rank agreed to stop on (preemption.StopSignals)
         self.phase = 0  # the optimizer phase in use (SOLVER.OPTIMIZER_PHASES; the updater sets it)
+        self.in_run_train = False  # inside a subclass's run_train (scepter_protocol.ends_at_stop)
 
     # -- the data of an epoch ---------------------------------------------------------------
     @property

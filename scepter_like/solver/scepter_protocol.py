@@ -85,14 +85,20 @@ class StopOwnTrainLoop(BaseException):
 
 def ends_at_stop(run_train):
     """A subclass's own ``run_train`` ended by StopOwnTrainLoop returns after the train ``after_all_iter``, so
-    whatever calls it (``solve_train``, or scepter's ``solve()`` override calling ``self.run_train()``) goes on."""
+    whatever calls it (``solve_train``, or scepter's ``solve()`` override calling ``self.run_train()``) goes on.
+    Only the outermost ``run_train`` catches it: one that calls ``super().run_train()`` ends with it, once."""
 
     @functools.wraps(run_train)
     def run(self, *args, **kwargs):
+        if self.progress.in_run_train:
+            return run_train(self, *args, **kwargs)
+        self.progress.in_run_train = True
         try:
             return run_train(self, *args, **kwargs)
         except StopOwnTrainLoop:
             self.after_all_iter(self.hooks_dict['train'])
+        finally:
+            self.progress.in_run_train = False
 
     return run
 
