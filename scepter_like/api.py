@@ -23,7 +23,7 @@ import logging
 
 from scepter_like.cli import read_config
 from scepter_like.errors import ConfigError, UserError
-from scepter_like.utils.logger import LOGGER_NAME, get_logger, is_own_handler
+from scepter_like.utils.logger import LOGGER_NAME, attach_file_handler, get_logger, is_own_handler
 
 
 def build_solver(cfg, overrides=(), imports=(), logger=None):
@@ -102,7 +102,7 @@ class SolverSession:
         if self._fitted:
             raise UserError('fit() trains once per build_solver(); build a new solver to train again')
         self._fitted = True
-        solver = self.solver
+        solver = self._taking_its_log_file()
         with solver.stop_signals:
             solver.solve(**({'test': False} if _takes_test(solver.solve) else {}))
         return [dict(row) for row in self.history]
@@ -119,7 +119,7 @@ class SolverSession:
         """
         from scepter_like.solver.test_weights import weights_for_test
 
-        solver = self.solver
+        solver = self._taking_its_log_file()
         if 'test' not in solver.datas:
             raise ConfigError(f'{solver.cfg.path_of("TEST_DATA")}: test() needs TEST_DATA; add a test data config')
         hooks = solver.hooks_dict['test']
@@ -141,6 +141,13 @@ class SolverSession:
         Floating arrays are cast to the model's dtype (numpy's float64 too); see ``BaseSolver.predict``.
         """
         return self.solver.predict(inputs, batch_size=batch_size)
+
+    def _taking_its_log_file(self):
+        """The solver, its run's log file attached again if a later session set it aside (rank 0 has one)."""
+        handler = self.solver._file_handler  # (the session owns its solver's run)
+        if handler is not None:
+            attach_file_handler(self.solver.logger, handler)
+        return self.solver
 
     def close(self):
         """Write out pending records and detach the log file (again: nothing)."""

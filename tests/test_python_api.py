@@ -139,22 +139,25 @@ def test_twice_in_one_process_each_run_with_its_work_dir_rule(tmp_path, capsys, 
     again.close()
 
 
-def test_a_session_left_open_gives_up_its_log_file_to_the_next(tmp_path, capsys, monkeypatch):
+def test_a_session_left_open_sets_its_log_file_aside_for_the_next_and_takes_it_back(tmp_path, capsys, monkeypatch):
     """A notebook cell run again without close(): the first run's std_log.txt took the second run's lines."""
     from scepter_like import build_solver
 
     no_user_logging(monkeypatch)
     cfg = api_cfg(tmp_path, tmp_path / 'unused')
     first = build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "first"}'])
-    first.fit()  # and never closed
+    first.fit()  # and left open
     with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "second"}']) as second:
         second.fit()
+    first.test()  # the first session runs again: its own file takes its lines again
     first.close()
     with open(tmp_path / 'first' / 'std_log.txt', encoding='utf-8') as f:
-        assert str(tmp_path / 'second') not in f.read()
+        text = f.read()
+    assert str(tmp_path / 'second') not in text and 'INFO test ' in text
     with open(tmp_path / 'second' / 'std_log.txt', encoding='utf-8') as f:
-        assert 'INFO eval epoch 3/3' in f.read()
-    assert 'was not closed' in capsys.readouterr().out
+        text = f.read()
+    assert 'INFO eval epoch 3/3' in text and 'INFO test ' not in text
+    assert 'its session is open' in capsys.readouterr().out
 
 
 def test_a_level_the_program_set_is_kept_and_a_quiet_logger_says_what_the_log_file_misses(

@@ -77,16 +77,15 @@ def get_logger(name=LOGGER_NAME, rank=0, stream=None):
 def add_file_handler(logger, path):
     """Append the log to ``path`` (rank 0 only calls this); returns the handler to remove later.
 
-    One run's file at a time: the file of an earlier run in this process that was never closed (a notebook cell run
-    again) is detached, or it would take this run's lines too.  A level above INFO on ``logger`` (set to quiet a
-    notebook) would leave the file nearly empty: that is said, with the way to quiet only the console.
+    One run's file at a time (``attach_file_handler``): an earlier run of this process still open (a notebook cell
+    run again without close()) has its file set aside, or it would take this run's lines too.  A level above INFO
+    on ``logger`` (set to quiet a notebook) would leave the file nearly empty: that is said, with the way to quiet
+    only the console.
     """
-    for earlier in [h for h in logger.handlers if getattr(h, '_scepter_file', False)]:
-        logger.removeHandler(earlier)
-        earlier.close()
+    for other in _run_files(logger):
         logger.warning(
-            f'the run that logs to {earlier.baseFilename} was not closed (close() or a with block); its log file'
-            ' is detached so that it does not take the lines of the run starting now'
+            f'another run of this process logs to {other.baseFilename} (its session is open); that file is set aside'
+            ' while this run logs, and taken back when that session runs again (close sessions you are done with)'
         )
     if not logger.isEnabledFor(logging.INFO):
         logger.warning(
@@ -101,8 +100,22 @@ def add_file_handler(logger, path):
     same = console and isinstance(console[0], _Formatter) and console[0]._fmt == FORMAT  # rank 0: no prefix
     handler.setFormatter(console[0] if same else _Formatter(FORMAT, DATEFMT))
     handler.setLevel(logging.INFO)
-    logger.addHandler(handler)
+    attach_file_handler(logger, handler)
     return handler
+
+
+def attach_file_handler(logger, handler):
+    """Make ``handler`` (a run's log file) the one run file on ``logger``: any other is set aside, not closed (its
+    run attaches it again when it runs; its ``close`` closes it)."""
+    for other in _run_files(logger):
+        if other is not handler:
+            logger.removeHandler(other)
+    if handler not in logger.handlers:
+        logger.addHandler(handler)
+
+
+def _run_files(logger):
+    return [h for h in logger.handlers if getattr(h, '_scepter_file', False)]
 
 
 class LineWriter:
