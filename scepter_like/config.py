@@ -36,21 +36,25 @@ class YamlResolver(yaml.resolver.Resolver):
 
     PyYAML implements YAML 1.1, where ``5e-4`` is a string, ``010`` is octal 8 and ``30:00``
     is base-60 1800.  Here numbers with an exponent and no dot are floats and integers are
-    decimal, ``0o`` octal or ``0x`` hexadecimal (``010`` is 10; ``30:00`` and ``1_000`` are
-    strings).  The dumper quotes every string this table reads as something else, so a
+    decimal, ``0o`` octal or ``0x`` hexadecimal (``010`` is 10; ``30:00``, ``30:00.5``,
+    ``1_000`` and ``1_000.5`` are strings).  The dumper quotes every string this table reads as something else, so a
     dumped config loads back equal.
     """
 
 
 YamlResolver.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != INT_TAG]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (INT_TAG, FLOAT_TAG)]
     for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
 }
 YamlResolver.add_implicit_resolver(
     INT_TAG, re.compile(r'^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$'), list('-+0123456789')
 )
-YamlResolver.add_implicit_resolver(
-    FLOAT_TAG, re.compile(r'^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$'), list('-+0123456789.')
+YamlResolver.add_implicit_resolver(  # after the integers: a plain 10 is one
+    FLOAT_TAG,
+    re.compile(
+        r'^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$'
+    ),
+    list('-+0123456789.'),
 )
 
 

@@ -167,7 +167,23 @@ def test_a_reference_to_a_missing_key_says_defaults_are_not_read():
         resolve_references(Config({'SOLVER': {'A': '${SOLVER.NUM_WORKERS}'}}))
 
 
-TRICKY_STRINGS = ['2e5', '1e-3', '.5', 'null', 'true', '010', '0o10', '0x1F', '30:00', 'yes', 'NO', '~', '', '.inf']
+TRICKY_STRINGS = [
+    '2e5',
+    '1e-3',
+    '.5',
+    'null',
+    'true',
+    '010',
+    '0o10',
+    '0x1F',
+    '30:00',
+    'yes',
+    'NO',
+    '~',
+    '',
+    '.inf',
+    '1.',
+]
 
 
 def test_dump_quotes_every_string_the_loader_reads_as_something_else(tmp_path):
@@ -181,10 +197,22 @@ def test_dump_quotes_every_string_the_loader_reads_as_something_else(tmp_path):
 
 @pytest.mark.parametrize(
     'text, value',
-    [('010', 10), ('0123', 123), ('0o10', 8), ('0x10', 16), ('-7', -7), ('30:00', '30:00'), ('1_000', '1_000')],
+    [
+        ('010', 10),
+        ('0123', 123),
+        ('0o10', 8),
+        ('0x10', 16),
+        ('-7', -7),
+        ('30:00', '30:00'),
+        ('1_000', '1_000'),
+        ('30:00.5', '30:00.5'),
+        ('1_000.5', '1_000.5'),
+        ('-.5', -0.5),
+        ('1.', 1.0),
+    ],
 )
-def test_integers_are_read_as_yaml_1_2_core_schema(text, value):
-    """YAML 1.1 read 010 as octal 8 and 30:00 as base-60 1800."""
+def test_numbers_are_read_as_yaml_1_2_core_schema(text, value):
+    """YAML 1.1 read 010 as octal 8, 30:00 as base-60 1800 and 30:00.5 as 1800.5."""
     assert load_yaml(f'A: {text}') == {'A': value}
     assert parse_override(f'A={text}')[1] == value
 
