@@ -59,12 +59,20 @@ def test_image_list_reads_path_label_lines(folder, tmp_path):
     assert np.array_equal(np.asarray(ds[0]['img']), np.asarray(Image.open(samples[-1][0])))
 
 
-def test_a_list_line_without_a_label_is_one_error(folder, tmp_path):
+@pytest.mark.parametrize('bad', ['no label', 'missing file'])
+def test_a_bad_list_line_is_one_error_at_build_naming_the_line(folder, tmp_path, bad):
+    """A missing file was found epochs later by a worker, naming only the item, not the list file and its line."""
     root, samples = folder
-    (tmp_path / 'list.txt').write_text(f'{samples[0][0]} 0\n{samples[1][0]}\n')
+    line, says = {
+        'no label': (samples[1][0], 'has no label;'),
+        'missing file': (f'{root}/cta/011.png 1', 'no file'),
+    }[bad]
+    (tmp_path / 'list.txt').write_text(f'{samples[0][0]} 0\n# a comment\n{line}\n')
     with pytest.raises(DataError) as e:
         DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt')})
-    assert str(e.value).startswith(f"LIST_FILE: line 2 of {tmp_path / 'list.txt'} ('{samples[1][0]}') has no label;")
+    assert str(e.value).startswith(
+        f"LIST_FILE: line 3 of {tmp_path / 'list.txt'} ('{line}'){'' if bad == 'no label' else ':'} {says}"
+    )
 
 
 def test_a_truncated_image_names_the_file_and_the_item(tmp_path):
@@ -306,15 +314,6 @@ def test_weights_name_their_classes_and_data_numbered_otherwise_is_refused(folde
     del old[MODEL_DESCRIPTION_KEY]['classes']
     torch.save(old, ckpt)
     assert evaluate(ckpt, DATA_ROOT=str(val)).unwrapped_model.class_names is None
-
-
-def test_a_list_line_naming_a_missing_file_is_one_error_at_build(folder, tmp_path):
-    """Found when the dataset is built, naming the list file and its line, not when a worker reads the item."""
-    root, samples = folder
-    (tmp_path / 'list.txt').write_text(f'{samples[0][0]} 0\n# a comment\n{root}/cta/011.png 1\n')
-    with pytest.raises(DataError) as e:
-        DATASETS.build({'NAME': 'ImageListDataset', 'LIST_FILE': str(tmp_path / 'list.txt')})
-    assert str(e.value).startswith(f"LIST_FILE: line 3 of {tmp_path / 'list.txt'} ('{root}/cta/011.png 1'): no file")
 
 
 def test_hidden_folders_and_files_are_no_data(tmp_path):
