@@ -199,11 +199,9 @@ def test_images_left_as_pil_images_are_one_error_at_batching(folder):
         next(data.iterate())
 
 
-def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folder, tmp_path):
-    """A val folder without class_0 would number class_1 as 0: refused, unless every split gives CLASSES."""
+def split_lacking_a_class(folder, tmp_path):
+    """(train root, a val folder without class_0, the data config, a solver config training on the root)."""
     import shutil
-
-    from helpers import build_solver
 
     root, _ = folder
     val = tmp_path / 'val'
@@ -214,8 +212,18 @@ def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folde
     solver_cfg = {
         'NAME': 'TrainValSolver', 'WORK_DIR': str(tmp_path / 'w'), 'MAX_EPOCHS': 1, 'MODEL': model,
         'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1}, 'METRICS': [{'NAME': 'AccuracyMetric'}],
-        'TRAIN_DATA': dict(data, DATA_ROOT=root), 'EVAL_DATA': dict(data, DATA_ROOT=str(val)),
+        'TRAIN_DATA': dict(data, DATA_ROOT=root),
     }  # fmt: skip
+    return root, val, data, solver_cfg
+
+
+def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folder, tmp_path):
+    """A val folder without class_0 would number class_1 as 0: refused, unless every split gives CLASSES."""
+
+    from helpers import build_solver
+
+    root, val, data, solver_cfg = split_lacking_a_class(folder, tmp_path)
+    solver_cfg['EVAL_DATA'] = dict(data, DATA_ROOT=str(val))
     with pytest.raises(ConfigError, match=r"^SOLVER\.EVAL_DATA: its classes \['class_1', 'class_2'\] are numbered"):
         build_solver({'SOLVER': solver_cfg})
     classes = ['class_0', 'class_1', 'class_2']
@@ -268,7 +276,6 @@ def test_weights_name_their_classes_and_data_numbered_otherwise_is_refused(folde
     """Without train data (run_eval, run_inference) a split lacking a class, or CLASSES in another order, would be
     measured against the wrong labels: the checkpoint names the train classes, and such data is refused."""
     import logging
-    import shutil
 
     from helpers import build_solver
 
@@ -276,17 +283,7 @@ def test_weights_name_their_classes_and_data_numbered_otherwise_is_refused(folde
     from scepter_like.solver.inference_solver import build_solver_with_weights
     from scepter_like.utils.checkpoint import MODEL_DESCRIPTION_KEY
 
-    root, _ = folder
-    val = tmp_path / 'val'
-    for name in ('class_1', 'class_2'):
-        shutil.copytree(os.path.join(root, name), val / name)
-    data = {'NAME': 'ImageFolderDataset', 'BATCH_SIZE': 4, 'TRANSFORMS': [{'NAME': 'ImageToTensor'}]}
-    model = {'NAME': 'Classifier', 'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 768, 'HIDDEN_DIMS': [8], 'OUT_DIM': 3}}
-    solver_cfg = {
-        'NAME': 'TrainValSolver', 'WORK_DIR': str(tmp_path / 'w'), 'MAX_EPOCHS': 1, 'MODEL': model,
-        'OPTIMIZER': {'NAME': 'SGD', 'LEARNING_RATE': 0.1}, 'METRICS': [{'NAME': 'AccuracyMetric'}],
-        'TRAIN_DATA': dict(data, DATA_ROOT=root),
-    }  # fmt: skip
+    root, val, data, solver_cfg = split_lacking_a_class(folder, tmp_path)
     trainer = build_solver({'SOLVER': solver_cfg})
     classes = ['class_0', 'class_1', 'class_2']
     ckpt = str(tmp_path / 'ckpt.pth')
