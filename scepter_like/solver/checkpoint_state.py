@@ -162,13 +162,15 @@ def load_checkpoint_file(path):
 
 def take_class_names(solver, recorded, source):
     """The model takes the class names its weights ``source`` were trained on (``recorded``: their description's
-    ``classes``; None: unnamed), else the train data's, so its checkpoints and exports record them; data that
-    numbers its classes otherwise is a ConfigError (``check_splits_agree``)."""
-    where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
-    check_splits_agree(solver.datas, where, (recorded, source))
-    train = solver.datas.get('train')
-    if recorded is None and train is not None:
-        recorded = train.classes
+    ``classes``; None: unnamed), else the train data's, so its checkpoints and exports record them.  Data that
+    numbers its classes otherwise than recorded names is a ConfigError (``check_splits_agree``; against the train
+    data's, ``construct_data`` has checked the splits already)."""
+    if recorded is None:
+        train = solver.datas.get('train')
+        recorded = train.classes if train is not None else None
+    else:
+        where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
+        check_splits_agree(solver.datas, where, (recorded, source))
     solver.unwrapped_model.class_names = recorded
 
 
