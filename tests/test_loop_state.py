@@ -186,6 +186,41 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
     assert build_solver(cfg).resumed_from.endswith('checkpoint-epoch-1.pth')
 
 
+@pytest.mark.parametrize('launcher', ['torchrun-static', 'torchrun-rdzv', 'slurm'])
+def test_a_restart_resumes_its_own_jobs_checkpoints_and_refuses_another_runs(blobs, tmp_path, monkeypatch, launcher):
+    """An elastic restart or a requeue resumes by itself, but only the checkpoints its own job wrote: a job refused
+    another run's WORK_DIR is refused it again when restarted, instead of training on that run."""
+    from scepter_like.errors import ConfigError
+
+    counter, ids = {
+        'torchrun-static': ('TORCHELASTIC_RESTART_COUNT', {'TORCHELASTIC_RUN_ID': 'none'}),
+        'torchrun-rdzv': ('TORCHELASTIC_RESTART_COUNT', {'TORCHELASTIC_RUN_ID': 'job-7'}),
+        'slurm': ('SLURM_RESTART_COUNT', {'SLURM_JOB_ID': '7'}),
+    }[launcher]
+    for name in ('TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_RUN_ID', 'SLURM_RESTART_COUNT', 'SLURM_JOB_ID'):
+        monkeypatch.delenv(name, raising=False)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    build_solver(cfg).solve()  # another run's, not under the launcher
+    monkeypatch.setenv(counter, '1')
+    for name, value in ids.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run'):
+        build_solver(cfg).solve()
+
+    monkeypatch.setenv(counter, '0')  # the job's first attempt, in a WORK_DIR of its own
+    cfg['SOLVER']['WORK_DIR'] = str(tmp_path / 'own')
+    build_solver(cfg).solve()
+    monkeypatch.setenv(counter, '1')
+    assert build_solver(cfg).resumed_from.endswith('checkpoint-epoch-1.pth')
+    other = {'TORCHELASTIC_RUN_ID': 'job-8', 'SLURM_JOB_ID': '8'}  # another job's restart
+    for name in ids:
+        monkeypatch.setenv(name, other[name] if ids[name] != 'none' else 'none')
+    monkeypatch.setattr('os.getppid', lambda: -1)  # under the static rendezvous: another agent
+    with pytest.raises(ConfigError, match=r'holds the checkpoints of an earlier run'):
+        build_solver(cfg).solve()
+
+
 def test_resuming_a_finished_run_says_so_and_eval_data_records_no_shuffle(blobs, tmp_path, caplog):
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1)

@@ -72,21 +72,22 @@ def alone(tmp_path_factory):
     return cfg, final_state(tmp / 'alone')
 
 
-# SLURM's requeue of the job: the same command, RESUME_FROM left empty, SLURM_RESTART_COUNT > 0
-SLURM_REQUEUE = {'SLURM_JOB_ID': 5, 'SLURM_PROCID': 0, 'SLURM_NTASKS': 1, 'SLURM_RESTART_COUNT': 1}
+# a SLURM job, and its requeue: the same command, RESUME_FROM left empty, SLURM_RESTART_COUNT > 0
+SLURM_JOB = {'SLURM_JOB_ID': 5, 'SLURM_PROCID': 0, 'SLURM_NTASKS': 1}
+SLURM_REQUEUE = {**SLURM_JOB, 'SLURM_RESTART_COUNT': 1}
 
 
 @pytest.mark.parametrize(
-    'name, resume_overrides, resume_env',
-    [('SIGTERM', ['SOLVER.RESUME_FROM=auto'], {}), ('SIGUSR1', [], SLURM_REQUEUE)],
+    'name, job_env, resume_overrides, resume_env',
+    [('SIGTERM', {}, ['SOLVER.RESUME_FROM=auto'], {}), ('SIGUSR1', SLURM_JOB, [], SLURM_REQUEUE)],
     ids=['SIGTERM-resume-auto', 'SIGUSR1-slurm-requeue'],
 )
 def test_a_stop_signal_checkpoints_at_the_step_boundary_and_resumes_bit_exact(
-    alone, tmp_path, name, resume_overrides, resume_env
+    alone, tmp_path, name, job_env, resume_overrides, resume_env
 ):
     cfg, reference = alone
     work = tmp_path / 'chain'
-    res = run_job(cfg, work, tmp_path / 'a.rec', **{SIGNAL_ENV: f'{name}:9'})  # arrives as step 10 begins
+    res = run_job(cfg, work, tmp_path / 'a.rec', **job_env, **{SIGNAL_ENV: f'{name}:9'})  # arrives as step 10 begins
     signum = getattr(signal, name)
     assert res.returncode == 128 + signum, res.stderr[-3000:]
     assert f'stopped by {name} after step 10' in res.stdout and 'RESUME_FROM=auto' in res.stdout

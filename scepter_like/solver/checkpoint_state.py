@@ -10,6 +10,7 @@ A solver subclass that overrides ``save_checkpoint() -> dict`` / ``load_checkpoi
 a preemption and RESUME_FROM go through the solver's ``training_state`` / ``restore_state``.
 """
 
+import json
 import os
 import time
 from collections import OrderedDict, defaultdict
@@ -27,15 +28,18 @@ from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
     MODEL_DESCRIPTION_KEY,
     atomic_torch_save,
+    atomic_write_text,
     latest_checkpoint,
     load_torch_file,
     resolve_checkpoint,
     write_latest_pointer,
 )
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
+from scepter_like.utils.launch_env import restarts
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 FORMAT_VERSION = 1
+JOB_FILE = 'job.json'  # in CHECKPOINT_DIR: the job that writes the checkpoints there (claim_checkpoints)
 
 
 def collect_training_state(solver, every_rank=True):
@@ -207,9 +211,29 @@ def save_preempted(solver):
     return stop
 
 
-def restarted():
-    """Whether this process is a restart of the same job: torchrun's elastic agent or SLURM's requeue."""
-    return any(int(os.environ.get(name) or 0) > 0 for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'))
+def claim_checkpoints(solver):
+    """Rank 0, as training starts: record in ``checkpoints/job.json`` which job writes the checkpoints there (under
+    a launcher that restarts jobs), so that only this job's restarts resume them (``restarted``)."""
+    job = {launcher: job_id for launcher, (job_id, _) in restarts().items()}
+    if job:
+        folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_text(os.path.join(folder, JOB_FILE), json.dumps(job) + '\n')
+
+
+def restarted(folder):
+    """Whether this process is torchrun's elastic agent or SLURM's requeue starting again the job whose checkpoints
+    ``folder`` holds (``claim_checkpoints``).  A restart of a job whose first attempt was refused another run's
+    WORK_DIR is refused it again: it does not take that run over."""
+    again = {launcher: job_id for launcher, (job_id, count) in restarts().items() if count > 0}
+    if not again:
+        return False
+    try:
+        with open(os.path.join(folder, JOB_FILE), encoding='utf-8') as f:
+            claimed = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return any(claimed.get(launcher) == job_id for launcher, job_id in again.items())
 
 
 def refuse_to_mix_runs(solver):
@@ -230,16 +254,16 @@ def refuse_to_mix_runs(solver):
 def resume_path(solver):
     """The checkpoint RESUME_FROM names (``auto``: the newest complete one in WORK_DIR), or None.
 
-    A restarted job (``restarted()``) with RESUME_FROM empty resumes as with ``auto``.
+    A restarted job (``restarted``) with RESUME_FROM empty resumes as with ``auto``.
 
     Rank 0 decides, so every rank resumes from the same file or none starts fresh alone;
     a file some rank cannot see is a ConfigError.
     """
-    resume_from = solver.resume_from or ('auto' if restarted() else '')
+    folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
+    resume_from = solver.resume_from or ('auto' if broadcast_object(solver.is_main and restarted(folder)) else '')
     if not resume_from:
         return None
     if resume_from == 'auto':
-        folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
         path = broadcast_object(latest_checkpoint(folder) if solver.is_main else None)
         if path is None:
             solver.logger.info(f'RESUME_FROM auto: no checkpoint in {folder}; starting fresh')

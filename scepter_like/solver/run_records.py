@@ -26,7 +26,7 @@ import sysconfig
 import tempfile
 
 from scepter_like.errors import ConfigError
-from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
+from scepter_like.solver.checkpoint_state import claim_checkpoints, refuse_to_mix_runs
 from scepter_like.solver.model_summary import model_summary
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
@@ -88,6 +88,8 @@ def start_training_run(solver):
         refuse_to_mix_runs(solver)
     if not solver.is_main:
         return None
+    if 'train' in solver.datas:
+        claim_checkpoints(solver)
     write_run_records(solver, solver.resumed_from, code_snapshot=solver.cfg.CODE_SNAPSHOT)
     metrics_log = MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
     metrics_log.write_start(solver, solver.resumed_from)

@@ -12,6 +12,7 @@ sends to end a job (SLURM before its time limit, torchrun, Ctrl-C).
 import os
 import re
 import signal
+import socket
 from dataclasses import dataclass
 
 from scepter_like.errors import DistributedError
@@ -90,6 +91,21 @@ def _rank_checked(launch, rank_name, size_name):
             f' process a rank from 0 to {size_name} - 1'
         )
     return launch
+
+
+def restarts(env=None):
+    """``{launcher: (this job's id under it, the times it has started the job again)}`` for the launchers that
+    restart a job with the same command: SLURM's requeue (the job id stays) and torchrun's elastic agent (the
+    rendezvous id; with the static rendezvous, whose id is ``none``, the agent's host and pid, which stay)."""
+    env = os.environ if env is None else env
+    found = {}
+    if env.get('SLURM_JOB_ID'):
+        found['slurm'] = (env['SLURM_JOB_ID'], _int(env, 'SLURM_RESTART_COUNT', 0))
+    if env.get('TORCHELASTIC_RESTART_COUNT') not in (None, ''):
+        run_id = env.get('TORCHELASTIC_RUN_ID') or 'none'
+        job = run_id if run_id != 'none' else f'{socket.gethostname()}:{os.getppid()}'
+        found['torchrun'] = (job, _int(env, 'TORCHELASTIC_RESTART_COUNT', 0))
+    return found
 
 
 def process_rank():
