@@ -103,6 +103,32 @@ def test_swa_averages_epochs_recomputes_bn_and_eval_uses_it(tmp_path):
     assert int(state['averaged']['n_averaged']) == 2 and state['scheduler']['_anneal_strategy'] == 'cos'
 
 
+def test_an_epoch_a_stop_cuts_short_is_averaged_once_when_the_resumed_run_finishes_it(tmp_path):
+    """A stop mid-epoch (a signal, request_stop) ends the epoch early: it is not averaged then, or the resumed run
+    that finishes it would average it a second time."""
+    npz = _image_blobs(tmp_path)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'SWAHook', 'START_EPOCH': 2, 'SWA_LR': 0.05}]
+
+    def config(work_dir, **solver):
+        cfg = blob_solver_cfg(npz, work_dir, hooks=hooks, MAX_EPOCHS=3, DEFAULT_LOG_HOOK=False, **solver)
+        cfg['SOLVER']['MODEL']['BACKBONE'] = {'NAME': 'ConvNet', 'IN_CHANNELS': 1, 'CHANNELS': [4], 'OUT_DIM': 3}
+        return cfg
+
+    whole = build_solver(config(tmp_path / 'whole'))
+    whole.solve()
+    cut = build_solver(config(tmp_path / 'cut'))
+    steps = cut.progress.epoch_iters['train']
+    cut.register_callback_on_iter_end(lambda s: s.progress.total_iter == steps + 2 and s.request_stop('test'))
+    cut.solve()
+    assert not cut.progress.epoch_finished and cut.hooks_dict['train'][1].n_averaged == 0
+    cut.save_checkpoint(str(tmp_path / 'stopped.pth'))
+    resumed = build_solver(config(tmp_path / 'resumed', RESUME_FROM=str(tmp_path / 'stopped.pth')))
+    resumed.solve()
+    assert resumed.hooks_dict['train'][1].n_averaged == whole.hooks_dict['train'][1].n_averaged == 2
+    for k, v in whole.unwrapped_model.state_dict().items():
+        torch.testing.assert_close(resumed.unwrapped_model.state_dict()[k], v, rtol=0, atol=0)
+
+
 def test_a_best_checkpoint_chosen_by_the_average_holds_it_and_the_final_test_uses_it(tmp_path):
     """The best checkpoint carries the SWA average its evaluation used (``eval_model``), and the final test runs
     exactly those weights: it held the raw weights, and the test ran the end-of-run average instead while the

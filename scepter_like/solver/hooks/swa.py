@@ -121,7 +121,8 @@ class SWAHook(Hook):
         return epoch >= self.start_epoch and (not self.end_epoch or epoch <= self.end_epoch)
 
     def after_epoch(self, solver: SolverSurface):
-        if not self._in_range(solver.progress.epoch + 1):
+        # an epoch a stop cut short is averaged when its resumed run finishes it, not twice
+        if not solver.progress.epoch_finished or not self._in_range(solver.progress.epoch + 1):
             return
         self.averaged.update_parameters(solver.unwrapped_model)
         self._bn_stale = True
