@@ -165,15 +165,23 @@ def _report_component(component, error):
     return 1
 
 
+PEER_FAILURES = {  # lost_peer's reasons, as the line says them
+    'lost': "another process of the job stopped, so this one cannot go on; the cause is in that process's log",
+    'late': (
+        'a collective waited ENV.DIST_TIMEOUT for another process of the job in vain (it stopped, hangs or is far'
+        " behind); that process's log may say why"
+    ),
+}
+
+
 def _report_lost_peer(error, debug):
-    """One line for a collective that failed because another process of the job died (its log says why; this
+    """One line for a collective that failed because of another process of the job (its log says why; this
     process's traceback would only show where it waited); the exit status (1)."""
     if debug:
         traceback.print_exception(error)
     said = re.sub(r'^\[[^\]]*\]\s*', '', str(error).strip()).split('. ')[0].splitlines()  # gloo's source place off
     print(
-        f'{_rank_prefix()}error: another process of the job stopped, so this one cannot go on; the cause is in that'
-        f" process's log ({said[0] if said else type(error).__name__})",
+        f'{_rank_prefix()}error: {PEER_FAILURES[lost_peer(error)]} ({said[0] if said else type(error).__name__})',
         file=sys.stderr,
         flush=True,
     )

@@ -576,15 +576,18 @@ def test_unreachable_rendezvous_times_out_with_one_error(tmp_path):
 
 
 PEER_DIES = """
-import os, sys, time
+import datetime, os, sys, time
 import torch
 import torch.distributed as dist
 from scepter_like.cli import run
 
-store_file, rank = sys.argv[1], int(sys.argv[2])
-dist.init_process_group('gloo', store=dist.FileStore(store_file, 2), rank=rank, world_size=2)
+store_file, rank, peer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+store = dist.FileStore(store_file, 2)
+dist.init_process_group('gloo', store=store, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=3))
 if rank == 1:
     dist.all_reduce(torch.ones(1))
+    if peer == 'hangs':  # stopped (kill -STOP), stuck or far behind: it takes no part in the next collective
+        time.sleep(60)
     os._exit(9)  # dies between two collectives, as an OOM-killed or crashed rank does
 
 
@@ -598,16 +601,30 @@ sys.exit(run(main, []))
 """
 
 
-def test_a_collective_that_lost_its_peer_is_one_line_not_a_traceback(tmp_path):
-    """Another node's process died: this one's traceback (30 lines into backward) only said where it waited."""
+@pytest.mark.parametrize(
+    'peer, said',
+    [
+        ('dies', 'error: another process of the job stopped, so this one cannot go on; the cause is in that process'),
+        ('hangs', 'error: a collective waited ENV.DIST_TIMEOUT for another process of the job in vain'),
+    ],
+    ids=['dies', 'hangs'],
+)
+def test_a_collective_that_lost_its_peer_is_one_line_not_a_traceback(tmp_path, peer, said):
+    """Another node's process died, or hangs: this one's traceback (30 lines into backward) only said where it
+    waited."""
     store = str(tmp_path / 'store')
-    peer = subprocess.Popen([sys.executable, '-c', PEER_DIES, store, '1'], env=tool_env())
+    other = subprocess.Popen([sys.executable, '-c', PEER_DIES, store, '1', peer], env=tool_env())
     try:
         res = subprocess.run(
-            [sys.executable, '-c', PEER_DIES, store, '0'], env=tool_env(), capture_output=True, text=True, timeout=60
+            [sys.executable, '-c', PEER_DIES, store, '0', peer],
+            env=tool_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     finally:
-        peer.wait(timeout=60)
-    assert res.returncode == 1 and peer.returncode == 9, res.stderr[-2000:]
-    assert res.stderr.startswith('error: another process of the job stopped') and res.stderr.count('\n') == 1
-    assert '(Connection closed by peer [127.0.0.1]:' in res.stderr, res.stderr
+        other.kill()
+        other.wait(timeout=60)
+    assert res.returncode == 1 and other.returncode == (9 if peer == 'dies' else -9), res.stderr[-2000:]
+    assert res.stderr.startswith(said) and res.stderr.count('\n') == 1, res.stderr[-2000:]
+    assert ('(Connection closed by peer [127.0.0.1]:' if peer == 'dies' else '(Timed out waiting 3000ms') in res.stderr

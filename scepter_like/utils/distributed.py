@@ -132,14 +132,21 @@ def _attempt_store(launch, timeout):
 
 # what gloo and nccl say when another process of the job went away mid-collective
 PEER_LOST_TEXTS = ('Connection closed by peer', 'Connection reset by peer', 'remote process exited')
+PEER_LATE_TEXT = 'Timed out waiting'  # gloo: a peer took no part within the process group's timeout
 
 
 def lost_peer(error):
-    """Whether ``error`` is a collective's failure because another process of the job died or left (its own log
-    says why), not a failure of this process."""
-    return isinstance(error, dist.DistNetworkError) or (
-        isinstance(error, RuntimeError) and any(text in str(error) for text in PEER_LOST_TEXTS)
-    )
+    """Why ``error`` is a collective's failure for another process of the job, not a failure of this one: 'lost'
+    (it died or left; its own log says why) or 'late' (it took no part within ENV.DIST_TIMEOUT: stopped, stuck, or
+    far behind); None otherwise."""
+    if isinstance(error, dist.DistNetworkError):
+        return 'lost'
+    if not isinstance(error, RuntimeError):
+        return None
+    text = str(error)
+    if any(said in text for said in PEER_LOST_TEXTS):
+        return 'lost'
+    return 'late' if PEER_LATE_TEXT in text else None
 
 
 def destroy_distributed():
