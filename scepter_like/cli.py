@@ -18,7 +18,7 @@ import traceback
 
 from scepter_like.about import PACKAGE_DIR
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
-from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest
+from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest, user_message
 from scepter_like.utils.distributed import destroy_distributed, lost_peer
 from scepter_like.utils.imports import import_user_modules
 
@@ -134,19 +134,6 @@ def refuse_config_options(args, tool):
         raise ConfigError(f'{given} needs --cfg; without it {tool} builds the model the checkpoint describes')
 
 
-def _user_message(error):
-    """A UserError's message on one line.
-
-    One raised in a DataLoader worker comes back inside torch's wrapping text, whose last
-    line (``module.DataError: message``) holds it.
-    """
-    text = str(error)
-    if text.startswith('Caught ') and 'in DataLoader worker process' in text:
-        last = text.strip().splitlines()[-1]
-        text = last.split(': ', 1)[1] if ': ' in last else last
-    return ' '.join(text.split('\n'))
-
-
 def _rank_prefix():
     rank = os.environ.get('RANK')
     return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
@@ -204,7 +191,7 @@ def run(main, argv=None):
     except UserError as e:
         if debug:
             traceback.print_exc()
-        print(f'{_rank_prefix()}error: {_user_message(e)}', file=sys.stderr, flush=True)
+        print(f'{_rank_prefix()}error: {user_message(e)}', file=sys.stderr, flush=True)
         status = EXIT_USER_ERROR
     except Preempted as e:  # a stop in training was logged by the solver (with how to resume)
         if e.checkpoint is None:  # a stop during set-up: said here

@@ -13,6 +13,19 @@ class UserError(Exception):
     """A mistake in the user's input: printed as one line, exit status 2."""
 
 
+def user_message(error):
+    """A UserError's message on one line (the CLI's ``error:`` line says it).
+
+    One raised in a DataLoader worker comes back inside torch's wrapping text, whose last
+    line (``module.DataError: message``) holds it.
+    """
+    text = str(error)
+    if text.startswith('Caught ') and 'in DataLoader worker process' in text:
+        last = text.strip().splitlines()[-1]
+        text = last.split(': ', 1)[1] if ': ' in last else last
+    return ' '.join(text.split('\n'))
+
+
 class ConfigError(UserError):
     """A config value, key or file is wrong."""
 

@@ -239,6 +239,9 @@ def test_bad_input_is_one_error_line(case, tmp_path, blob_cfg):
     assert len(lines) == 1 and lines[0].startswith('error: '), res.stderr[-3000:]
     assert re.search(pattern, lines[0]), lines[0]
     assert ' step 1 ' not in res.stdout and not (tmp_path / 'work' / 'checkpoints' / 'latest').exists()
+    log = tmp_path / 'work' / 'std_log.txt'
+    if log.is_file():  # the run's log file says why it ended, as the console does
+        assert log.read_text().splitlines()[-1].endswith(' ERROR ' + lines[0])
 
 
 @pytest.mark.skipif(not os.path.isdir('/sys/kernel'), reason='needs a folder no one may write to (sysfs)')
@@ -287,3 +290,7 @@ def test_a_component_that_raises_keeps_its_traceback_after_a_line_naming_it(case
     first, rest = res.stderr.split('\n', 1)
     assert re.match(first_line, first), first
     assert rest.startswith('Traceback (most recent call last):') and frame in rest, rest[-3000:]
+    log = tmp_path / 'work' / 'std_log.txt'
+    if log.is_file():  # the run's log file says it too (an IMPORTS module raises before there is one)
+        error = re.search(r'raised (RuntimeError: [^(]*?) ?(\(its traceback follows\))?$', first).group(1)
+        assert log.read_text().splitlines()[-1].endswith(f' ERROR the run ended with {error} (see its traceback)')

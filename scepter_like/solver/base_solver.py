@@ -51,7 +51,7 @@ from scepter_like.solver.optimization import UpdateSettings, WeightUpdater
 from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
 from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
-from scepter_like.solver.run_records import announce_run, open_work_dir, start_training_run
+from scepter_like.solver.run_records import announce_run, close_work_dir_log, open_work_dir, start_training_run
 from scepter_like.solver.sanity import sanity_eval
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
@@ -620,15 +620,12 @@ class BaseSolver(HookStages, ScepterProtocol):
         return checkpoint_state.resume(self)
 
     def close(self) -> None:
-        """Write out pending metrics.jsonl lines, detach the log file and release the stop agreement's process
-        group (the default process group is the caller's)."""
+        """Write out pending metrics.jsonl lines, detach the log file (with the error ending the run, if one does) and
+        release the stop agreement's process group (the default process group is the caller's)."""
         self.stop_signals.close()
         if self.metrics_log is not None:
             self.metrics_log.flush()
-        if self._file_handler is not None:
-            self.logger.removeHandler(self._file_handler)
-            self._file_handler.close()
-            self._file_handler = None
+        close_work_dir_log(self)
 
 
 if TYPE_CHECKING:  # mypy checks that the solver offers every name of the hook surface

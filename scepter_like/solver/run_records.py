@@ -16,6 +16,7 @@ atomically; git runs with a timeout, and any git failure only leaves a note in e
 
 import datetime
 import json
+import logging
 import os
 import platform
 import shlex
@@ -25,7 +26,7 @@ import sys
 import sysconfig
 import tempfile
 
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, Preempted, UserError, user_message
 from scepter_like.solver.checkpoint_state import claim_checkpoints, refuse_to_mix_runs
 from scepter_like.solver.model_summary import model_summary
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
@@ -76,6 +77,30 @@ def open_work_dir(solver):
             f'{where}: cannot write into {work_dir} ({e.strerror}); give a folder you can write to'
         ) from None
     return add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
+
+
+def close_work_dir_log(solver):
+    """Detach the run's log file (rank 0).  Called as an error ends the run, it first writes why: a user error as
+    the console's ``error:`` line, anything else by its type and first line; a
+    stop signal's checkpoint was logged already.  Without it, a log read on shared storage would not say."""
+    handler, solver._file_handler = solver._file_handler, None
+    if handler is None:
+        return
+    error = sys.exc_info()[1]
+    if isinstance(error, Exception) and not isinstance(error, Preempted):
+        said = str(error).strip().splitlines()
+        line = (
+            f'error: {user_message(error)}'
+            if isinstance(error, UserError)
+            else f'the run ended with {type(error).__name__}{": " + said[0] if said else ""} (see its traceback)'
+        )
+        handler.handle(
+            logging.makeLogRecord(
+                {'name': solver.logger.name, 'msg': line, 'levelno': logging.ERROR, 'levelname': 'ERROR'}
+            )
+        )
+    solver.logger.removeHandler(handler)
+    handler.close()
 
 
 def start_training_run(solver):
