@@ -390,7 +390,7 @@ def multinode(noise_data):
         launcher = ['--nnodes=2', f'--node_rank={node}', '--master_addr=127.0.0.1', f'--master_port={port}']
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=1', *launcher]
         cmd += ['--log-dir', str(tmp / f'node{node}-logs'), '--redirects', '3', RUN_TRAIN, '--cfg', cfg]
-        cmd += ['--import', PROBE]
+        cmd += ['--import', PROBE] + (['SOLVER.CODE_SNAPSHOT=false'] if node else [])  # a key rank 0 alone reads
         procs.append(subprocess.Popen(cmd, cwd=tmp, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     try:
         results = [p.communicate(timeout=TIMEOUT) for p in procs]
@@ -425,6 +425,9 @@ def test_multinode_rendezvous_and_train_together(multinode, noise_data):
     assert_grads_close(ranks[0]['first_grads'], noise_data[3]['first_grads'])
     assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
     assert ' INFO ' in multinode['logs'][0][0] and ' INFO ' not in multinode['logs'][1][0]
+    # the nodes were given different overrides: rank 0 says where their configs differ
+    differ = "WARNING rank 1's config differs from rank 0's at SOLVER.CODE_SNAPSHOT (rank 0: True, rank 1: False);"
+    assert differ in multinode['logs'][0][0]
 
 
 def test_uneven_dataset_finishes_with_exact_metrics(multinode, noise_data):

@@ -28,6 +28,7 @@ import tempfile
 
 from scepter_like.errors import ConfigError, Preempted, UserError, user_message
 from scepter_like.solver.checkpoint_state import claim_checkpoints, refuse_to_mix_runs
+from scepter_like.solver.config_agreement import warn_if_configs_differ
 from scepter_like.solver.model_summary import model_summary
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
@@ -109,6 +110,7 @@ def start_training_run(solver):
     Returns the run's MetricsLog (rank 0; None elsewhere): only a training run appends to
     metrics.jsonl, so an evaluation of its weights (run_eval, ``test()`` from Python) never does.
     """
+    warn_if_configs_differ(solver)
     if not solver.resumed_from and 'train' in solver.datas:
         refuse_to_mix_runs(solver)
     if not solver.is_main:
