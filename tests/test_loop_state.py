@@ -1,7 +1,9 @@
 """The loop's state: after_backward and GradNormHook, reshuffling by the loop, hooks that never assign solver state."""
 
+import os
 import pathlib
 import re
+import socket
 
 import pytest
 import torch
@@ -184,6 +186,44 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
         build_solver(cfg).solve()
     cfg['SOLVER']['RESUME_FROM'] = 'auto'
     assert build_solver(cfg).resumed_from.endswith('checkpoint-epoch-1.pth')
+
+
+HOLDS_THE_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(os.path.join(sys.argv[1], '.run.lock'), os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, b'pid 4242 on node7')
+print('locked', flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_training_in_a_work_dir_keeps_another_from_training_there(blobs, tmp_path):
+    """A duplicate submission (or a requeue while the old job's workers run on) interleaved its lines and checkpoints
+    with the running job's, and both exited 0."""
+    import subprocess
+    import sys
+
+    from scepter_like.errors import ConfigError
+
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    (tmp_path / 'w').mkdir()
+    other = subprocess.Popen([sys.executable, '-c', HOLDS_THE_LOCK, str(tmp_path / 'w')], stdout=subprocess.PIPE)
+    try:
+        assert other.stdout.readline() == b'locked\n'
+        solver = build_solver(cfg)
+        with pytest.raises(ConfigError, match=r'another run is training in .*/w \(pid 4242 on node7\); wait for it'):
+            solver.solve()
+        assert not (tmp_path / 'w' / 'checkpoints').exists() and not (tmp_path / 'w' / 'metrics.jsonl').exists()
+    finally:
+        other.kill()
+        other.wait()
+    solver = build_solver(cfg)  # the lock goes with its process, however it ends
+    solver.solve()
+    assert (tmp_path / 'w' / '.run.lock').read_text() == f'pid {os.getpid()} on {socket.gethostname()}\n'
+    solver.close()
+    assert build_solver(dict(cfg, SOLVER=dict(cfg['SOLVER'], RESUME_FROM='auto'))).run_lock.acquire() is None
 
 
 @pytest.mark.parametrize('launcher', ['torchrun-static', 'torchrun-rdzv', 'slurm'])

@@ -56,6 +56,7 @@ from scepter_like.solver.sanity import sanity_eval
 from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
 from scepter_like.solver.test_weights import TEST_WITH, weights_for_test
+from scepter_like.solver.work_dir_lock import WorkDirLock
 from scepter_like.utils.blame import describe_caller
 from scepter_like.utils.checkpoint import unwrap_model
 from scepter_like.utils.distributed import broadcast_object
@@ -127,6 +128,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.logger = logger or logging.getLogger('scepter_like')
         self.work_dir: str = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
+        self.run_lock = WorkDirLock(self.work_dir)  # held by rank 0 while solve() runs (work_dir_lock.py)
         self.resume_from = cfg.RESUME_FROM or None  # scepter's hooks test it against None
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.dtype = DTYPES[cfg.DTYPE]
@@ -302,14 +304,13 @@ class BaseSolver(HookStages, ScepterProtocol):
         if epoch is not None:
             self.max_epochs = epoch
         self.failed = None
-        progress = self.progress
         if not self.resumed_from:
             set_aside_failed_run(self)  # a run that failed unevaluated is no earlier run to protect
         self.metrics_log = start_training_run(self)  # never into another run's WORK_DIR; records, metrics.jsonl
         self.before_solve()
         announce_run(self)  # the model and data, what is left to train, the hook order
         try:
-            if 'train' in self.datas and not progress.train_finished():
+            if 'train' in self.datas and not self.progress.train_finished():
                 sanity_eval(self, self.cfg.SANITY_EVAL_BATCHES)
             with self.stop_signals.training_loop(self.env_cfg.STOP_CHECK_SECONDS):
                 if 'train' not in self.datas:  # evaluation only: one eval pass (scepter's solve runs it), the test
@@ -322,6 +323,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             raise
         finally:
             self.after_solve()
+            self.run_lock.release()  # the run has trained: evaluating or testing more takes no lock
 
     def _run_epochs(self, every_epoch: bool, test: bool) -> None:
         """The native loop over epochs: train, evaluate when due, test at the end (``test``)."""
@@ -626,6 +628,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         if self.metrics_log is not None:
             self.metrics_log.flush()
         close_work_dir_log(self)
+        self.run_lock.release()
 
 
 if TYPE_CHECKING:  # mypy checks that the solver offers every name of the hook surface

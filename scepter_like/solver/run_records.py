@@ -30,6 +30,7 @@ from scepter_like.errors import ConfigError, Preempted, UserError, user_message
 from scepter_like.solver.checkpoint_state import claim_checkpoints, refuse_to_mix_runs
 from scepter_like.solver.config_agreement import warn_if_configs_differ
 from scepter_like.solver.model_summary import model_summary
+from scepter_like.solver.work_dir_lock import lock_for_training
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
@@ -105,14 +106,18 @@ def close_work_dir_log(solver):
 
 
 def start_training_run(solver):
-    """A training run starts: refuse another run's WORK_DIR (a fresh run), then (rank 0) the run records.
+    """A training run starts: the ranks' configs compared, another run's WORK_DIR refused (a fresh run), the
+    WORK_DIR locked until ``solve`` ends (a run training there is refused), then (rank 0) the checkpoints claimed and
+    the run records.
 
     Returns the run's MetricsLog (rank 0; None elsewhere): only a training run appends to
     metrics.jsonl, so an evaluation of its weights (run_eval, ``test()`` from Python) never does.
     """
     warn_if_configs_differ(solver)
-    if not solver.resumed_from and 'train' in solver.datas:
-        refuse_to_mix_runs(solver)
+    if 'train' in solver.datas:
+        if not solver.resumed_from:
+            refuse_to_mix_runs(solver)
+        lock_for_training(solver)
     if not solver.is_main:
         return None
     if 'train' in solver.datas:
