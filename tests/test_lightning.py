@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 from ckpt_support import SIGNAL_ENV
-from conftest import DIGITS_CFG, REPO, free_port, run_cli, tool_env
+from conftest import DIGITS_CFG, REPO, free_port, run_cli, run_tool, tool_env
 from helpers import assert_same
 from test_checkpoint_resume import SUPPORT, TOTAL, final_state, job_config, served
 from test_distributed import RUN_TRAIN, TIMEOUT
@@ -153,6 +153,26 @@ def test_the_documented_example_hook_and_solver_run_unchanged(tmp_path):
         assert ' param_norm: ' in res.stdout  # ParamNormHook's scalar in LogHook's line
         summaries.append(re.search(r'summary: test mae ([0-9.]+)', res.stdout).group(1))  # SineSolver.solve_test
     assert summaries[0] == summaries[1]
+
+
+@pytest.mark.parametrize(
+    'trainer, shown',
+    [
+        ([], ()),
+        (['ENV.PL.TRAINER.profiler=simple'], ('FIT Profiler Report',)),
+        (['ENV.PL.TRAINER.enable_model_summary=true'], ('Total params',)),
+    ],
+    ids=['default', 'profiler', 'model-summary'],
+)
+def test_lightnings_profiler_report_and_model_summary_show_when_trainer_turns_them_on(tmp_path, trainer, shown):
+    """In a process of its own: Lightning writes them with a handler of its own, made when it is imported."""
+    args = ['--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', 'SOLVER.MAX_EPOCHS=1', PL, *trainer]
+    res = run_tool('run_train.py', *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    output = res.stdout + res.stderr
+    for text in ('FIT Profiler Report', 'Total params'):  # SimpleProfiler's report, ModelSummary's table
+        assert (text in output) == (text in shown), text
+    assert ('GPU available' in output) == bool(shown)  # Lightning's INFO lines: none in the default run
 
 
 # -- bad input: one line, exit 2 ---------------------------------------------------------------

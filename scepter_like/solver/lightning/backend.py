@@ -66,8 +66,12 @@ class LightningBackend:
                 ' model in DDP); set it to ddp, or ENV.USE_PL false'
             )
         self.strategy = check_strategy(self.env.PL, pl.strategies.StrategyRegistry.available_strategies())
-        for name in LIGHTNING_LOGGERS:  # the run's log tells its device, world and model
-            logging.getLogger(name).setLevel(logging.WARNING)
+        # Lightning's INFO lines are start-up chatter (the run's log tells the device, world and model), except what
+        # TRAINER turns on: the profiler's report and the model summary, which Lightning writes at INFO
+        trainer_cfg = self.env.PL.TRAINER
+        shown = bool(trainer_cfg.get('profiler')) or bool(trainer_cfg.get('enable_model_summary'))
+        for name in LIGHTNING_LOGGERS:
+            logging.getLogger(name).setLevel(logging.INFO if shown else logging.WARNING)
         self.trainer = None
         self.module = None
 
