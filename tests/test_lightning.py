@@ -271,6 +271,8 @@ def two_processes(tmp_path_factory):
     for name, cmd in runs.items():
         work = tmp / name
         env = tool_env(PROBE_GUARD_DIR=work, MASTER_PORT=free_port())
+        if name == 'launcher':  # as a shell starts it: Lightning's launcher sets threads where this is unset
+            del env['OMP_NUM_THREADS']
         results[name] = launch([*cmd, f'SOLVER.WORK_DIR={work}'], tmp, env)
     results['slurm'] = srun_like([sys.executable, RUN_TRAIN, *args, PL], tmp, tmp / 'slurm')
     return tmp, results
@@ -301,5 +303,16 @@ def test_two_processes_under_torchrun_srun_and_lightnings_launcher_match_the_nat
         assert_same(reference['model'], got['model'], name)
         assert reference['solver'] == got['solver'], name  # counters, eval and test metrics
         assert metrics_lines(tmp / 'native') == metrics_lines(tmp / name), name
-    assert 'world size 2' in results['launcher'].stdout
+    assert 'device cpu (1 intra-op thread per process), world size 2' in results['launcher'].stdout  # NUM_THREADS
     assert results['launcher'].stdout.count('hook order per stage:') == 1  # rank 1's console shows warnings only
+
+
+def test_lightnings_launcher_keeps_num_threads(tmp_path):
+    """ENV.PL.STRATEGY=ddp in one process: Lightning's launcher sets cpu_count // processes threads (and
+    OMP_NUM_THREADS) where OMP_NUM_THREADS is unset; the run keeps ENV.NUM_THREADS (the digits config's 1)."""
+    env = tool_env()
+    del env['OMP_NUM_THREADS']
+    args = ['--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', 'SOLVER.MAX_EPOCHS=1', PL, 'ENV.PL.STRATEGY=ddp']
+    res = run_tool('run_train.py', *args, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'device cpu (1 intra-op thread per process), world size 1' in res.stdout

@@ -88,6 +88,8 @@ class LightningBackend:
         self.trainer = self._build_trainer(1, 1)
         strategy = self.trainer.strategy
         if strategy.launcher is not None:
+            if self.env.NUM_THREADS > 0:  # else the launcher sets cpu_count // processes threads in every process
+                os.environ.setdefault('OMP_NUM_THREADS', str(self.env.NUM_THREADS))
             strategy.launcher.launch(lambda: None)  # Lightning's own launcher: the other local ranks start here
         strategy.setup_environment()  # joins the process group (DDP), sets the device
         import torch.distributed as dist
