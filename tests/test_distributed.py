@@ -198,10 +198,10 @@ def test_only_rank0_writes_files(digits):
     assert digits['ddp'][0].returncode == 0
     work = digits['ddp_work']
     run_records = {'config.yaml', 'env.json', 'metrics.jsonl'}
-    assert set(os.listdir(work)) - {'code_snapshot'} == {'checkpoints', 'std_log.txt'} | run_records
+    assert set(os.listdir(work)) - {'code_snapshot'} == {'checkpoints', 'std_log.txt', '.run.lock'} | run_records
     ckpts = sorted(os.listdir(work / 'checkpoints'))
     assert ckpts == sorted(
-        ['latest', 'checkpoint-best.pth', 'checkpoint-last.pth']
+        ['latest', 'job.json', 'checkpoint-best.pth', 'checkpoint-last.pth']
         + [f'checkpoint-epoch-{e}.pth' for e in (1, 2)]
         + [f'checkpoint-step-{s}.pth' for s in (30, 60, 90)]
     )
@@ -254,7 +254,7 @@ def test_eval_metrics_exact_under_ddp(digits, digits_single):
 def test_kill_and_resume_under_torchrun_is_exact(digits):
     killed, _ = digits['killed']
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILLed with its workers
-    assert digits['after_kill'] == ['checkpoint-step-30.pth', 'latest']
+    assert digits['after_kill'] == ['checkpoint-step-30.pth', 'job.json', 'latest']
     proc, logs = digits['resumed']
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'resumed from' in logs[0][0] and 'step-30.pth' in logs[0][0]

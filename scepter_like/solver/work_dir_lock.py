@@ -34,12 +34,12 @@ class WorkDirLock:
         except BlockingIOError:
             holder = os.read(fd, 256).decode(errors='replace').strip() or 'another process'
             os.close(fd)
-            return holder
+            return None if holder == _this_process() else holder  # an earlier solver of this process holds it
         except OSError:  # a filesystem without flock: no lock, as before
             os.close(fd)
             return None
         os.ftruncate(fd, 0)
-        os.write(fd, f'pid {os.getpid()} on {socket.gethostname()}\n'.encode())
+        os.write(fd, f'{_this_process()}\n'.encode())
         self._fd = fd
         return None
 
@@ -47,6 +47,10 @@ class WorkDirLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _this_process():
+    return f'pid {os.getpid()} on {socket.gethostname()}'
 
 
 def lock_for_training(solver):
