@@ -96,6 +96,22 @@ class YamlDumper(getattr(yaml, 'CSafeDumper', yaml.SafeDumper), YamlResolver):  
     """PyYAML's safe dumper (libyaml's when present: same text, faster) quoting by YamlResolver's table."""
 
 
+def flatten_config(value, prefix=''):
+    """``{'A.B.C': leaf}`` of a plain config: mappings open up, and lists holding mappings or lists open up
+    by index (``SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL``, the override syntax); other lists, empty mappings and
+    scalars are leaves."""
+    if isinstance(value, dict) and value:
+        items = value.items()
+    elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    out = {}
+    for key, item in items:
+        out.update(flatten_config(item, f'{prefix}.{key}' if prefix else str(key)))
+    return out
+
+
 def load_yaml(stream):
     """YAML text (or a file object) to Python values, safely, numbers as YAML 1.2 reads them."""
     return yaml.load(stream, Loader=YamlLoader)

@@ -18,12 +18,12 @@ from scepter_like.utils.checkpoint import save_safetensors
 
 
 def snapshot(root):
-    """Every file under ``root`` but the log: size, mtime and bytes."""
+    """Every file under ``root`` but the log and the WORK_DIR lock (which names its last holder): mtime and bytes."""
     out = {}
     for folder, _, files in os.walk(root):
         for name in files:
             path = os.path.join(folder, name)
-            if name != 'std_log.txt':
+            if name not in ('std_log.txt', '.run.lock'):
                 with open(path, 'rb') as f:
                     out[os.path.relpath(path, root)] = (os.stat(path).st_mtime_ns, f.read())
     return out

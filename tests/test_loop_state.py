@@ -3,7 +3,6 @@
 import os
 import pathlib
 import re
-import socket
 
 import pytest
 import torch
@@ -191,7 +190,11 @@ def test_a_fresh_run_refuses_a_work_dir_holding_another_runs_checkpoints(blobs, 
 HOLDS_THE_LOCK = """
 import fcntl, os, sys, time
 fd = os.open(os.path.join(sys.argv[1], '.run.lock'), os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print('held', flush=True)
+    sys.exit()
 os.write(fd, b'pid 4242 on node7')
 print('locked', flush=True)
 time.sleep(60)
@@ -206,24 +209,31 @@ def test_a_run_training_in_a_work_dir_keeps_another_from_training_there(blobs, t
 
     from scepter_like.errors import ConfigError
 
+    def other_process():
+        return subprocess.Popen([sys.executable, '-c', HOLDS_THE_LOCK, str(work)], stdout=subprocess.PIPE)
+
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}]
-    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
-    (tmp_path / 'w').mkdir()
-    other = subprocess.Popen([sys.executable, '-c', HOLDS_THE_LOCK, str(tmp_path / 'w')], stdout=subprocess.PIPE)
+    work = tmp_path / 'w'
+    cfg = blob_solver_cfg(blobs, work, hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    work.mkdir()
+    other = other_process()
     try:
         assert other.stdout.readline() == b'locked\n'
-        solver = build_solver(cfg)
         with pytest.raises(ConfigError, match=r'another run is training in .*/w \(pid 4242 on node7\); wait for it'):
-            solver.solve()
-        assert not (tmp_path / 'w' / 'checkpoints').exists() and not (tmp_path / 'w' / 'metrics.jsonl').exists()
+            build_solver(cfg)
+        assert os.listdir(work) == ['.run.lock']  # nothing written there: not a line into the other run's log
     finally:
         other.kill()
         other.wait()
     solver = build_solver(cfg)  # the lock goes with its process, however it ends
+    assert build_solver(cfg).run_lock._key is None  # a second solver of this process goes on, holding nothing
+    prober = other_process()
+    assert prober.communicate()[0] == b'held\n'  # from its set-up on
     solver.solve()
-    assert (tmp_path / 'w' / '.run.lock').read_text() == f'pid {os.getpid()} on {socket.gethostname()}\n'
-    solver.close()
-    assert build_solver(dict(cfg, SOLVER=dict(cfg['SOLVER'], RESUME_FROM='auto'))).run_lock.acquire() is None
+    prober = other_process()
+    assert prober.stdout.readline() == b'locked\n'  # free once solve() has ended
+    prober.kill()
+    prober.wait()
 
 
 @pytest.mark.parametrize('launcher', ['torchrun-static', 'torchrun-rdzv', 'slurm'])

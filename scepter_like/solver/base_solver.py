@@ -128,7 +128,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.logger = logger or logging.getLogger('scepter_like')
         self.work_dir: str = cfg.WORK_DIR
         self.log_file = os.path.join(self.work_dir, cfg.LOG_FILE) if cfg.LOG_FILE else ''
-        self.run_lock = WorkDirLock(self.work_dir)  # held by rank 0 while solve() runs (work_dir_lock.py)
+        self.run_lock = WorkDirLock(self.work_dir)  # rank 0's, from set-up to the end of solve() (work_dir_lock.py)
         self.resume_from = cfg.RESUME_FROM or None  # scepter's hooks test it against None
         self.extra_keys = list(cfg.EXTRA_KEYS)
         self.dtype = DTYPES[cfg.DTYPE]
@@ -172,8 +172,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             self.lightning = lightning_backend(self)
         self.dist_info = set_up_environment(self.env_cfg, join=self.lightning.join if self.lightning else None)
         self.seed = self.env_cfg.SEED
-        if self.is_main:
-            self._file_handler = open_work_dir(self)
+        self._file_handler = open_work_dir(self)
         self.construct_hook()
 
     def set_up(self) -> None:
@@ -622,8 +621,9 @@ class BaseSolver(HookStages, ScepterProtocol):
         return checkpoint_state.resume(self)
 
     def close(self) -> None:
-        """Write out pending metrics.jsonl lines, detach the log file (with the error ending the run, if one does) and
-        release the stop agreement's process group (the default process group is the caller's)."""
+        """Write out pending metrics.jsonl lines, detach the log file and release the WORK_DIR lock and the stop
+        agreement's process group (the default process group is the caller's).  Called while an exception is being
+        handled (the tools' ``finally``), it writes that exception to the log file as what ended the run."""
         self.stop_signals.close()
         if self.metrics_log is not None:
             self.metrics_log.flush()

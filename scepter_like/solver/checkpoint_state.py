@@ -26,20 +26,19 @@ from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_n
 from scepter_like.solver.parallel import load_model_state, model_state_dict
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
+    JOB_FILE,
     MODEL_DESCRIPTION_KEY,
     atomic_torch_save,
-    atomic_write_text,
     latest_checkpoint,
     load_torch_file,
     resolve_checkpoint,
     write_latest_pointer,
 )
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
-from scepter_like.utils.launch_env import restarts
+from scepter_like.utils.launch_env import launcher_jobs
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 FORMAT_VERSION = 1
-JOB_FILE = 'job.json'  # in CHECKPOINT_DIR: the job that writes the checkpoints there (claim_checkpoints)
 
 
 def collect_training_state(solver, every_rank=True):
@@ -211,21 +210,11 @@ def save_preempted(solver):
     return stop
 
 
-def claim_checkpoints(solver):
-    """Rank 0, as training starts: record in ``checkpoints/job.json`` which job writes the checkpoints there (under
-    a launcher that restarts jobs), so that only this job's restarts resume them (``restarted``)."""
-    job = {launcher: job_id for launcher, (job_id, _) in restarts().items()}
-    if job:
-        folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
-        os.makedirs(folder, exist_ok=True)
-        atomic_write_text(os.path.join(folder, JOB_FILE), json.dumps(job) + '\n')
-
-
 def restarted(folder):
-    """Whether this process is torchrun's elastic agent or SLURM's requeue starting again the job whose checkpoints
-    ``folder`` holds (``claim_checkpoints``).  A restart of a job whose first attempt was refused another run's
-    WORK_DIR is refused it again: it does not take that run over."""
-    again = {launcher: job_id for launcher, (job_id, count) in restarts().items() if count > 0}
+    """Whether this process is torchrun's elastic agent or SLURM's requeue starting again the job that wrote the
+    checkpoints in ``folder`` (its ``job.json``: ``write_latest_pointer``).  A restart of a job whose first attempt
+    was refused another run's WORK_DIR is refused it again: it does not take that run over."""
+    again = {launcher: job_id for launcher, (job_id, count) in launcher_jobs().items() if count > 0}
     if not again:
         return False
     try:

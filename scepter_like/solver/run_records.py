@@ -27,10 +27,10 @@ import sysconfig
 import tempfile
 
 from scepter_like.errors import ConfigError, Preempted, UserError, user_message
-from scepter_like.solver.checkpoint_state import claim_checkpoints, refuse_to_mix_runs
-from scepter_like.solver.config_agreement import warn_if_configs_differ
+from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
+from scepter_like.solver.config_agreement import config_differences
 from scepter_like.solver.model_summary import model_summary
-from scepter_like.solver.work_dir_lock import lock_for_training
+from scepter_like.solver.work_dir_lock import LOCK_FILE, lock_for_training
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
@@ -49,18 +49,33 @@ class GitError(Exception):
 
 
 def open_work_dir(solver):
-    """Create and check WORK_DIR (rank 0); returns the log file's handler (None without LOG_FILE).
-
-    What the run writes there and already exists must be of its kind (a folder where it
-    keeps a folder, a file where it appends to a file), and the folder must take a new
-    file: otherwise one ConfigError now instead of a traceback mid-run.
+    """Every rank: the ranks' configs compared; WORK_DIR created and checked (rank 0); a run that trains locks it
+    (``work_dir_lock``), before anything is written there; returns the log file's handler (rank 0; None without
+    LOG_FILE or elsewhere).
     """
+    differences = config_differences(solver)  # before any other collective, which a differing config may skip
+    if solver.is_main:
+        check_work_dir(solver)
+    if solver.cfg.TRAIN_DATA is not None:  # (an evaluation's or inference's config has none: it takes no lock)
+        lock_for_training(solver)
+    if not solver.is_main:
+        return None
+    handler = add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
+    for line in differences:
+        solver.logger.warning(line)
+    return handler
+
+
+def check_work_dir(solver):
+    """Create WORK_DIR; what the run writes there and already exists must be of its kind (a folder where it
+    keeps a folder, a file where it appends to a file), and the folder must take a new file: otherwise one
+    ConfigError now instead of a traceback mid-run."""
     where, work_dir = solver.cfg.path_of('WORK_DIR'), solver.work_dir
     try:
         os.makedirs(work_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f'{where}: cannot create {work_dir} ({e.strerror})') from None
-    files = [os.path.join(work_dir, name) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE)]
+    files = [os.path.join(work_dir, name) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE, LOCK_FILE)]
     for path in files + ([solver.log_file] if solver.log_file else []):
         if os.path.isdir(path):
             raise ConfigError(
@@ -78,7 +93,6 @@ def open_work_dir(solver):
         raise ConfigError(
             f'{where}: cannot write into {work_dir} ({e.strerror}); give a folder you can write to'
         ) from None
-    return add_file_handler(solver.logger, solver.log_file) if solver.log_file else None
 
 
 def close_work_dir_log(solver):
@@ -106,22 +120,15 @@ def close_work_dir_log(solver):
 
 
 def start_training_run(solver):
-    """A training run starts: the ranks' configs compared, another run's WORK_DIR refused (a fresh run), the
-    WORK_DIR locked until ``solve`` ends (a run training there is refused), then (rank 0) the checkpoints claimed and
-    the run records.
+    """A training run starts: refuse another run's WORK_DIR (a fresh run), then (rank 0) the run records.
 
     Returns the run's MetricsLog (rank 0; None elsewhere): only a training run appends to
     metrics.jsonl, so an evaluation of its weights (run_eval, ``test()`` from Python) never does.
     """
-    warn_if_configs_differ(solver)
-    if 'train' in solver.datas:
-        if not solver.resumed_from:
-            refuse_to_mix_runs(solver)
-        lock_for_training(solver)
+    if not solver.resumed_from and 'train' in solver.datas:
+        refuse_to_mix_runs(solver)
     if not solver.is_main:
         return None
-    if 'train' in solver.datas:
-        claim_checkpoints(solver)
     write_run_records(solver, solver.resumed_from, code_snapshot=solver.cfg.CODE_SNAPSHOT)
     metrics_log = MetricsLog(os.path.join(solver.work_dir, METRICS_FILE))
     metrics_log.write_start(solver, solver.resumed_from)

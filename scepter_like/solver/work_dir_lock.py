@@ -1,10 +1,12 @@
-"""One training run at a time in a WORK_DIR: rank 0 holds an exclusive lock on ``WORK_DIR/.run.lock`` during ``solve``.
+"""One training run at a time in a WORK_DIR: rank 0 holds an exclusive lock on ``WORK_DIR/.run.lock``.
 
 Two jobs in one WORK_DIR (a duplicate submission, a requeue while the old job's workers
-still run) would interleave their metrics.jsonl lines, log lines and checkpoints, and both
-exit 0.  The lock is ``flock``'s: the kernel drops it when its process ends, however it
-ends, so no stale lock is left behind.  The file holds the holder's host and pid, for the
-error line.  Evaluation, inference and export from a folder that is training take no lock.
+still run) would interleave their log lines, metrics.jsonl lines and checkpoints, and both
+exit 0.  A solver whose config trains takes the lock in ``set_up_pre``, before it writes
+anything there, and gives it back when ``solve`` ends (or at ``close``).  The lock is
+``flock``'s: the kernel drops it when its process ends, however it ends, so none is left
+stale.  The file holds the holder's host and pid, for the error line.  Evaluation,
+inference and export from a folder that is training take no lock.
 """
 
 import fcntl
@@ -16,41 +18,46 @@ from scepter_like.utils.distributed import broadcast_object
 
 LOCK_FILE = '.run.lock'
 
+# the lock files this process holds -> their descriptors: flock is per open file, so a second solver of this
+# process (a notebook's next session, a search's next trial) would otherwise be refused by its own process's lock
+_HELD = {}
+
 
 class WorkDirLock:
     """The lock on ``work_dir``, taken by ``acquire`` (rank 0), given back by ``release`` (or the process's end)."""
 
     def __init__(self, work_dir):
-        self.work_dir = work_dir
-        self._fd = None
+        self.path = os.path.join(work_dir, LOCK_FILE)
+        self._key = None  # set while this solver holds the lock
 
     def acquire(self):
-        """Take the lock; None, or (when another run holds it) what its file says of that run."""
-        if self._fd is not None:
+        """Take the lock; None, or (another process holds it) what its file says of that run.  This process's
+        own lock and a filesystem without ``flock`` count as taken."""
+        key = os.path.realpath(self.path)
+        if key in _HELD:
             return None
-        fd = os.open(os.path.join(self.work_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # (a folder in its place is check_work_dir's error)
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 256).decode(errors='replace').strip() or 'another process'
             os.close(fd)
-            return None if holder == _this_process() else holder  # an earlier solver of this process holds it
-        except OSError:  # a filesystem without flock: no lock, as before
+            return holder
+        except OSError:
             os.close(fd)
             return None
         os.ftruncate(fd, 0)
-        os.write(fd, f'{_this_process()}\n'.encode())
-        self._fd = fd
+        os.write(fd, f'pid {os.getpid()} on {socket.gethostname()}\n'.encode())
+        _HELD[key], self._key = fd, key
         return None
 
     def release(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _this_process():
-    return f'pid {os.getpid()} on {socket.gethostname()}'
+        if self._key is not None:
+            os.close(_HELD.pop(self._key))
+            self._key = None
 
 
 def lock_for_training(solver):

@@ -8,6 +8,7 @@ removes its temp file and is one CheckpointError naming the file and the space l
 """
 
 import errno
+import json
 import os
 import pickle
 import shutil
@@ -17,6 +18,7 @@ import zipfile
 import torch
 
 from scepter_like.errors import CheckpointError
+from scepter_like.utils.launch_env import launcher_jobs
 
 TMP_PREFIX = '.tmp.'
 MODEL_DESCRIPTION_KEY = 'model_description'  # see scepter_like.model.description
@@ -262,13 +264,21 @@ def load_state_dict_checked(model, state, source, strict=True, strict_key=None):
 
 CHECKPOINT_DIR = 'checkpoints'  # inside WORK_DIR
 LATEST_POINTER = 'latest'
+JOB_FILE = 'job.json'  # beside LATEST_POINTER: the job that moved it last (write_latest_pointer)
 BEST_SUFFIX = '-best.pth'  # CheckpointHook's best checkpoint: {prefix}-best.pth
 RUN_CHOICES = ('best', 'last')  # RUN:best, RUN:last
 
 
 def write_latest_pointer(folder, filename):
-    """Point ``folder/latest`` at ``filename`` (a complete checkpoint in ``folder``), atomically."""
+    """Point ``folder/latest`` at ``filename`` (a complete checkpoint in ``folder``), atomically.
+
+    Under a launcher that restarts jobs (torchrun's elastic agent, SLURM's requeue), ``folder/job.json`` then names
+    the job that wrote it, so that only that job's restarts resume it by themselves (``checkpoint_state.restarted``).
+    """
     atomic_write_text(os.path.join(folder, LATEST_POINTER), filename + '\n')
+    job = {launcher: job_id for launcher, (job_id, _) in launcher_jobs().items()}
+    if job:
+        atomic_write_text(os.path.join(folder, JOB_FILE), json.dumps(job) + '\n')
 
 
 def latest_checkpoint(folder):

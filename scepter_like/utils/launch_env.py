@@ -93,7 +93,7 @@ def _rank_checked(launch, rank_name, size_name):
     return launch
 
 
-def restarts(env=None):
+def launcher_jobs(env=None):
     """``{launcher: (this job's id under it, the times it has started the job again)}`` for the launchers that
     restart a job with the same command: SLURM's requeue (the job id stays) and torchrun's elastic agent (the
     rendezvous id; with the static rendezvous, whose id is ``none``, the agent's host and pid, which stay)."""

@@ -121,8 +121,9 @@ class SWAHook(Hook):
         return epoch >= self.start_epoch and (not self.end_epoch or epoch <= self.end_epoch)
 
     def after_epoch(self, solver: SolverSurface):
-        # an epoch a stop cut short is averaged when its resumed run finishes it, not twice
-        if not solver.progress.epoch_finished or not self._in_range(solver.progress.epoch + 1):
+        progress = solver.progress
+        # an epoch a stop (a signal, request_stop) cut short is averaged when its resumed run finishes it, not twice
+        if (progress.stop_reason is not None and not progress.epoch_finished) or not self._in_range(progress.epoch + 1):
             return
         self.averaged.update_parameters(solver.unwrapped_model)
         self._bn_stale = True

@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 
+from scepter_like.config import flatten_config
 from scepter_like.errors import CheckpointError, ConfigError, Preempted, UserError
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.field_plot import PLOTS_DIR
@@ -51,22 +52,6 @@ def require_package(cfg, module, extra):
             f'{cfg.path or cfg.NAME}: {cfg.NAME} needs the {module} package; install it with'
             f" pip install 'scepter_like[{extra}]' (or remove the hook)"
         )
-
-
-def flatten_config(value, prefix=''):
-    """``{'A.B.C': leaf}`` of a plain config: mappings open up, and lists holding mappings or lists open up
-    by index (``SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL``, the override syntax); other lists, empty mappings and
-    scalars are leaves."""
-    if isinstance(value, dict) and value:
-        items = value.items()
-    elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        items = enumerate(value)
-    else:
-        return {prefix: value}
-    out = {}
-    for key, item in items:
-        out.update(flatten_config(item, f'{prefix}.{key}' if prefix else str(key)))
-    return out
 
 
 def run_tags(solver):
