@@ -1390,7 +1390,9 @@ def test_a_scepter_run_eval_without_its_construct_metrics_is_told_where_its_stat
 
 
 def test_a_dotted_extra_key_reads_into_the_batch_meta_as_scepter_does(tmp_path):
-    """scepter's EXTRA_KEYS: [meta.img_path] reads batch['meta']['img_path'] (its _get_value); it was 'lacking'."""
+    """scepter's EXTRA_KEYS: [meta.img_path] reads batch['meta']['img_path'] (its _get_value); it was 'lacking'.
+    A LogHook in EVAL_HOOKS (scepter's example lists one) skips such keys: a list of paths is no scalar to average
+    (it raised AttributeError: 'list' object has no attribute 'dim')."""
     from helpers import blob_solver_cfg, build_solver, write_blobs
 
     from scepter_like.data.registry import DATASETS
@@ -1407,11 +1409,12 @@ def test_a_dotted_extra_key_reads_into_the_batch_meta_as_scepter_does(tmp_path):
             return len(self.y)
 
         def __getitem__(self, index):
-            return {'img': self.x[index], 'label': self.y[index], 'meta': {'sample_id': index}}
+            return {'img': self.x[index], 'label': self.y[index], 'meta': {'sample_id': index, 'path': f'{index}.png'}}
 
     data = {'NAME': 'CompatMetaBlobs', 'BATCH_SIZE': 8}
     cfg = blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w', MAX_EPOCHS=1, SAVE_EVAL_DATA=True)
-    cfg['SOLVER'].update(TRAIN_DATA=data, EVAL_DATA=dict(data), EXTRA_KEYS=['meta.sample_id'])
+    cfg['SOLVER'].update(TRAIN_DATA=data, EVAL_DATA=dict(data), EXTRA_KEYS=['meta.sample_id', 'meta.path'])
+    cfg['SOLVER']['EVAL_HOOKS'] = [{'NAME': 'LogHook', 'LOG_INTERVAL': 2}]
     try:
         solver = build_solver(cfg)
         solver.solve()
@@ -1419,6 +1422,7 @@ def test_a_dotted_extra_key_reads_into_the_batch_meta_as_scepter_does(tmp_path):
         DATASETS._entries.pop('CompatMetaBlobs', None)
     saved = torch.load(tmp_path / 'w' / 'eval_00001.pth', weights_only=True)
     assert torch.equal(torch.as_tensor(saved['meta.sample_id']), torch.arange(32))
+    assert saved['meta.path'] == [f'{i}.png' for i in range(32)]
 
 
 def test_reduce_on_plateau_watches_a_scepter_metric_whose_names_come_with_its_first_pass(tmp_path):

@@ -26,9 +26,11 @@ class ScalarSums:
         self.count = 0
 
     def add(self, outputs):
+        """Keep this step's 0-dim tensors; other outputs (an eval step's EXTRA_KEYS: tensors of values, lists of
+        ``meta`` strings) are no scalars to average."""
         values = self._values
         for key, value in outputs.items():
-            if value.dim() == 0:  # grad_norm only on optimizer steps: keys may differ in count
+            if isinstance(value, torch.Tensor) and value.dim() == 0:  # grad_norm only on optimizer steps: counts differ
                 values[key].append(value)
         self.count += 1
 
