@@ -253,9 +253,12 @@ def _check_call(obj, cfg, logger, kwargs, owner):
 class Registry:
     """A named table of buildable classes and functions."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, left_out: dict[str, str] | None = None):
+        """``left_out``: names scepter's registry of the same name holds and this one leaves out on purpose, each with
+        what to do instead (its error says that, not a near name)."""
         self.name = name
         self._entries: dict[str, Any] = {}
+        self.left_out = left_out or {}
 
     def __repr__(self):
         return f'Registry({self.name}, {sorted(self._entries)})'
@@ -316,6 +319,11 @@ class Registry:
                 f' (registered: {", ".join(sorted(self._entries))})'
             )
         if name not in self._entries:
+            if name in self.left_out:
+                raise RegistryError(
+                    f"{where}: {name!r} is scepter's and not in registry {self.name} here: {self.left_out[name]}"
+                    ' (docs/porting_from_scepter.md)'
+                )
             raise RegistryError(
                 f'{where}: {name!r} is not in registry {self.name}{suggest(name, self._entries)}'
                 f' (registered: {", ".join(sorted(self._entries))})'

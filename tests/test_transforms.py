@@ -182,6 +182,22 @@ def test_unknown_transform_name_suggests_the_close_one():
         build('RandomResizedCrop', SCALES=[0.5, 1.0])
 
 
+@pytest.mark.parametrize(
+    'name, instead',
+    [
+        ('TensorToGPU', 'the solver moves whole batches to the device'),
+        ('FlexibleResize', 'use Resize then CenterCrop'),
+        ('RenameMeta', "do it in the dataset's _get"),
+    ],
+)
+def test_a_transform_scepter_has_and_this_project_leaves_out_says_what_to_do_instead(name, instead):
+    """Not 'did you mean ToTensor?' (TensorToGPU), 'Resize?' (FlexibleResize) or 'Rename?' (RenameMeta)."""
+    with pytest.raises(RegistryError) as e:
+        build(name)
+    assert f"{name!r} is scepter's and not in registry TRANSFORMS here: " in str(e.value)
+    assert instead in str(e.value) and 'did you mean' not in str(e.value)
+
+
 def test_a_missing_input_key_names_the_keys_the_sample_has(rgb):
     with pytest.raises(DataError) as e:
         build('RandomResizedCrop', INPUT_KEY='image')({'img': rgb, 'label': 1}, random.Random(0))

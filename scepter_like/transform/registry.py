@@ -11,7 +11,33 @@ depend on the sample alone (``scepter_like/data/transformed.py``).
 from scepter_like.errors import ConfigError
 from scepter_like.registry import Registry
 
-TRANSFORMS = Registry('TRANSFORMS')
+_FLEXIBLE = "it sizes each sample from meta['image_size'] (scepter's aspect-ratio buckets); use Resize then CenterCrop"
+_VIDEO = 'this project decodes no video'
+SCEPTER_ONLY = {  # the transforms scepter registers that are left out (docs/porting_from_scepter.md, Transforms)
+    'FlexibleResize': _FLEXIBLE,
+    'FlexibleCenterCrop': _FLEXIBLE,
+    'FlexibleCropXL': _FLEXIBLE,
+    'TensorToGPU': 'the solver moves whole batches to the device; leave it out',
+    'RenameMeta': "do it in the dataset's _get, or register a transform",
+    'TemplateStr': "do it in the dataset's _get, or register a transform",
+    'ColorJitterGeneral': 'register a RANDOM transform (docs/image_data.md)',
+    **dict.fromkeys(
+        [
+            'RandomResizedCropVideo',
+            'CenterCropVideo',
+            'RandomHorizontalFlipVideo',
+            'NormalizeVideo',
+            'VideoToTensor',
+            'AutoResizedCropVideo',
+            'ResizeVideo',
+            'LoadVideoFromFile',
+            'LoadVideoFromFrameList',
+            'DecodeVideoToTensor',
+        ],
+        _VIDEO,
+    ),
+}
+TRANSFORMS = Registry('TRANSFORMS', left_out=SCEPTER_ONLY)
 
 
 def build_pipeline(pipeline, registry=TRANSFORMS, logger=None, where='TRANSFORMS'):
