@@ -54,3 +54,19 @@ def test_log_shows_flops_per_second_only_when_known(tmp_path, caplog):
     sps = float(re.search(r'samples/s: (\d+)', lines[-1]).group(1))
     flops = float(re.search(r'FLOP/s: ([0-9.e+]+)', lines[-1]).group(1))
     assert flops == pytest.approx(3 * 176 * sps, rel=0.01, abs=3 * 176)
+
+
+def test_samples_per_second_counts_the_samples_of_a_short_last_batch(tmp_path, caplog):
+    """40 samples in batches of 16: each epoch's line covers 16 + 16 + 8 samples, not 3 x 16 (2.5x too many on a
+    line of the last batch alone)."""
+    npz = write_blobs(tmp_path / 'd.npz', n=40)
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 3}]
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, EVAL_DATA=None))
+    with caplog.at_level('INFO'):
+        solver.solve()
+    lines = [line for line in caplog.text.splitlines() if 'samples/s' in line]
+    assert len(lines) == 2
+    for line in lines:
+        step_ms = float(re.search(r' time: ([0-9.]+)ms', line).group(1))
+        rate = float(re.search(r'samples/s: (\d+)', line).group(1))
+        assert rate == pytest.approx(40 / (3 * step_ms / 1e3), rel=0.05), line

@@ -28,7 +28,7 @@ from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface, mo
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.logger import LineWriter
 from scepter_like.utils.progress_bar import ProgressBar, format_hms, live_display
-from scepter_like.utils.scalars import ScalarSums
+from scepter_like.utils.scalars import ScalarSums, batch_samples
 
 
 @HOOKS.register_class()
@@ -55,6 +55,7 @@ class LogHook(Hook):
         self._lines = None  # LineWriter: the lines' records, cheaper than logger.info's
         self._scalars = ScalarSums()  # since the last line
         self._data_time = 0.0
+        self._samples = 0  # this rank's train samples since the last line (an epoch's last batch may be short)
         self._since = self._epoch_start = time.perf_counter()
         self._per_epoch = True  # the epoch is at least LOG_INTERVAL steps long: intervals count within it
         self._paused_at = None  # short epochs: when the last one's steps ended (evaluations do not count as steps)
@@ -81,7 +82,7 @@ class LogHook(Hook):
         if self._per_epoch:
             self._since = now
             self._scalars = ScalarSums()  # drops what an interrupted epoch left
-            self._data_time = 0.0
+            self._data_time, self._samples = 0.0, 0
         elif self._paused_at is None:
             self._since = now
         else:
@@ -107,6 +108,7 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.step.outputs)
         self._data_time += solver.step.data_time
+        self._samples += batch_samples(solver.step.batch) or solver.datas[solver.mode].batch_size
         progress = solver.progress
         if (progress.iters[solver.mode] if self._per_epoch else progress.total_iter) % self.interval == 0:
             self._write_line(solver)
@@ -151,6 +153,7 @@ class LogHook(Hook):
         count = self._scalars.count
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         step_time, data_time = (now - self._since) / count, self._data_time / count
+        samples, self._samples = self._samples, 0
         self._data_time, self._since = 0.0, now
         values = {**means, **model_state(solver)}
         if solver.optimizer is not None:
@@ -163,7 +166,7 @@ class LogHook(Hook):
             + f' time: {step_time * 1e3:.2f}ms data: {data_time * 1e3:.2f}ms'
         )
         if step_time > 0:
-            samples_per_s = solver.datas[solver.mode].batch_size * solver.world_size / step_time
+            samples_per_s = samples * solver.world_size / (step_time * count)
             text += f' samples/s: {samples_per_s:.0f}'
             if solver.model_flops:  # forward + backward ~ 3x the forward FLOPs (register_flops)
                 text += f' FLOP/s: {3 * solver.model_flops * samples_per_s:.3g}'
