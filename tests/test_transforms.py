@@ -143,6 +143,29 @@ def test_load_image_from_file_reads_meta_img_path(rgb, tmp_path):
         build('LoadImageFromFile')({'img': rgb})
 
 
+def test_transparent_pixels_read_as_white_as_scepter_lays_them(tmp_path):
+    """scepter's pillow_convert pastes RGBA and palette images on white; convert('RGB') gave the hidden colour."""
+    from scepter_like.data.registry import DATASETS
+
+    rgba = np.zeros((2, 2, 4), dtype=np.uint8)  # transparent black, except one opaque red pixel
+    rgba[0, 1] = [200, 10, 20, 255]
+    (tmp_path / 'c').mkdir()
+    Image.fromarray(rgba, 'RGBA').save(tmp_path / 'c' / 'rgba.png')
+    palette = Image.new('P', (2, 2), 0)
+    palette.putpalette([0, 0, 0, 30, 60, 90] + [0] * 762)
+    palette.putpixel((1, 0), 1)
+    palette.save(tmp_path / 'c' / 'palette.png', transparency=0)  # index 0 (black) is transparent
+    assert Image.open(tmp_path / 'c' / 'palette.png').mode == 'P'
+    opaque = {'rgba.png': [200, 10, 20], 'palette.png': [30, 60, 90]}
+    dataset = DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path)})
+    for i, (path, _) in enumerate(dataset.samples):
+        loaded = build('LoadImageFromFile')({'meta': {'img_path': path}})['img']
+        for img in (loaded, dataset[i]['img']):
+            array = np.asarray(img)
+            assert img.mode == 'RGB' and array[0, 0].tolist() == [255, 255, 255], path
+            assert array[0, 1].tolist() == opaque[path.rsplit('/', 1)[-1]], path
+
+
 def test_cv2_backend_matches_pillow_on_exact_operations(rgb, tmp_path):
     pytest.importorskip('cv2')
     array = np.asarray(rgb)

@@ -18,7 +18,9 @@ RGB_ORDERS = ('RGB', 'BGR')
 def read_image(path, backend='pillow', rgb_order='RGB'):
     """The image at ``path`` as three channels, in ``backend``'s type (``pillow``: a PIL image).
 
-    Decoded by Pillow for the pillow and torchvision backends, by OpenCV for cv2.
+    Decoded by Pillow for the pillow and torchvision backends, by OpenCV for cv2.  As in scepter, the pillow
+    backend lays a transparent (RGBA or palette) image on white (``on_white``); the torchvision backend converts
+    it to RGB and cv2 drops the alpha channel, so their transparent pixels keep the colour stored under them.
     """
     if backend == 'cv2':
         return _read_cv2(path, rgb_order)
@@ -26,7 +28,9 @@ def read_image(path, backend='pillow', rgb_order='RGB'):
 
     try:
         with Image.open(path) as opened:
-            img = eight_bits(opened).convert('RGB')  # decodes the whole file: a truncated one fails here
+            img = eight_bits(opened)
+            # decodes the whole file: a truncated one fails here
+            img = on_white(img) if backend == 'pillow' else img.convert('RGB')
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
         raise DataError(f'cannot read image {path} ({_first_line(e)}); replace or remove the file') from None
     if rgb_order == 'BGR':
@@ -34,6 +38,23 @@ def read_image(path, backend='pillow', rgb_order='RGB'):
     if backend == 'torchvision':
         return image_backend('torchvision', 'read_image').coerce(img, path)
     return img
+
+
+def on_white(img):
+    """scepter's ``pillow_convert``: an RGBA or palette (``P``) image laid on a white background, others as RGB.
+
+    ``convert('RGB')`` alone drops the alpha channel, so transparent pixels come out as whatever colour the file
+    stores under them (usually black).  Other modes with alpha (``LA``, ``PA``) are converted, as scepter does.
+    """
+    from PIL import Image
+
+    if img.mode == 'P':
+        img = img.convert('RGBA')
+    if img.mode != 'RGBA':
+        return img.convert('RGB')
+    background = Image.new('RGB', img.size, (255, 255, 255))
+    background.paste(img, (0, 0), mask=img)
+    return background
 
 
 def eight_bits(img):
