@@ -54,6 +54,20 @@ def test_random_resized_crop_size_and_draws_come_from_the_given_generator(rgb):
     assert np.array_equal(outs[0], outs[1]) and not np.array_equal(outs[0], outs[2])
 
 
+def test_random_resized_crop_crops_then_resizes_as_torchvision(rgb, monkeypatch):
+    """torchvision's resized_crop (what scepter calls) resizes the crop; resize(box=) also filters pixels past it."""
+    import scepter_like.transform.image as image_module
+
+    top, left, h, w = 3, 5, 13, 17
+    monkeypatch.setattr(image_module, 'random_resized_box', lambda *args: (top, left, h, w))
+    box = (left, top, left + w, top + h)
+    for interpolation, resample in (('bilinear', Image.Resampling.BILINEAR), ('bicubic', Image.Resampling.BICUBIC)):
+        out = build('RandomResizedCrop', SIZE=[9, 11], INTERPOLATION=interpolation)({'img': rgb}, random.Random(0))
+        expected = np.asarray(rgb.crop(box).resize((11, 9), resample))
+        assert np.array_equal(np.asarray(out['img']), expected)
+        assert not np.array_equal(expected, np.asarray(rgb.resize((11, 9), resample, box=box)))  # what it was
+
+
 def test_random_resized_box_keeps_area_and_aspect_within_bounds():
     rng = random.Random(1)
     for _ in range(300):

@@ -118,7 +118,7 @@ def _pad_array(array, left, top, right, bottom, fill, mode):
 
 
 class PillowImages:
-    """PIL images, operated on by Pillow (``resize`` with ``box``: crop and resize in one pass)."""
+    """PIL images, operated on by Pillow."""
 
     name = 'pillow'
 
@@ -152,8 +152,9 @@ class PillowImages:
 
     def resized_crop(self, img, box, height, width, interpolation):
         top, left, box_height, box_width = box
-        region = (left, top, left + box_width, top + box_height)
-        return img.resize((width, height), self.resample[interpolation], box=region)
+        # crop, then resize, as torchvision's resized_crop: resize's box= would let the filter read past the box
+        crop = img.crop((left, top, left + box_width, top + box_height))
+        return crop.resize((width, height), self.resample[interpolation])
 
     def hflip(self, img):
         return img.transpose(self.flip)
