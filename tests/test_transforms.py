@@ -37,6 +37,22 @@ def test_center_crop_takes_the_middle(rgb):
     assert np.array_equal(np.asarray(out), np.asarray(rgb)[7:17, 10:30])
 
 
+def test_center_crop_offsets_are_torchvisions():
+    """torchvision's center_crop pads (crop - size) // 2 before a larger crop; round(-1.5) put the image at 2."""
+    small = np.arange(1, 28, dtype=np.uint8).reshape(3, 3, 3)
+    out = np.asarray(build('CenterCrop', SIZE=6)({'img': Image.fromarray(small)})['img'])
+    expected = np.zeros((6, 6, 3), dtype=np.uint8)
+    expected[1:4, 1:4] = small
+    assert np.array_equal(out, expected)
+    wide = np.random.default_rng(1).integers(0, 256, size=(3, 10, 3), dtype=np.uint8)
+    mixed = np.asarray(build('CenterCrop', SIZE=[6, 5])({'img': Image.fromarray(wide)})['img'])
+    assert np.array_equal(mixed[1:4], wide[:, 2:7]) and not mixed[[0, 4, 5]].any()  # larger rows, smaller cols
+    square = np.random.default_rng(2).integers(0, 256, size=(10, 10, 3), dtype=np.uint8)
+    top = int(round((10 - 5) / 2.0))  # torchvision's formula: 2
+    crop = np.asarray(build('CenterCrop', SIZE=5)({'img': Image.fromarray(square)})['img'])
+    assert np.array_equal(crop, square[top : top + 5, top : top + 5])
+
+
 def test_random_horizontal_flip_flips_with_probability_p(rgb):
     flipped = build('RandomHorizontalFlip', P=1.0)({'img': rgb}, random.Random(0))['img']
     assert np.array_equal(np.asarray(flipped), np.asarray(rgb)[:, ::-1])

@@ -71,6 +71,17 @@ def random_resized_box(height, width, scale, log_ratio, rng, attempts=10):
     return (height - h) // 2, (width - w) // 2, h, w
 
 
+def center_offset(size, crop):
+    """Where a centred ``crop`` of ``size`` pixels starts, as torchvision's ``center_crop`` (scepter's) has it.
+
+    A larger crop: torchvision pads ``(crop - size) // 2`` zeros before (the odd one after), so the image starts
+    there.  Otherwise ``int(round((size - crop) / 2.0))``, Python's round (half to even) as torchvision writes it.
+    """
+    if crop > size:
+        return -((crop - size) // 2)
+    return int(round((size - crop) / 2.0))
+
+
 class ImageTransform:
     """scepter's base of the image transforms: the keys every one of them takes, and the loop over the keys."""
 
@@ -144,7 +155,7 @@ class Resize(ImageTransform):
 
 @TRANSFORMS.register_class()
 class CenterCrop(ImageTransform):
-    """The central SIZE of the image; zeros where SIZE exceeds the image."""
+    """The central SIZE of the image; zeros where SIZE exceeds the image (placed as torchvision pads it)."""
 
     para_dict = {'SIZE': {'value': 224, 'type': (int, list), 'description': 'crop size: an int or [height, width]'}}
 
@@ -157,7 +168,7 @@ class CenterCrop(ImageTransform):
         crop_height, crop_width = self.size
         if (height, width) == self.size:
             return img
-        top, left = int(round((height - crop_height) / 2)), int(round((width - crop_width) / 2))
+        top, left = center_offset(height, crop_height), center_offset(width, crop_width)
         return self.ops.crop(img, top, left, crop_height, crop_width)
 
 
