@@ -68,6 +68,10 @@ class DataBundle:
         n = self.sampler.rank_length()
         return n // self.batch_size if self.loader.drop_last else math.ceil(n / self.batch_size)
 
+    def batch_samples(self, index):
+        """The samples in batch ``index`` of a pass on this rank: BATCH_SIZE, but fewer in a short last batch."""
+        return max(0, min(self.batch_size, self.sampler.rank_length() - index * self.batch_size))
+
     def iterate(self, start_batch=0, stop_batch=None):
         """An iterator over batches ``[start_batch, stop_batch)`` of the current pass."""
         stop = None if stop_batch is None else stop_batch * self.batch_size

@@ -151,10 +151,8 @@ class PillowImages:
         return img.resize((width, height), self.resample[interpolation])
 
     def resized_crop(self, img, box, height, width, interpolation):
-        top, left, box_height, box_width = box
         # crop, then resize, as torchvision's resized_crop: resize's box= would let the filter read past the box
-        crop = img.crop((left, top, left + box_width, top + box_height))
-        return crop.resize((width, height), self.resample[interpolation])
+        return self.resize(self.crop(img, *box), height, width, interpolation)
 
     def hflip(self, img):
         return img.transpose(self.flip)

@@ -1,4 +1,4 @@
-"""Running means of a step's scalar outputs, and a batch's sample count, for the hooks that log them at an interval."""
+"""Running means of a step's scalar outputs, for the hooks that log them at an interval."""
 
 import collections
 import math
@@ -51,12 +51,3 @@ class ScalarSums:
             sums = all_reduce_sum(torch.stack([torch.stack(values).double().sum() for values in lists.values()]))
             sums = sums.tolist()
         return {key: total / count for key, total, count in zip(lists, sums, counts)}
-
-
-def batch_samples(batch):
-    """The samples in ``batch`` (a dict): the first dimension of its first tensor; None when it holds none (or is
-    None: a step of a loop of one's own)."""
-    for value in (batch or {}).values():
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            return value.shape[0]
-    return None

@@ -28,7 +28,7 @@ from scepter_like.solver.hooks.hook import PRIORITY_LOG, Hook, SolverSurface, mo
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.logger import LineWriter
 from scepter_like.utils.progress_bar import ProgressBar, format_hms, live_display
-from scepter_like.utils.scalars import ScalarSums, batch_samples
+from scepter_like.utils.scalars import ScalarSums
 
 
 @HOOKS.register_class()
@@ -108,9 +108,13 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.step.outputs)
         self._data_time += solver.step.data_time
-        self._samples += batch_samples(solver.step.batch) or solver.datas[solver.mode].batch_size
-        progress = solver.progress
-        if (progress.iters[solver.mode] if self._per_epoch else progress.total_iter) % self.interval == 0:
+        progress, mode = solver.progress, solver.mode
+        bundle, done = solver.datas[mode], progress.iters[mode]
+        if done < progress.epoch_iters[mode]:
+            self._samples += bundle.batch_size
+        else:  # an epoch's last batch: the pass's last batch may be short
+            self._samples += bundle.batch_samples(progress.fold_window(bundle.num_batches())[1] - 1)
+        if (done if self._per_epoch else progress.total_iter) % self.interval == 0:
             self._write_line(solver)
 
     def after_all_iter(self, solver: SolverSurface):
