@@ -96,9 +96,9 @@ def check_work_dir(solver):
 
 
 def close_work_dir_log(solver):
-    """Detach the run's log file (rank 0).  Called as an error ends the run, it first writes why: a user error as
-    the console's ``error:`` line, anything else by its type and first line; a
-    stop signal's checkpoint was logged already.  Without it, a log read on shared storage would not say."""
+    """Detach the run's log file (rank 0).  Called as an error ends the run, it first writes why (a log read on
+    shared storage would not say): a user error as the console's ``error:`` line, anything else by its type and
+    first line.  A stop signal's checkpoint was logged already."""
     handler, solver._file_handler = solver._file_handler, None
     if handler is None:
         return

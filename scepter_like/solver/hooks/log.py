@@ -55,7 +55,7 @@ class LogHook(Hook):
         self._lines = None  # LineWriter: the lines' records, cheaper than logger.info's
         self._scalars = ScalarSums()  # since the last line
         self._data_time = 0.0
-        self._samples = 0  # this rank's train samples since the last line (an epoch's last batch may be short)
+        self._short = 0  # samples the short last batches since the last line lacked of BATCH_SIZE
         self._since = self._epoch_start = time.perf_counter()
         self._per_epoch = True  # the epoch is at least LOG_INTERVAL steps long: intervals count within it
         self._paused_at = None  # short epochs: when the last one's steps ended (evaluations do not count as steps)
@@ -82,7 +82,7 @@ class LogHook(Hook):
         if self._per_epoch:
             self._since = now
             self._scalars = ScalarSums()  # drops what an interrupted epoch left
-            self._data_time, self._samples = 0.0, 0
+            self._data_time, self._short = 0.0, 0
         elif self._paused_at is None:
             self._since = now
         else:
@@ -109,11 +109,10 @@ class LogHook(Hook):
         self._scalars.add(solver.step.outputs)
         self._data_time += solver.step.data_time
         progress, mode = solver.progress, solver.mode
-        bundle, done = solver.datas[mode], progress.iters[mode]
-        if done < progress.epoch_iters[mode]:
-            self._samples += bundle.batch_size
-        else:  # an epoch's last batch: the pass's last batch may be short
-            self._samples += bundle.batch_samples(progress.fold_window(bundle.num_batches())[1] - 1)
+        done = progress.iters[mode]
+        if done == progress.epoch_iters[mode]:  # an epoch's last batch: the pass's last batch may be short
+            bundle = solver.datas[mode]
+            self._short += bundle.batch_size - bundle.batch_samples(progress.fold_window(bundle.num_batches())[1] - 1)
         if (done if self._per_epoch else progress.total_iter) % self.interval == 0:
             self._write_line(solver)
 
@@ -157,7 +156,7 @@ class LogHook(Hook):
         count = self._scalars.count
         means = self._scalars.take(solver.world_size)  # every rank: a collective under DDP
         step_time, data_time = (now - self._since) / count, self._data_time / count
-        samples, self._samples = self._samples, 0
+        samples, self._short = count * solver.datas[solver.mode].batch_size - self._short, 0
         self._data_time, self._since = 0.0, now
         values = {**means, **model_state(solver)}
         if solver.optimizer is not None:
