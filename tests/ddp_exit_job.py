@@ -6,10 +6,13 @@ cost of a solver.  The job leaves one last all-reduce in flight as it returns (a
 collective nobody waited for would), so gloo's thread may drop that tensor's last
 reference while the process exits: the moment the interpreter-shutdown race needs.
 Without ``cli.run``'s ``os._exit`` about half the launches of 8 workers have a worker
-that aborts (``terminate called without an active exception``, SIGABRT; docs/clusters.md);
-``tests/test_preemption.py`` launches it 4 times and requires exit 0 from every worker.
+that aborts (``terminate called without an active exception``, SIGABRT; docs/clusters.md),
+and every worker prints its atexit line (``interpreter shutdown``), which only a process
+that goes through interpreter shutdown runs; ``tests/test_preemption.py`` requires exit 0
+from every worker and no such line.
 """
 
+import atexit
 import os
 import sys
 
@@ -24,6 +27,7 @@ from scepter_like.utils.distributed import init_distributed  # noqa: E402
 
 
 def main(argv):
+    atexit.register(print, 'interpreter shutdown', flush=True)  # skipped by os._exit
     torch.set_num_threads(1)
     info = init_distributed(backend='gloo', timeout_s=60, device='cpu')
     model = DistributedDataParallel(torch.nn.Linear(4, 2))  # keeps the group (and gloo's threads) alive
