@@ -25,8 +25,9 @@ $(TEST_STAMP): $(STAMP)  # the heavy optional extras (ONNX, MLflow, W&B, ...) in
 train: setup  # each run gets its own work dir (a rerun never mixes with an earlier run)
 	$(PY) tools/run_train.py --cfg configs/cate_recognition/digits_mlp.yaml SOLVER.WORK_DIR=work_dir/digits_mlp/$$(date +%Y%m%d-%H%M%S)
 
-# pytest-xdist workers of make test (0: the whole suite in pytest's own process)
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make test (0: the whole suite in pytest's own process); three on two cores: a third of
+# the suite's time is spent waiting (processes starting, ranks meeting), which the third worker fills
+TEST_WORKERS ?= 3
 
 test: setup-test  # everything (CI): the tests that start processes too
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
