@@ -1,8 +1,9 @@
 """What a digits run leaves in WORK_DIR: config.yaml that reproduces it, metrics.jsonl across a
 resume, a PNG from tools/plot_log.py, and a progress bar only on a terminal.
 
-One module-scoped set of runs serves every test: A trains 1 epoch, then resumes to 2 epochs;
-B reruns A's first config.yaml into another WORK_DIR.
+One module-scoped set of runs serves the digits tests: A trains 1 epoch, then resumes to 2 epochs;
+B reruns A's first config.yaml into another WORK_DIR.  Every other shipped job's config.yaml is set up
+again in this process.
 """
 
 import json
@@ -15,8 +16,10 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
+from conftest import DIGITS_CFG, REPO, TOOLS, run_tool, tool_env
 
+from scepter_like import build_solver
+from scepter_like.solver.run_records import resolved_config
 from scepter_like.utils.metrics_log import MetricsLog, read_metrics
 
 # trainval: the 1,437 training samples, 45 steps an epoch
@@ -201,3 +204,29 @@ def test_plot_log_writes_a_png(runs, tmp_path):
     assert (
         missing.returncode == 2 and missing.stderr.startswith('error: ') and 'metrics.jsonl not found' in missing.stderr
     )
+
+
+SHIPPED_CONFIGS = sorted(  # every shipped job (a search space is no job)
+    os.path.relpath(os.path.join(folder, name), REPO)
+    for folder, _, names in os.walk(os.path.join(REPO, 'configs'))
+    for name in names
+    if name.endswith('.yaml') and not name.endswith('_space.yaml')
+)
+
+
+@pytest.mark.parametrize('path', SHIPPED_CONFIGS)
+def test_the_config_yaml_of_every_shipped_job_builds_the_same_job_again(path, tmp_path, monkeypatch):
+    """config.yaml holds every default filled in (a point set's COMPONENTS: [0], FILE: '', ...): set up from it,
+    the job is the same job, whatever keys its components check for having been written."""
+    monkeypatch.chdir(REPO)  # the configs' relative paths (observations, image cache) are the repository's
+    first = build_solver(path, [f'SOLVER.WORK_DIR={tmp_path / "a"}'])
+    try:
+        written = tmp_path / 'config.yaml'
+        written.write_text(resolved_config(first.solver).dump())
+    finally:
+        first.close()
+    again = build_solver(str(written), [f'SOLVER.WORK_DIR={tmp_path / "a"}'])
+    try:
+        assert resolved_config(again.solver).dump() == written.read_text()
+    finally:
+        again.close()

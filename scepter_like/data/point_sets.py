@@ -112,7 +112,8 @@ class PointSet:
     def __init__(self, name, cfg, index, domain, seed, world_size):
         if not name.isidentifier():
             raise ConfigError(f'{cfg.path}: a point set name is a plain word (letters, digits, _), got {name!r}')
-        given = set(cfg.keys())
+        # a key at its default is as good as left out: a run's config.yaml, every default filled in, runs again
+        given = {key for key, value in cfg.items() if value != SET_PARA_DICT.get(key, {}).get('value', ...)}
         resolve_params(cfg, SET_PARA_DICT, f'the point set {name!r}')
         self.name, self.kind, self.cfg = name, cfg.KIND, cfg
         unused = sorted(given - {'KIND', 'BATCH_SIZE', *_KEYS_OF[self.kind]})
