@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import textwrap
 
@@ -248,6 +249,32 @@ def test_a_smoke_test_of_every_shipped_config_phase_after_the_end_is_a_warning(t
     out = capsys.readouterr().out
     assert 'WARNING SOLVER.OPTIMIZER_PHASES[0].AT_STEP: phase 1 would start at step 2000' in out
     assert 'so it does not run' in out
+
+
+@HOOKS.register_class()
+class SignalAtStepHook(Hook):
+    """Sends this process SIGUSR1 (a stop signal) in step 6, the last of epoch 1."""
+
+    para_dict = {}
+
+    def after_iter(self, solver):
+        if solver.progress.total_iter == 6:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+@pytest.mark.parametrize('eval_interval', [1, 2])
+def test_the_resume_line_promises_the_cut_off_evaluation_only_when_one_is_due(eval_interval, blobs, tmp_path, capsys):
+    """A stop signal at an epoch's end: the evaluation after it runs first on resume only when it is due."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'SignalAtStepHook'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'run', hooks=hooks, MAX_EPOCHS=3, EVAL_INTERVAL=eval_interval)
+    assert train(tmp_path, cfg) == 128 + signal.SIGUSR1
+    capsys.readouterr()
+    hooks[1] = {'NAME': 'LogHook'}  # no signal this time
+    assert train(tmp_path, cfg, 'SOLVER.RESUME_FROM=auto') == 0, capsys.readouterr().err
+    goes_on = 'the evaluation of epoch 1 first' if eval_interval == 1 else 'goes on at epoch 2, iter 1'
+    assert re.search(rf'resumed from \S+preempted-step-6.pth after step 6: {goes_on}\n', capsys.readouterr().out)
+    evaluated = [r['epoch'] for r in records(tmp_path / 'run') if r['kind'] == 'eval']
+    assert evaluated == ([1, 2, 3] if eval_interval == 1 else [2, 3])
 
 
 def test_resume_from_a_run_folder_and_a_longer_schedule_says_what_happens(blobs, tmp_path, capsys):

@@ -187,8 +187,10 @@ def resume(solver):
         return None
     solver.restore_state(load_checkpoint_file(path), path)
     progress = solver.progress  # counted from 1, as the log lines count: the next batch's epoch and iter
-    if progress.epoch_finished:  # its evaluation was cut off
+    if progress.epoch_finished and solver.eval_due():  # its evaluation was cut off
         goes_on = f'the evaluation of epoch {progress.epoch + 1} first'
+    elif progress.epoch_finished:  # no evaluation due after it (EVAL_INTERVAL)
+        goes_on = f'goes on at epoch {progress.epoch + 2}, iter 1'
     else:
         goes_on = f'goes on at epoch {progress.epoch + 1}, iter {progress.iters["train"] + 1}'
     solver.logger.info(f'resumed from {path} after step {progress.total_iter}: {goes_on}')
