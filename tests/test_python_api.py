@@ -3,6 +3,7 @@
 The job is the blob classifier of tests/helpers.py with a best checkpoint and test data.
 """
 
+import io
 import logging
 import os
 import re
@@ -187,6 +188,22 @@ def test_a_level_the_program_set_is_kept_and_a_quiet_logger_says_what_the_log_fi
     with open(tmp_path / 'recipe' / 'std_log.txt', encoding='utf-8') as f:
         assert 'INFO eval epoch 3/3' in f.read()
     assert not re.search(r':\d\d INFO ', capsys.readouterr().out)
+
+
+def test_logging_basicconfig_without_a_level_leaves_the_log_file_empty_and_the_warning_says_where_from(
+    tmp_path, monkeypatch
+):
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+    console = io.StringIO()
+    monkeypatch.setattr(logging.getLogger(), 'level', logging.WARNING)  # the root's default, whatever pytest set
+    logging.getLogger().addHandler(logging.StreamHandler(console))  # logging.basicConfig(stream=console)
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+        solver.fit()
+    said = console.getvalue()
+    assert "'scepter_like' logger is at level WARNING (from the root logger: give logging.basicConfig level" in said
+    assert (tmp_path / 'run' / 'std_log.txt').read_text() == ''  # what the warning is about
 
 
 def test_test_weights_best_last_and_a_path_and_the_model_keeps_its_own(tmp_path):

@@ -88,10 +88,16 @@ def add_file_handler(logger, path):
             ' while this run logs, and taken back when that session runs again (close sessions you are done with)'
         )
     if not logger.isEnabledFor(logging.INFO):
+        level = logging.getLevelName(logger.getEffectiveLevel())
+        inherited = (  # no level of its own: logging.basicConfig() without level=INFO, most often
+            f' (from the root logger: give logging.basicConfig level=logging.INFO, or set {logger.name!r} to INFO)'
+            if logger.level == logging.NOTSET
+            else ''
+        )
         logger.warning(
-            f'the {logger.name!r} logger is at level {logging.getLevelName(logger.getEffectiveLevel())}, so {path}'
-            ' gets no INFO lines; to quiet only the console, keep the logger at INFO and give your console handler'
-            ' the higher level (docs/python_api.md, Logging)'
+            f'the {logger.name!r} logger is at level {level}{inherited}, so {path} gets no INFO lines; to quiet only'
+            ' the console, keep the logger at INFO and give your console handler the higher level (docs/python_api.md,'
+            ' Logging)'
         )
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     handler = logging.FileHandler(path, encoding='utf-8')
