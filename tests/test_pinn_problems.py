@@ -661,6 +661,16 @@ def test_a_pde_parameter_no_loss_depends_on_is_named_once_at_the_first_step(capl
     assert not caplog.records
 
 
+def test_a_pde_parameter_read_under_a_name_parameters_lacks_names_the_close_one():
+    batch = point_sets({'pde': {'KIND': 'interior', 'COUNT': 6}}).take([0])
+    for given in ('d', 'DD'):  # the residual reads self.D
+        with pytest.raises(ConfigError, match=rf'^PARAMETERS: SlipPINN reads self.D, which PARAMETERS does not give;'
+                           rf' did you mean {given}\?$'):  # fmt: skip
+            slip_model('parameter', PARAMETERS={given: 0.5})(**batch)
+    with pytest.raises(AttributeError, match="'SlipPINN' object has no attribute 'D'"):  # nothing close
+        slip_model('parameter', PARAMETERS={'k': 0.5})(**batch)
+
+
 def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_errors():
     batch = point_sets({'pde': {'KIND': 'interior', 'COUNT': 6}}).take([0])
     assert set(slip_model('none')(**batch)) == {'loss_pde'}

@@ -41,7 +41,7 @@ import torch
 
 from scepter_like.data.conditions import batch_key
 from scepter_like.data.point_sets import COORD_KEY
-from scepter_like.errors import ConfigError, DataError, ModelError
+from scepter_like.errors import ConfigError, DataError, ModelError, suggest
 from scepter_like.model.base import BaseModel
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.registry import MODELS
@@ -124,6 +124,20 @@ class PhysicsInformedModel(BaseModel):
         dim = cfg.NETWORK.IN_DIM
         self.register_buffer('fourier_matrix', float(features.get('SCALE', 1.0)) * torch.randn(dim, features['NUM']))
         return {**cfg.NETWORK.to_dict(), 'IN_DIM': 2 * features['NUM']}
+
+    def __getattr__(self, name):
+        """``self.a`` in a residual whose PARAMETERS wrote ``A``: a ConfigError naming the close name (a config
+        mistake), where torch's AttributeError would blame the model's code."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            hint = suggest(name, self.__dict__.get('parameter_names') or ())
+            if not hint:
+                raise
+            raise ConfigError(
+                f'{self.cfg.path_of("PARAMETERS")}: {type(self).__name__} reads self.{name}, which PARAMETERS does'
+                f' not give{hint}'
+            ) from None
 
     # -- what a subclass writes ----------------------------------------------------------------
     def pde_residual(self, x, u, d):
