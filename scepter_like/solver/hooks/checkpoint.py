@@ -43,6 +43,7 @@ from scepter_like.solver.hooks.hook import (
     StepInterval,
     eval_metric,
     greater_is_better,
+    unknown_eval_metric,
 )
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.checkpoint import (
@@ -154,12 +155,8 @@ class CheckpointHook(Hook):
                 f'CheckpointHook: an epoch is one step (full batch), so INTERVAL 1 saves every {FULL_BATCH_INTERVAL}'
                 ' epochs; STEP_INTERVAL: 1 would save every step'
             )
-        names = solver.metric_names('eval')  # None: known after a first evaluation
-        if self.save_best and names is not None and self.best_metric not in names:
-            raise ConfigError(
-                f'{self.cfg.path_of("SAVE_BEST_BY")}: no eval metric is called {self.best_metric!r};'
-                f' the metrics give {names}'
-            )
+        if self.save_best and (why := unknown_eval_metric(solver, self.best_metric)):
+            raise ConfigError(f'{self.cfg.path_of("SAVE_BEST_BY")}: {why}')
         if self.save_best and self.greater_is_better is None:
             self.greater_is_better = greater_is_better(solver, self.best_metric)
             if not self.greater_is_better:

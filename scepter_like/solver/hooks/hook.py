@@ -216,12 +216,19 @@ def check_eval_metric(hook: Hook, solver: SolverSurface, key: str, job: str) -> 
 
     if hook not in solver.hooks_dict['eval']:
         raise ConfigError(f'{hook.cfg.path}: {type(hook).__name__} {job}; list it in SOLVER.EVAL_HOOKS')
+    if why := unknown_eval_metric(solver, hook.cfg[key]):
+        raise ConfigError(f'{hook.cfg.path_of(key)}: {why}')
+
+
+def unknown_eval_metric(solver: SolverSurface, name: str) -> str | None:
+    """Why ``name`` is no metric the evaluation gives (for the error of a hook reading it), or None when it is one,
+    or when the names are known only after a first pass (scepter's metrics)."""
     names = solver.metric_names('eval')
-    if names is not None and hook.cfg[key] not in names:
-        raise ConfigError(
-            f'{hook.cfg.path_of(key)}: no eval metric is called {hook.cfg[key]!r}; the metrics give {names}'
-            + ('' if names else ' (give the config EVAL_DATA and METRICS)')
-        )
+    if names is None or name in names:
+        return None
+    if 'eval' not in solver.datas:
+        return f'no eval metric is called {name!r}: there is no evaluation; give the config EVAL_DATA (and METRICS)'
+    return f'no eval metric is called {name!r}; the metrics give {names}' + ('' if names else ' (give METRICS)')
 
 
 class StepInterval:

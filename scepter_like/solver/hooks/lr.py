@@ -20,7 +20,14 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from scepter_like.errors import ConfigError
 from scepter_like.registry import BUILT_FROM
-from scepter_like.solver.hooks.hook import PRIORITY_LR, Hook, SolverSurface, eval_metric, greater_is_better
+from scepter_like.solver.hooks.hook import (
+    PRIORITY_LR,
+    Hook,
+    SolverSurface,
+    eval_metric,
+    greater_is_better,
+    unknown_eval_metric,
+)
 from scepter_like.solver.hooks.registry import HOOKS
 
 
@@ -63,11 +70,9 @@ class LrHook(Hook):
         if isinstance(sched, ReduceLROnPlateau):
             if not self.by_epoch:
                 raise ConfigError('LrHook: ReduceLROnPlateau steps by epoch; set SET_BY_EPOCH: true')
-            names = solver.metric_names('eval') if hasattr(solver, 'metric_names') else []
-            if names is not None and self.plateau_metric not in names:  # None: known after a first pass
+            if why := unknown_eval_metric(solver, self.plateau_metric):
                 raise ConfigError(
-                    f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric;'
-                    f' got {self.plateau_metric!r}, the metrics give {names}'
+                    f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric: {why}'
                 )
             self._check_plateau_mode(solver, sched)
         if self.sched_lrs is None:  # fresh start (a resume restores these)
