@@ -1498,3 +1498,44 @@ def test_a_scepter_train_config_that_turns_shuffle_off_is_named(caplog):
         ]
     finally:
         DATASETS._entries.pop('CompatOrdered', None)
+
+
+def test_a_solver_init_assigns_max_steps_num_folds_and_use_fsdp_as_scepters_diffusion_solver_does(tmp_path):
+    """scepter's LatentDiffusionSolver assigns ``self.max_steps = cfg.MAX_STEPS`` (then ``max_epochs = -1``) and
+    ``self.use_fsdp`` after ``super().__init__()``; the value plans the run.  Assigned before ``super().__init__()``
+    (scepter's BaseSolver leaves ``max_steps`` alone, so that order works there too), it plans the run as well."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.base_solver import BaseSolver
+
+    @SOLVERS.register_class('CompatStepsAfterInit')
+    class AfterInit(BaseSolver):
+        def __init__(self, cfg, logger=None):
+            super().__init__(cfg, logger=logger)
+            self.max_steps = 5
+            if self.max_steps > 0:
+                self.max_epochs = -1
+            self.num_folds = 1
+            self._num_folds = 1
+            self.use_fsdp = False
+
+    @SOLVERS.register_class('CompatStepsBeforeInit')
+    class BeforeInit(BaseSolver):
+        def __init__(self, cfg, logger=None):
+            self.max_steps = 5
+            self.max_epochs = -1 if self.max_steps > 0 else 2
+            super().__init__(cfg, logger=logger)
+
+    npz = write_blobs(tmp_path / 'b.npz')  # 6 batches an epoch; MAX_EPOCHS 2 would run 12 steps
+    try:
+        for name in ('CompatStepsAfterInit', 'CompatStepsBeforeInit'):
+            solver = build_solver(blob_solver_cfg(npz, tmp_path / name, NAME=name))
+            assert (solver.max_steps, solver.progress.max_steps, solver.progress.max_epochs) == (5, 5, 1)
+            solver.solve()
+            assert solver.progress.total_iter == 5, name
+            solver.close()
+        assert solver.use_fsdp is False
+    finally:
+        SOLVERS._entries.pop('CompatStepsAfterInit', None)
+        SOLVERS._entries.pop('CompatStepsBeforeInit', None)

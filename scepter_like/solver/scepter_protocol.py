@@ -32,17 +32,40 @@ from scepter_like.utils.checkpoint import safetensors_ready, unwrap_model
 from scepter_like.utils.distributed import all_reduce_sum
 from scepter_like.utils.probe import as_probe_data
 
+EARLY_VIEWS = '_views_set_before_init'  # {(holder, name): value} a subclass assigned before super().__init__()
+
 
 def state_view(holder, name, doc=None, settable=True):
-    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
+    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact.
+
+    A subclass's ``__init__`` may assign one before ``super().__init__()`` made its holder (scepter's
+    BaseSolver leaves ``max_steps`` alone, so there that order works): the value waits in the solver
+    until ``apply_early_views`` puts it on the holder.
+    """
 
     def get(solver):
-        return getattr(getattr(solver, holder), name)
+        try:
+            return getattr(getattr(solver, holder), name)
+        except AttributeError:
+            early = vars(solver).get(EARLY_VIEWS, {})
+            if holder in vars(solver) or (holder, name) not in early:
+                raise
+            return early[(holder, name)]
 
     def set_(solver, value):
-        setattr(getattr(solver, holder), name, value)
+        target = vars(solver).get(holder)
+        if target is None:
+            vars(solver).setdefault(EARLY_VIEWS, {})[(holder, name)] = value
+        else:
+            setattr(target, name, value)
 
     return property(get, set_ if settable else None, doc=doc)
+
+
+def apply_early_views(solver):
+    """Put the views a subclass assigned before ``super().__init__()`` on their holders, now made."""
+    for (holder, name), value in vars(solver).pop(EARLY_VIEWS, {}).items():
+        setattr(getattr(solver, holder), name, value)
 
 
 class ModeMapping(MutableMapping):
@@ -113,7 +136,6 @@ NOT_PROVIDED = {
     '_prefix': 'the file system is local only (FS)',
     'file_system': 'the file system is local only (FS)',
     'pl_dir': 'Lightning writes under WORK_DIR (docs/lightning.md)',
-    '_num_folds': 'use num_folds',
     'do_step': 'the updater decides the optimizer step (solver.step.steps_optimizer)',
     '_probe_data': 'use collect_probe / probe_data',
     'probe_data_dict': 'use collect_probe / probe_data',
@@ -207,8 +229,9 @@ class ScepterProtocol:
     max_epochs = state_view('progress', 'max_epochs')
     eval_interval = state_view('progress', 'eval_interval', 'Train epochs between evaluations (EVAL_INTERVAL).')
     _mode_set = property(lambda self: set(self.datas), doc='The modes with data (scepter adds each in construct_data).')
-    max_steps = state_view('progress', 'max_steps', settable=False)
-    num_folds = state_view('progress', 'num_folds', settable=False)
+    max_steps = state_view('progress', 'max_steps', "MAX_STEPS; scepter's diffusion solver assigns it in __init__.")
+    num_folds = state_view('progress', 'num_folds', 'NUM_FOLDS (with one process: 1 from construct_data on).')
+    _num_folds = num_folds
 
     @property
     def accu_step(self):
@@ -302,7 +325,14 @@ class ScepterProtocol:
 
     @property
     def use_fsdp(self):
-        return is_fsdp(self.model)
+        """Whether the model is FSDP-wrapped, or the flag a subclass assigned (scepter's diffusion solver reads its
+        USE_FSDP key into it in ``__init__`` and then picks its own save and load paths by it)."""
+        own = vars(self).get('_use_fsdp')
+        return is_fsdp(self.model) if own is None else own
+
+    @use_fsdp.setter
+    def use_fsdp(self, value):
+        self._use_fsdp = value
 
     def collect_log_vars(self):
         """scepter's: in train mode, each parameter group's learning rate as ``pg{index}_lr``."""
