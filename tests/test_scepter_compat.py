@@ -1539,3 +1539,48 @@ def test_a_solver_init_assigns_max_steps_num_folds_and_use_fsdp_as_scepters_diff
     finally:
         SOLVERS._entries.pop('CompatStepsAfterInit', None)
         SOLVERS._entries.pop('CompatStepsBeforeInit', None)
+
+
+def test_an_own_train_loop_with_hook_lists_runs_the_stage_callbacks_so_checkpoint_hook_saves_steps(tmp_path):
+    """A DiffusionSolver-style ``run_train`` calls ``self.after_iter(self.hooks_dict[self._mode])``: the stage's
+    callbacks run after those hooks as in the native loop, so CheckpointHook's STEP_INTERVAL saves (it saves
+    through a callback) and a ``register_callback_on_iter_end`` callback is called once per step."""
+    import itertools
+
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.base_solver import BaseSolver
+
+    @SOLVERS.register_class('CompatOwnLoopCallbacks')
+    class OwnLoop(BaseSolver):
+        def solve(self):
+            self.before_solve()
+            self.run_train()
+            self.after_solve()
+
+        def run_train(self):
+            self.train_mode()
+            self.before_all_iter(self.hooks_dict[self._mode])
+            data_iter = itertools.cycle(self.datas[self._mode].dataloader)
+            for step in range(self.max_steps):
+                batch_data = next(data_iter)
+                self.before_iter(self.hooks_dict[self._mode])
+                results = self.run_step_train(batch_data, step, step=self.total_iter, rank=0)
+                self._iter_outputs[self._mode] = self._reduce_scalar(results)
+                self.after_iter(self.hooks_dict[self._mode])
+            self.after_all_iter(self.hooks_dict[self._mode])
+
+    npz = write_blobs(tmp_path / 'b.npz')
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 2}]
+    try:
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', hooks, NAME='CompatOwnLoopCallbacks', MAX_STEPS=6))
+        seen = []
+        solver.register_callback_on_iter_end(lambda s: seen.append(s.progress.total_iter))
+        solver.solve()
+        solver.close()
+        assert seen == [1, 2, 3, 4, 5, 6]
+        saved = sorted(n for n in os.listdir(tmp_path / 'w' / 'checkpoints') if n.endswith('.pth'))
+        assert saved == ['checkpoint-step-2.pth', 'checkpoint-step-4.pth', 'checkpoint-step-6.pth']
+    finally:
+        SOLVERS._entries.pop('CompatOwnLoopCallbacks', None)

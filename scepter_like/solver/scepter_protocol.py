@@ -453,13 +453,16 @@ class ScepterProtocol:
         So here: a train ``before_all_iter`` plans the epoch (its accumulation groups, ACCUMULATE_STEP);
         ``before_iter`` begins a step, in its group; ``after_iter`` runs the train step's update, counts
         the step (before its hooks, as this project's loops do), ends it after them and, at an
-        optimizer-step boundary, agrees on a stop.
+        optimizer-step boundary, agrees on a stop.  The stage's callbacks (``register_stage_callback``;
+        CheckpointHook saves through them) run after the given hooks, as in the native loop.
         """
 
         def call_hooks():
             for hook in hooks:
                 if not isinstance(hook, Hook) or hook.implements(stage):
                     getattr(hook, stage)(self)
+            for fn in self.stages.callbacks(self._mode, stage):
+                fn(self)
 
         train, progress = self._mode == 'train', self.progress
         if stage == 'before_all_iter' and train:

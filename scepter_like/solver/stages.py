@@ -231,6 +231,10 @@ class StageTable:
     def functions(self, mode, stage):
         return self._table[(mode, stage)]
 
+    def callbacks(self, mode, stage):
+        """The callbacks alone (a stage method given a hook list runs them after those hooks)."""
+        return self._callbacks[mode][stage]
+
     def every_mode(self, stage):
         """The functions of ``stage`` over all modes, each once (the checkpoint stages)."""
         seen, out = set(), []
@@ -287,7 +291,7 @@ class HookStages:
 
     Each stage method calls the current mode's functions of that stage in order (hooks by
     PRIORITY, then callbacks), or, given a hook list (scepter's form,
-    ``self.before_iter(self.hooks_dict[mode])``), those hooks.  BaseSolver inherits it.
+    ``self.before_iter(self.hooks_dict[mode])``), those hooks, then the callbacks.  BaseSolver inherits it.
     """
 
     def _call(self, stage, hooks=None):
@@ -316,7 +320,10 @@ class HookStages:
 
         After a training error (which ``solve`` re-raises) their errors only go to the log.
         """
-        fns = self.stages.functions(self._mode, 'after_solve') if hooks is None else [h.after_solve for h in hooks]
+        if hooks is None:
+            fns = self.stages.functions(self._mode, 'after_solve')
+        else:
+            fns = [h.after_solve for h in hooks] + self.stages.callbacks(self._mode, 'after_solve')
         flush = self.metrics_log.flush if self.metrics_log is not None else None  # the train lines it holds
         call_every(fns + ([lambda solver: flush()] if flush else []), self, self.failed, self.logger)
 
