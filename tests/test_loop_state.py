@@ -153,6 +153,33 @@ def test_a_solver_that_steps_the_optimizer_itself_gets_no_backward_hook(blobs, t
     assert [type(h).__name__ for h in build_solver(cfg).hooks_dict['train']] == ['LogHook']  # no BackwardHook
 
 
+@pytest.mark.parametrize('returned', ['detached', 'attached'])
+def test_a_solver_that_steps_the_optimizer_itself_without_saying_so_is_told_about_steps_optimizer_itself(
+    blobs, tmp_path, returned
+):
+    """A run_step_train that does zero_grad, backward and step and returns the loss: the built-in update's backward
+    fails (a detached loss; a graph backpropagated already), in one TrainingError naming STEPS_OPTIMIZER_ITSELF
+    instead of torch's raw RuntimeError."""
+    from scepter_like.errors import TrainingError
+    from scepter_like.solver import SOLVERS, TrainValSolver
+
+    @SOLVERS.register_class('StepsItselfUnsaid')
+    class StepsItselfUnsaid(TrainValSolver):
+        def run_step_train(self, batch_data, batch_idx=0, step=None, rank=None):
+            results = self.model(**batch_data)
+            self.optimizer.zero_grad()
+            results['loss'].backward()
+            self.optimizer.step()
+            return {**results, 'loss': results['loss'].detach()} if returned == 'detached' else results
+
+    try:
+        cfg = blob_solver_cfg(blobs, tmp_path / 'w', NAME='StepsItselfUnsaid', EVAL_DATA=None)
+        with pytest.raises(TrainingError, match='sets STEPS_OPTIMIZER_ITSELF = True on its class'):
+            build_solver(cfg).solve()
+    finally:
+        SOLVERS._entries.pop('StepsItselfUnsaid', None)
+
+
 def test_a_nan_loss_stops_the_run_at_its_log_line_by_default(blobs, tmp_path):
     from scepter_like.errors import TrainingError
 

@@ -65,6 +65,13 @@ NONFINITE_POLICIES = ('stop', 'skip', 'off')
 _NULL_CONTEXT = contextlib.nullcontext()
 
 
+# what a loss the update cannot backpropagate says: most often a run_step_train that stepped the optimizer itself
+STEPS_ITSELF = (
+    'a solver whose run_step_train steps the optimizer itself (zero_grad, backward, step) sets'
+    ' STEPS_OPTIMIZER_ITSELF = True on its class, so the built-in update stands aside (docs/training_loop.md)'
+)
+
+
 def takes_closure(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step`` requires a closure (L-BFGS) rather than merely accepting one."""
     try:
@@ -387,10 +394,20 @@ class WeightUpdater:
         loss = step.take_loss()
         if loss is None:
             return False
+        if not loss.requires_grad and any(p.requires_grad for p in self._params):
+            raise TrainingError(f'the train step returned a loss that does not require grad (detached); {STEPS_ITSELF}')
         if self.settings.nonfinite_policy == 'skip':
             bad = ~torch.isfinite(loss.detach())
             self._bad = bad if self._bad is None else self._bad | bad
-        self._backward(loss, step, step.group_size)
+        try:
+            self._backward(loss, step, step.group_size)
+        except RuntimeError as e:
+            if 'backward through the graph a second time' not in str(e):
+                raise
+            raise TrainingError(
+                f"the update's backward met a graph backpropagated already (torch: {str(e).split(' (')[0]}); "
+                f'{STEPS_ITSELF}; else detach what a step keeps from an earlier one'
+            ) from e
         if not step.steps_optimizer:
             return False
         optimizer, scaler = self.optimizer, self.scaler
