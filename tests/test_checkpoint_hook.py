@@ -276,3 +276,12 @@ def test_latest_is_the_newest_training_state_and_the_end_of_run_message_agrees(t
     )
     again = build_solver(cfg)
     assert again.resumed_from == best and again.progress.total_iter == 30
+
+
+def test_scepters_disable_snapshot_key_turns_the_step_checkpoints_off_and_keeps_the_epoch_ones(tmp_path):
+    """scepter's CheckpointHook reads DISABLE_SNAPSHOT (true: no step snapshot files; its epoch files stay)."""
+    run(tmp_path, 2, ckpt_hooks(STEP_INTERVAL=2, DISABLE_SNAPSHOT=True))
+    assert [n for n in checkpoint_files(tmp_path) if n.endswith('.pth')] == [
+        'checkpoint-epoch-1.pth',
+        'checkpoint-epoch-2.pth',
+    ]

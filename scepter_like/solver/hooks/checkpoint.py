@@ -100,6 +100,11 @@ class CheckpointHook(Hook):
         },
         'STEP_INTERVAL': {'value': 0, 'description': 'save every this many train steps (0: off)', 'min': 0},
         'SAVE_NAME_PREFIX': {'value': 'checkpoint', 'description': "file name prefix (scepter's default is ldm_step)"},
+        'DISABLE_SNAPSHOT': {
+            'value': False,
+            'description': "scepter's: true writes no step checkpoints (STEP_INTERVAL off); epoch, best and last"
+            ' checkpoints are still written, as in scepter',
+        },
         'SAVE_LAST': {'value': False, 'description': 'save {prefix}-last.pth when training ends'},
         'SAVE_BEST': {'value': True, 'description': 'keep {prefix}-best.pth (needs SAVE_BEST_BY)'},
         'SAVE_BEST_BY': {'value': '', 'description': "eval metric; '+name' greater is better, '-name' less"},
@@ -119,7 +124,7 @@ class CheckpointHook(Hook):
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
         self.interval = cfg.INTERVAL
-        self.step_interval = cfg.STEP_INTERVAL
+        self.step_interval = 0 if cfg.DISABLE_SNAPSHOT else cfg.STEP_INTERVAL
         self.prefix = cfg.SAVE_NAME_PREFIX
         self.best_name = f'{self.prefix}{BEST_SUFFIX}'
         self.save_last = cfg.SAVE_LAST
