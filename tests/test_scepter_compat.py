@@ -1502,8 +1502,7 @@ def test_a_scepter_train_config_that_turns_shuffle_off_is_named(caplog):
 
 def test_a_solver_init_assigns_max_steps_num_folds_and_use_fsdp_as_scepters_diffusion_solver_does(tmp_path):
     """scepter's LatentDiffusionSolver assigns ``self.max_steps = cfg.MAX_STEPS`` (then ``max_epochs = -1``) and
-    ``self.use_fsdp`` after ``super().__init__()``; the value plans the run.  Assigned before ``super().__init__()``
-    (scepter's BaseSolver leaves ``max_steps`` alone, so that order works there too), it plans the run as well."""
+    ``self.use_fsdp`` after ``super().__init__()``; the value plans the run."""
     from helpers import blob_solver_cfg, build_solver, write_blobs
 
     from scepter_like.solver import SOLVERS
@@ -1520,25 +1519,16 @@ def test_a_solver_init_assigns_max_steps_num_folds_and_use_fsdp_as_scepters_diff
             self._num_folds = 1
             self.use_fsdp = False
 
-    @SOLVERS.register_class('CompatStepsBeforeInit')
-    class BeforeInit(BaseSolver):
-        def __init__(self, cfg, logger=None):
-            self.max_steps = 5
-            self.max_epochs = -1 if self.max_steps > 0 else 2
-            super().__init__(cfg, logger=logger)
-
     npz = write_blobs(tmp_path / 'b.npz')  # 6 batches an epoch; MAX_EPOCHS 2 would run 12 steps
     try:
-        for name in ('CompatStepsAfterInit', 'CompatStepsBeforeInit'):
-            solver = build_solver(blob_solver_cfg(npz, tmp_path / name, NAME=name))
-            assert (solver.max_steps, solver.progress.max_steps, solver.progress.max_epochs) == (5, 5, 1)
-            solver.solve()
-            assert solver.progress.total_iter == 5, name
-            solver.close()
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'run', NAME='CompatStepsAfterInit'))
+        assert (solver.max_steps, solver.progress.max_steps, solver.progress.max_epochs) == (5, 5, 1)
+        solver.solve()
+        assert solver.progress.total_iter == 5
+        solver.close()
         assert solver.use_fsdp is False
     finally:
         SOLVERS._entries.pop('CompatStepsAfterInit', None)
-        SOLVERS._entries.pop('CompatStepsBeforeInit', None)
 
 
 def test_an_own_train_loop_with_hook_lists_runs_the_stage_callbacks_so_checkpoint_hook_saves_steps(tmp_path):

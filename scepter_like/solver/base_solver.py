@@ -53,7 +53,7 @@ from scepter_like.solver.preemption import StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import announce_run, close_work_dir_log, open_work_dir, start_training_run
 from scepter_like.solver.sanity import sanity_eval
-from scepter_like.solver.scepter_protocol import ScepterProtocol, apply_early_views, state_view
+from scepter_like.solver.scepter_protocol import ScepterProtocol, state_view
 from scepter_like.solver.stages import HookStages, StageTable, add_required_hooks, build_hooks, update_hooks
 from scepter_like.solver.test_weights import TEST_WITH, weights_for_test
 from scepter_like.solver.work_dir_lock import WorkDirLock
@@ -135,7 +135,6 @@ class BaseSolver(HookStages, ScepterProtocol):
         self.progress = TrainingProgress(cfg.MAX_EPOCHS, cfg.MAX_STEPS, cfg.NUM_FOLDS, cfg.EVAL_INTERVAL)
         self.step = StepState()
         self.updater = WeightUpdater(cfg, self.logger)  # the optimisation step (solver/optimization.py)
-        apply_early_views(self)  # self.max_steps = ... written before super().__init__()
         self.epoch_scalars = EpochScalars()  # log_scalar outside a step
         self.compile_settings = compile_settings(cfg)
         self.stop_signals = StopSignals()  # run_train.py enters it before set-up; solve() for its loop

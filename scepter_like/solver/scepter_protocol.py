@@ -32,40 +32,17 @@ from scepter_like.utils.checkpoint import safetensors_ready, unwrap_model
 from scepter_like.utils.distributed import all_reduce_sum
 from scepter_like.utils.probe import as_probe_data
 
-EARLY_VIEWS = '_views_set_before_init'  # {(holder, name): value} a subclass assigned before super().__init__()
-
 
 def state_view(holder, name, doc=None, settable=True):
-    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact.
-
-    A subclass's ``__init__`` may assign one before ``super().__init__()`` made its holder (scepter's
-    BaseSolver leaves ``max_steps`` alone, so there that order works): the value waits in the solver
-    until ``apply_early_views`` puts it on the holder.
-    """
+    """A solver property that reads (and sets) ``solver.<holder>.<name>``: one home per fact."""
 
     def get(solver):
-        try:
-            return getattr(getattr(solver, holder), name)
-        except AttributeError:
-            early = vars(solver).get(EARLY_VIEWS, {})
-            if holder in vars(solver) or (holder, name) not in early:
-                raise
-            return early[(holder, name)]
+        return getattr(getattr(solver, holder), name)
 
     def set_(solver, value):
-        target = vars(solver).get(holder)
-        if target is None:
-            vars(solver).setdefault(EARLY_VIEWS, {})[(holder, name)] = value
-        else:
-            setattr(target, name, value)
+        setattr(getattr(solver, holder), name, value)
 
     return property(get, set_ if settable else None, doc=doc)
-
-
-def apply_early_views(solver):
-    """Put the views a subclass assigned before ``super().__init__()`` on their holders, now made."""
-    for (holder, name), value in vars(solver).pop(EARLY_VIEWS, {}).items():
-        setattr(getattr(solver, holder), name, value)
 
 
 class ModeMapping(MutableMapping):
