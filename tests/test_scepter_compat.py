@@ -1574,3 +1574,49 @@ def test_an_own_train_loop_with_hook_lists_runs_the_stage_callbacks_so_checkpoin
         assert saved == ['checkpoint-step-2.pth', 'checkpoint-step-4.pth', 'checkpoint-step-6.pth']
     finally:
         SOLVERS._entries.pop('CompatOwnLoopCallbacks', None)
+
+
+@pytest.mark.parametrize('optimizer', ['SGD', 'LBFGS'])
+def test_an_init_opti_written_as_scepters_diffusion_solver_writes_it_is_clipped_and_stepped_as_configured(
+    optimizer, tmp_path
+):
+    """scepter's LatentDiffusionSolver builds its optimizer, scheduler and scaler itself in ``init_opti``
+    (``OPTIMIZERS.build(cfg, logger=..., parameters=...)``, ``self.scaler = None``): the update clips what that
+    optimizer trains (BackwardHook GRADIENT_CLIP) and steps L-BFGS with its closure."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
+    from scepter_like.solver import SOLVERS
+    from scepter_like.solver.train_val_solver import TrainValSolver
+
+    @SOLVERS.register_class('CompatOwnInitOpti')
+    class OwnInitOpti(TrainValSolver):
+        def init_opti(self):
+            params = self.model.parameters()
+            self.optimizer = OPTIMIZERS.build(self.cfg.OPTIMIZER, logger=self.logger, parameters=params)
+            if self.cfg.have('LR_SCHEDULER') and self.optimizer is not None:
+                self.lr_scheduler = LR_SCHEDULERS.build(
+                    self.cfg.LR_SCHEDULER, logger=self.logger, optimizer=self.optimizer
+                )
+            self.scaler = None
+
+    npz = write_blobs(tmp_path / 'b.npz')  # 6 steps an epoch
+    clip = 1e-6 if optimizer == 'SGD' else 0  # (L-BFGS stops at once on gradients that small)
+    hooks = [{'NAME': 'BackwardHook', 'GRADIENT_CLIP': clip}, {'NAME': 'LogHook', 'LOG_INTERVAL': 6}]
+    cfg = blob_solver_cfg(npz, tmp_path / 'run', hooks=hooks, NAME='CompatOwnInitOpti', MAX_EPOCHS=1)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': optimizer, 'LEARNING_RATE': 0.1}
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1}
+    try:
+        solver = build_solver(cfg)
+        assert isinstance(solver.optimizer, getattr(torch.optim, optimizer)) and solver.scaler is None
+        before = [p.detach().clone() for p in solver.model.parameters()]
+        solver.solve()
+        solver.close()
+    finally:
+        SOLVERS._entries.pop('CompatOwnInitOpti', None)
+    assert solver.optimizer_steps == 6
+    moved = torch.cat([(p.detach() - q).flatten() for p, q in zip(solver.model.parameters(), before)]).norm()
+    if optimizer == 'SGD':
+        assert 0 < moved <= 6 * 0.1 * clip * 1.0001  # every step clipped
+    else:  # stepped with its closure (a step without one is an error), L-BFGS fits the blobs in 6 steps
+        assert moved > 0 and solver.hooks_dict['train'][1].last_logged['loss'] < 0.5

@@ -68,6 +68,8 @@ def _make_builder(cls, kind):
     tuple_args = {k for k, s in para.items() if isinstance(s.get('value'), list)}
 
     def build(cfg, logger=None, **kwargs):
+        if 'parameters' in kwargs:  # scepter's keyword: OPTIMIZERS.build(cfg, logger=..., parameters=...)
+            kwargs['params'] = kwargs.pop('parameters')
         args = {}
         for key, arg in names.items():
             value = cfg[key]

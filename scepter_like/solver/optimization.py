@@ -270,17 +270,16 @@ class WeightUpdater:
         self.phases = OptimizerPhases(solver_cfg)
         self.settings = UpdateSettings(accumulate_steps=solver_cfg.ACCU_STEP)
         self.active = True
-        self.optimizer: Any = None
+        self._trainable: list[torch.nn.Parameter] = []  # what set_up gave: the phases' optimizers are built over it
+        self.optimizer = None  # (sets _params and takes_closure)
         self.lr_scheduler: Any = None
         self.scaler: torch.amp.GradScaler | None = None
-        self.takes_closure = False  # the current optimizer steps with a closure (L-BFGS)
         # how a (scaled) loss becomes gradients: Tensor.backward; under ENV.USE_PL Lightning's manual_backward,
         # through which its strategy all-reduces them (solver/lightning/module.py)
         self.backward_fn: Callable[[torch.Tensor], Any] = torch.Tensor.backward
         self.next_phase_step: float = math.inf  # the train step at which the next step-started phase is due
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
-        self._params: list[torch.nn.Parameter] = []
         self._device_type = 'cpu'
         self._bad: torch.Tensor | None = None  # non-finite losses seen in the open accumulation group
         self._aggregator: LossAggregator | None = None
@@ -302,10 +301,22 @@ class WeightUpdater:
         """The step's settings; ``active`` False: something else steps the optimizer; ``seed``: the aggregator's."""
         self.settings, self.active, self.seed = settings, active, seed
 
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: Any) -> None:
+        """Whoever built it (a phase, or a solver's own ``init_opti``, as scepter's solvers write one), the update
+        clips and checks the parameters it trains, and calls it as it must be called (a closure for L-BFGS)."""
+        self._optimizer = optimizer
+        self._params = [p for group in optimizer.param_groups for p in group['params']] if optimizer else []
+        self.takes_closure = optimizer is not None and takes_closure(optimizer)
+
     def set_up(self, params: list[torch.nn.Parameter], device: torch.device, progress: TrainingProgress | None) -> None:
         """Phase 0's optimizer and scheduler over ``params`` (every phase checked against ``progress``, the train
         data's, when there is train data), the GradScaler under fp16 and the loss aggregator."""
-        self._params = params
+        self._trainable = params
         self._device_type = device.type
         autocast = self.settings.autocast_dtype
         if self.cfg.OPTIMIZER is not None:
@@ -318,8 +329,7 @@ class WeightUpdater:
 
     def use_phase(self, index: int, progress: TrainingProgress | None = None) -> None:
         """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
-        self.optimizer, self.lr_scheduler = self.phases.build(index, self._params, self.logger)
-        self.takes_closure = takes_closure(self.optimizer)
+        self.optimizer, self.lr_scheduler = self.phases.build(index, self._trainable, self.logger)
         self.next_phase_step = self.phases.next_step(index)
         if progress is not None:
             progress.phase = index

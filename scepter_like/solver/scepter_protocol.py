@@ -296,6 +296,11 @@ class ScepterProtocol:
         """The updater's fp16 GradScaler, or None (no AMP, bf16, or scepter's own BackwardHook)."""
         return self.updater.scaler if self.updater.active else None
 
+    @scaler.setter
+    def scaler(self, scaler):
+        """scepter's diffusion solver sets its own in ``init_opti`` (a GradScaler under fp16, else None)."""
+        self.updater.scaler = scaler
+
     def train_parameters(self):
         """The parameters the optimizer trains (those that require grad)."""
         return [p for p in self.unwrapped_model.parameters() if p.requires_grad]
