@@ -515,3 +515,38 @@ def test_cross_entropy_weighs_classes_and_refuses_weights_of_another_count():
         LOSSES.build({'NAME': 'CrossEntropyLoss', 'WEIGHT': [1, 2]})(logits, labels)
     with pytest.raises(ConfigError, match=r'^WEIGHT: \[1, -2\] must be numbers >= 0'):
         LOSSES.build({'NAME': 'CrossEntropyLoss', 'WEIGHT': [1, -2]})
+
+
+def numbers_csv(path, header, labels, delimiter=','):
+    """A table of 8 numeric features under ``header`` and the given ``labels`` (texts) as its last column."""
+    rng = np.random.default_rng(0)
+    rows = [[*map(str, rng.normal(size=8).round(3)), label] for label in labels]
+    path.write_text('\n'.join(delimiter.join(row) for row in [header, *rows]) + '\n')
+    return str(path)
+
+
+FEATURES = [f'f{i}' for i in range(8)]
+
+
+def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys):
+    """numpy and the csv module fail on these with a TypeError, a ValueError about pickles or a UnicodeDecodeError."""
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    table = numbers_csv(tmp_path / 'table.csv', [*FEATURES, 'label'], ['0', '1'] * 4)
+    np.save(tmp_path / 'x.npy', np.zeros((4, 8)))
+    np.savez(tmp_path / 'objects.npz', x=np.array([{'a': 1}] * 4, dtype=object))
+    cases = [
+        ('NpzDataset', str(tmp_path / 'x.npy'), r'x\.npy is a single \.npy array \(np\.save\); NpzDataset reads named'
+         r' arrays saved with np\.savez\(path, x=features, label=labels\)'),
+        ('NpzDataset', table, r'table\.csv is not an \.npz archive \(a CSV table is read by CsvDataset\); NpzDataset'),
+        ('CsvDataset', npz, r'blobs\.npz is not a CSV text file but an \.npz archive \(np\.savez\): NpzDataset reads'),
+        ('NpzDataset', str(tmp_path / 'objects.npz'), r"objects\.npz: array 'x' holds Python objects \(dtype object\)"),
+    ]  # fmt: skip
+    for name, path, pattern in cases:
+        cfg = blob_solver_cfg(path, tmp_path / 'run', MAX_STEPS=1)
+        cfg['SOLVER']['TRAIN_DATA'] = {'NAME': name, 'PATH': path, 'LABEL_COLUMN': 'label', 'BATCH_SIZE': 4}
+        if name == 'NpzDataset':
+            del cfg['SOLVER']['TRAIN_DATA']['LABEL_COLUMN']
+        assert train(tmp_path, cfg) == 2
+        line = one_error_line(capsys)
+        assert re.search(pattern, line), line
+        assert 'PATH: ' in line or 'objects' in line, line

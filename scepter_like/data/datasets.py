@@ -101,6 +101,35 @@ def floating_as_default(tensor):
     return tensor
 
 
+ZIP_MAGICS, NPY_MAGIC = (b'PK\x03\x04', b'PK\x05\x06'), b'\x93NUMPY'  # a zip (np.savez; empty), np.save's
+NPZ_FILE = 'an .npz archive (np.savez)'
+
+
+def binary_kind(path):
+    """What numpy file ``path`` is by its first bytes, said for a message, or None: a file of the other kind than
+    a dataset reads otherwise fails deep inside numpy or the csv module."""
+    with open(path, 'rb') as f:
+        head = f.read(len(NPY_MAGIC))
+    if head.startswith(ZIP_MAGICS):
+        return NPZ_FILE
+    if head.startswith(NPY_MAGIC):
+        return 'a single .npy array (np.save)'
+    return None
+
+
+def npz_array(data, name, path):
+    """``data[name]`` of an open .npz; an array of Python objects (pickled, which np.load refuses) a DataError."""
+    try:
+        return data[name]
+    except ValueError as e:
+        if 'allow_pickle' not in str(e):
+            raise
+        raise DataError(
+            f'{path}: array {name!r} holds Python objects (dtype object), which are not loaded (pickle runs code);'
+            ' save arrays of numbers, e.g. np.asarray(values, dtype=np.float32)'
+        ) from None
+
+
 @DATASETS.register_class()
 class NpzDataset(ArrayDataset):
     """Arrays of an ``.npz`` file; ``KEY_MAP`` renames file arrays to batch keys."""
@@ -115,6 +144,13 @@ class NpzDataset(ArrayDataset):
         path = cfg.PATH
         if not os.path.isfile(path):
             raise DataError(f'{cfg.path_of("PATH")}: file not found: {path}')
+        kind = binary_kind(path)
+        if kind != NPZ_FILE:
+            table = ' (a CSV table is read by CsvDataset)' if path.lower().endswith(('.csv', '.tsv', '.txt')) else ''
+            raise DataError(
+                f'{cfg.path_of("PATH")}: {path} is {kind or "not an .npz archive"}{table}; NpzDataset reads named'
+                ' arrays saved with np.savez(path, x=features, label=labels)'
+            )
         with np.load(path, allow_pickle=False) as data:
             missing = [name for name in cfg.KEY_MAP if name not in data.files]
             if missing:
@@ -130,6 +166,6 @@ class NpzDataset(ArrayDataset):
                     f'{cfg.path_of("KEY_MAP")}: arrays {sources} of {path} would all become batch key {taken[0]!r};'
                     ' rename the one it holds by that name too, or map another'
                 )
-            arrays = {key: data[name] for key, name in zip(keys, data.files)}
+            arrays = {key: npz_array(data, name, path) for key, name in zip(keys, data.files)}
         super().__init__(arrays, path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

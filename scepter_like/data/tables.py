@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from scepter_like.data.datasets import ArrayDataset
+from scepter_like.data.datasets import ArrayDataset, binary_kind
 from scepter_like.data.registry import DATASETS
 from scepter_like.errors import DataError, suggest
 
@@ -23,8 +23,14 @@ def read_csv(path, delimiter, where):
     """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none."""
     if not os.path.isfile(path):
         raise DataError(f'{where}: file not found: {path}')
-    with open(path, newline='', encoding='utf-8-sig') as f:
-        rows = [row for row in csv.reader(f, delimiter=delimiter) if row]
+    try:
+        with open(path, newline='', encoding='utf-8-sig') as f:
+            rows = [row for row in csv.reader(f, delimiter=delimiter) if row]
+    except UnicodeDecodeError:
+        kind = binary_kind(path)
+        raise DataError(
+            f'{where}: {path} is not a CSV text file' + (f' but {kind}: NpzDataset reads it' if kind else '')
+        ) from None
     if len(rows) < 2:
         raise DataError(f'{path}: a CSV dataset needs a header row and at least one row of data')
     header = [name.strip() for name in rows[0]]
