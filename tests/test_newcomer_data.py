@@ -528,6 +528,16 @@ def numbers_csv(path, header, labels, delimiter=','):
 FEATURES = [f'f{i}' for i in range(8)]
 
 
+def test_a_header_naming_a_column_twice_is_refused_naming_the_file_and_name(tmp_path):
+    """By name, the first 'f1' was dropped and the second read twice, without a word."""
+    from scepter_like.data.registry import DATASETS
+    from scepter_like.errors import DataError
+
+    path = numbers_csv(tmp_path / 'dup.csv', ['f0', 'f1', 'f1', *FEATURES[3:], 'label'], ['0', '1'] * 4)
+    with pytest.raises(DataError, match=r"dup\.csv: the header names column\(s\) \['f1'\] more than once"):
+        DATASETS.build({'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label'})
+
+
 def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys):
     """numpy and the csv module fail on these with a TypeError, a ValueError about pickles or a UnicodeDecodeError."""
     npz = numpy_blobs(tmp_path / 'blobs.npz')

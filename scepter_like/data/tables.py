@@ -34,6 +34,9 @@ def read_csv(path, delimiter, where):
     if len(rows) < 2:
         raise DataError(f'{path}: a CSV dataset needs a header row and at least one row of data')
     header = [name.strip() for name in rows[0]]
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:  # a name -> column lookup would keep one of them and read it twice
+        raise DataError(f'{path}: the header names column(s) {twice} more than once; give each column its own name')
     for number, row in enumerate(rows[1:], 2):
         if len(row) != len(header):
             raise DataError(f'{path} line {number}: {len(row)} values under {len(header)} column names')
