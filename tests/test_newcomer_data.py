@@ -538,6 +538,23 @@ def test_a_header_naming_a_column_twice_is_refused_naming_the_file_and_name(tmp_
         DATASETS.build({'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label'})
 
 
+def test_one_text_cell_among_numeric_labels_is_refused_not_made_text_classes(tmp_path):
+    """Text classes sort as strings ('10' before '2'): one stray cell would renumber most rows' classes."""
+    from scepter_like.data.registry import DATASETS
+    from scepter_like.errors import DataError
+
+    labels = [str(i % 12) for i in range(24)]
+    for stray in ('unknown', '?', 'True'):
+        path = numbers_csv(tmp_path / 'stray.csv', [*FEATURES, 'label'], labels[:6] + [stray] + labels[7:])
+        with pytest.raises(DataError, match=rf"stray\.csv line 8: the LABEL_COLUMN 'label' holds '{re.escape(stray)}'"
+                           r" among numbers \(1 such cell\(s\)\); .*text labels must all be text"):  # fmt: skip
+            DATASETS.build({'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label'})
+    texts = ['cat', 'dog', '3', 'cat']  # a text-class column holding a number-like name keeps working
+    data = DATASETS.build({'NAME': 'CsvDataset', 'PATH': numbers_csv(tmp_path / 't.csv', [*FEATURES, 'y'], texts),
+                           'LABEL_COLUMN': 'y'})  # fmt: skip
+    assert data.classes == ['3', 'cat', 'dog'] and data.arrays['label'].tolist() == [1, 2, 0, 1]
+
+
 def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys):
     """numpy and the csv module fail on these with a TypeError, a ValueError about pickles or a UnicodeDecodeError."""
     npz = numpy_blobs(tmp_path / 'blobs.npz')

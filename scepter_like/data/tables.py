@@ -75,7 +75,13 @@ def class_indices(labels, classes, path, where, column, features=()):
             f' {missing[0]} (0-based); drop or fill those rows'
         )
     numbers = [number_or_none(label) for label in labels]
-    if not classes and all(n is not None for n in numbers):
+    texts = [row for row, n in enumerate(numbers) if n is None]
+    if not classes and 0 < len(texts) < len(labels) / 2:  # text classes sorted as strings would renumber the rest
+        raise DataError(
+            f'{path} line {texts[0] + 2}: the LABEL_COLUMN {column!r} holds {labels[texts[0]]!r} among numbers'
+            f' ({len(texts)} such cell(s)); fix or drop those rows (text labels must all be text)'
+        )
+    if not classes and not texts:
         fraction = next((label for label, n in zip(labels, numbers) if not n.is_integer()), None)
         if fraction is not None:
             raise DataError(
