@@ -555,6 +555,16 @@ def test_one_text_cell_among_numeric_labels_is_refused_not_made_text_classes(tmp
     assert data.classes == ['3', 'cat', 'dog'] and data.arrays['label'].tolist() == [1, 2, 0, 1]
 
 
+def test_columns_reading_the_label_column_are_refused(tmp_path):
+    from scepter_like.data.registry import DATASETS
+    from scepter_like.errors import DataError
+
+    path = numbers_csv(tmp_path / 'leak.csv', [*FEATURES, 'label'], ['0', '1'] * 4)
+    cfg = {'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label', 'COLUMNS': {'x': [*FEATURES, 'label']}}
+    with pytest.raises(DataError, match=r"^COLUMNS\.x: reads the LABEL_COLUMN 'label', so the model would be given"):
+        DATASETS.build(cfg)
+
+
 def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys):
     """numpy and the csv module fail on these with a TypeError, a ValueError about pickles or a UnicodeDecodeError."""
     npz = numpy_blobs(tmp_path / 'blobs.npz')

@@ -135,6 +135,10 @@ class CsvDataset(ArrayDataset):
         arrays = {}
         for key, names in mapping.items():
             where = cfg.COLUMNS.path_of(key) if cfg.COLUMNS else cfg.path_of('COLUMNS')
+            if label and label in (names if isinstance(names, list) else [names]):
+                raise DataError(
+                    f'{where}: reads the LABEL_COLUMN {label!r}, so the model would be given the answer; leave it out'
+                )
             indices = [column(name, where) for name in (names if isinstance(names, list) else [names])]
             values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in enumerate(rows, 2)]
             tensor = torch.tensor(values, dtype=torch.float64)
