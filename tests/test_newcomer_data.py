@@ -565,6 +565,19 @@ def test_columns_reading_the_label_column_are_refused(tmp_path):
         DATASETS.build(cfg)
 
 
+@pytest.mark.parametrize('delimiter, written', [(';', "';'"), ('\t', '"\\t"')])
+def test_a_table_of_another_delimiter_is_told_to_set_delimiter(delimiter, written, tmp_path):
+    from scepter_like.data.registry import DATASETS
+    from scepter_like.errors import DataError
+
+    path = numbers_csv(tmp_path / 'semi.csv', [*FEATURES, 'label'], ['0', '1'] * 4, delimiter)
+    hint = re.escape(f'; its values look separated by {written}: set DELIMITER: {written}')
+    with pytest.raises(DataError, match=rf"has no column 'label' \(.*\){hint}$"):
+        DATASETS.build({'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label'})
+    data = DATASETS.build({'NAME': 'CsvDataset', 'PATH': path, 'LABEL_COLUMN': 'label', 'DELIMITER': delimiter})
+    assert data.arrays['x'].shape == (8, 8)
+
+
 def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys):
     """numpy and the csv module fail on these with a TypeError, a ValueError about pickles or a UnicodeDecodeError."""
     npz = numpy_blobs(tmp_path / 'blobs.npz')

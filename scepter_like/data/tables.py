@@ -98,6 +98,17 @@ def class_indices(labels, classes, path, where, column, features=()):
     return torch.tensor([index[label] for label in labels], dtype=torch.int64), order
 
 
+def delimiter_hint(header, where):
+    """``; set DELIMITER ...`` when ``header`` is one field holding ';' or a tab (a file another delimiter
+    separates reads as one column), else ''."""
+    if len(header) != 1:
+        return ''
+    for char, written in ((';', "';'"), ('\t', '"\\t"')):
+        if char in header[0]:
+            return f'; its values look separated by {written}: set {where}: {written}'
+    return ''
+
+
 @DATASETS.register_class()
 class CsvDataset(ArrayDataset):
     para_dict = {
@@ -124,7 +135,10 @@ class CsvDataset(ArrayDataset):
 
         def column(name, where):
             if name not in position:
-                raise DataError(f'{where}: {path} has no column {name!r}{suggest(name, header)} (columns: {header})')
+                raise DataError(
+                    f'{where}: {path} has no column {name!r}{suggest(name, header)} (columns: {header})'
+                    + delimiter_hint(header, cfg.path_of('DELIMITER'))
+                )
             return position[name]
 
         label = cfg.LABEL_COLUMN
