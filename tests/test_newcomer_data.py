@@ -408,6 +408,28 @@ def test_missing_classifier_input_is_still_one_line(tmp_path, capsys):
     assert os.path.isdir(tmp_path / 'run')
 
 
+def test_train_batches_without_the_labels_are_one_line_saying_how_the_data_gives_them(tmp_path, capsys):
+    """The loss failed on None deep inside (an AttributeError, 49 lines); first, the label column read as a feature
+    made the model's IN_DIM look wrong."""
+    table = numbers_csv(tmp_path / 'table.csv', [*FEATURES, 'label'], ['0', '1', '2'] * 8)
+    job = tmp_path / 'csv.yaml'
+    job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=table).replace(', LABEL_COLUMN: species', ''))
+    assert run(run_train, ['--cfg', str(job), 'SOLVER.MODEL.BACKBONE.IN_DIM=8']) == 2  # with EVAL_DATA: sizes first
+    line = one_error_line(capsys)
+    assert "set SOLVER.MODEL.BACKBONE.IN_DIM (now 8) to fit the data; but the batches have no 'label' either: a" in line
+    assert 'CsvDataset without LABEL_COLUMN reads the label column as a feature (set LABEL_COLUMN)' in line, line
+    words = ['SOLVER.MODEL.BACKBONE.IN_DIM=9', 'SOLVER.EVAL_DATA=null', 'SOLVER.METRICS=[]']
+    assert run(run_train, ['--cfg', str(job), *words, f'SOLVER.WORK_DIR={tmp_path / "run2"}']) == 2
+    line = one_error_line(capsys)
+    assert "the train batches have no 'label', the class labels the model learns from (they have ['x'])" in line
+    assert 'a CsvDataset reads them from its LABEL_COLUMN (set it;' in line and 'SOLVER.MODEL.LABEL_KEY' in line
+    cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run3', MAX_STEPS=1)
+    cfg['SOLVER']['TRAIN_DATA']['KEY_MAP'] = {'x': 'img'}  # the labels stay 'y'
+    del cfg['SOLVER']['EVAL_DATA']
+    assert train(tmp_path, cfg) == 2
+    assert "an NpzDataset from its array 'label' (or KEY_MAP: {y: label})" in one_error_line(capsys)
+
+
 def test_the_documented_table_job_runs(tmp_path, capsys, monkeypatch):
     with open(os.path.join(REPO, 'docs', 'extending.md'), encoding='utf-8') as f:
         blocks = re.findall(r'```yaml\n(.*?)```', f.read(), flags=re.S)

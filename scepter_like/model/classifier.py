@@ -68,10 +68,12 @@ class Classifier(BaseModel):
                 f'the model needs input {self.input_key!r}, which the inputs lack; they have {sorted(batch)}'
                 f' (or set {self.cfg.path_of("INPUT_KEY")} to the key of the input)'
             ) from None
+        label = batch.get(self.label_key)
+        if label is None and self.training:  # before the backbone, which a label column read as a feature misfits
+            raise DataError(missing_labels(self.label_key, self.cfg.path_of('LABEL_KEY'), batch))
         logits = children['backbone'](inputs)
         for part in self._parts:
             logits = part(logits)
-        label = batch.get(self.label_key)
         if self.training:
             out = {'loss': children['loss'](logits, label)}
         else:
@@ -83,3 +85,13 @@ class Classifier(BaseModel):
         if self.metric is not None and label is not None:
             out.update({k: torch.as_tensor(v) for k, v in self.metric(logits.detach(), label).items()})
         return out
+
+
+def missing_labels(key, where, batch):
+    """Why a train batch without the labels ``key`` cannot train, and the dataset keys that give them (the loss
+    would fail on None deep inside)."""
+    return (
+        f'the train batches have no {key!r}, the class labels the model learns from (they have {sorted(batch)}):'
+        f' a CsvDataset reads them from its LABEL_COLUMN (set it; without it the label column is read as a'
+        f' feature), an NpzDataset from its array {key!r} (or KEY_MAP: {{y: {key}}}); or set {where} to their key'
+    )

@@ -96,4 +96,10 @@ def explain(model, batch, error, trained=False):
         )
     elif side == 'input' and images:
         fix += '; images of another size than the rest need TRANSFORMS Resize / CenterCrop instead'
+    label_key = getattr(inner, 'label_key', None)  # a Classifier's: one column too many may be the labels
+    if side == 'input' and not trained and label_key and label_key not in batch:
+        fix += (
+            f'; but the batches have no {label_key!r} either: a CsvDataset without LABEL_COLUMN reads the label'
+            ' column as a feature (set LABEL_COLUMN)'
+        )
     return f'the model {name}{where} does not fit the batch ({shapes}) at its {side}: {message}; {fix}'
