@@ -103,6 +103,19 @@ def test_unknown_best_metric_is_a_config_error(tmp_path):
         run(tmp_path, 1, ckpt_hooks(SAVE_BEST_BY='+accuracy'), EVAL_DATA=None)
 
 
+def test_plus_on_a_lower_is_better_metric_is_a_config_error_at_set_up(tmp_path):
+    """'+mse' kept the checkpoint of the greatest error as best, without a word; unsigned and '-' keep the least."""
+    metrics = [{'NAME': 'AccuracyMetric'}, {'NAME': 'MSEMetric', 'KEYS': ['logits', 'logits']}]
+    with pytest.raises(ConfigError, match=r"SAVE_BEST_BY: '\+mse', but its metric says less mse is better; write"
+                       r" 'mse' or '-mse'"):  # fmt: skip
+        run(tmp_path, 1, ckpt_hooks(SAVE_BEST_BY='+mse'), METRICS=metrics)
+    assert not os.path.exists(tmp_path / 'run' / 'checkpoints' / 'latest')  # refused before any training
+    for best_by in ('mse', '-mse'):
+        (tmp_path / best_by).mkdir()
+        solver, _ = run(tmp_path / best_by, 1, ckpt_hooks(SAVE_BEST_BY=best_by), METRICS=metrics)
+        assert os.path.exists(tmp_path / best_by / 'run' / 'checkpoints' / 'checkpoint-best.pth')
+
+
 def test_step_checkpoint_due_inside_an_accumulation_group_waits_for_its_end(tmp_path):
     seen = []
     hooks = [

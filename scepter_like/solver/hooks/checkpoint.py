@@ -162,6 +162,11 @@ class CheckpointHook(Hook):
             )
         if self.save_best and (why := unknown_eval_metric(solver, self.best_metric)):
             raise ConfigError(f'{self.cfg.path_of("SAVE_BEST_BY")}: {why}')
+        if self.save_best and self.greater_is_better and not greater_is_better(solver, self.best_metric):
+            raise ConfigError(  # '+' would keep the worst checkpoint as best, silently
+                f'{self.cfg.path_of("SAVE_BEST_BY")}: {self.cfg.SAVE_BEST_BY!r}, but its metric says less'
+                f' {self.best_metric} is better; write {self.best_metric!r} or {"-" + self.best_metric!r}'
+            )
         if self.save_best and self.greater_is_better is None:
             self.greater_is_better = greater_is_better(solver, self.best_metric)
             if not self.greater_is_better:
