@@ -149,3 +149,12 @@ def test_predict_orders_a_dataframe_by_the_training_tables_column_names(tmp_path
     with pytest.raises(DataError, match=r"'x' is a DataFrame without the column\(s\) \['f3'\] .*\['f0', 'f1', 'f2'"):
         solver.predict({'x': Frame(x[:, :3], names[:3])})
     assert not np.array_equal(solver.predict({'x': np.asarray(frame)})['logits'], expected)  # an array: as it is
+
+
+def test_predict_refuses_nan_or_inf_inputs_naming_the_first_row(solver):
+    """NaN features gave NaN logits (argmax: class 0) without a word, while training refuses such data."""
+    x = np.zeros((6, 8), np.float32)
+    x[4, 2], x[5, 0] = np.nan, np.inf
+    with pytest.raises(DataError, match=r"^predict input 'img': NaN or inf in 2 row\(s\), the first at row 4 "):
+        solver.predict({'img': x})
+    assert solver.predict({'img': x[:4]})['logits'].shape == (4, 3)

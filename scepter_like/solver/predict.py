@@ -13,6 +13,7 @@ import contextlib
 import numpy as np
 import torch
 
+from scepter_like.data.datasets import reject_nonfinite
 from scepter_like.errors import DataError
 from scepter_like.solver.model_call import forward_checked
 
@@ -84,9 +85,12 @@ def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, 
     columns = next((bundle.columns for bundle in (datas or {}).values() if bundle.columns), None)
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
-    if input_batching(model) == 'whole':
-        return predict_batches(model, [as_tensors(inputs, False, columns)], device, autocast, rows=False)
-    tensors = as_tensors(inputs, columns=columns)
+    whole = input_batching(model) == 'whole'
+    tensors = as_tensors(inputs, not whole, columns)
+    for key, tensor in tensors.items():  # NaN in gives NaN out (argmax: class 0), which training refuses too
+        reject_nonfinite(tensor, f'predict input {key!r}')
+    if whole:
+        return predict_batches(model, [tensors], device, autocast, rows=False)
     n = len(next(iter(tensors.values())))
     batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
     return predict_batches(model, batches, device, autocast)
