@@ -5,6 +5,7 @@ ones written in scepter's style (list ``para_dict``, its imports after the renam
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from scepter_like.registry import Registry
 SCEPTER_HOOK_FILE = """
 # -*- coding: utf-8 -*-
 import json
+import math
 import os.path as osp
 
 from scepter_like.solver.hooks.hook import Hook
@@ -681,6 +683,7 @@ def test_counter_views_have_scepters_offsets_and_progress_keeps_this_projects(tm
 SCEPTER_SOLVER_FILE = """
 # -*- coding: utf-8 -*-
 import json
+import math
 import os.path as osp
 from collections import OrderedDict, defaultdict
 
@@ -1620,3 +1623,29 @@ def test_an_init_opti_written_as_scepters_diffusion_solver_writes_it_is_clipped_
         assert 0 < moved <= 6 * 0.1 * clip * 1.0001  # every step clipped
     else:  # stepped with its closure (a step without one is an error), L-BFGS fits the blobs in 6 steps
         assert moved > 0 and solver.hooks_dict['train'][1].last_logged['loss'] < 0.5
+
+
+def test_a_scepter_style_checkpoint_resumes_the_warmed_up_schedule_at_the_rate_of_the_run_that_went_on(tmp_path):
+    """Such a checkpoint (the solver's own save_checkpoint) holds the optimizer and scheduler, not LrHook's state,
+    and the optimizer's rates are the warmed-up ones: the resumed LrHook schedules from the scheduler's own rates,
+    so epoch 2 runs at the rate it had in a run that went on (it ran at the warmup's start rate times the schedule:
+    100 times lower)."""
+    code = write(tmp_path / 'scepter_style.py', SCEPTER_SOLVER_FILE)
+    lr_hooks = (
+        'SOLVER.TRAIN_HOOKS=[{NAME: BackwardHook}, {NAME: LogHook, LOG_INTERVAL: 6}, {NAME: LrHook},'
+        ' {NAME: CheckpointHook, INTERVAL: 1, SAVE_BEST: false}]'
+    )
+    schedule = ['SOLVER.LR_SCHEDULER={NAME: CosineAnnealingLR, T_MAX: 3}', 'SOLVER.OPTIMIZER.LEARNING_RATE=0.01']
+
+    def train(work, epochs, *words):
+        cfg = scepter_style_config(tmp_path, tmp_path / work, epochs)
+        res = run_cli('run_train.py', '--cfg', cfg, '--import', code, lr_hooks, *schedule, *words)
+        assert res.returncode == 0, res.stderr[-3000:]
+        lines = (tmp_path / work / 'metrics.jsonl').read_text().splitlines()
+        return [r['values']['lr'] for r in map(json.loads, lines) if r['kind'] == 'train']
+
+    went_on = train('a', 3)
+    assert went_on[0] == pytest.approx(1e-4) and went_on[1] == pytest.approx(0.01 * (1 + math.cos(math.pi / 3)) / 2)
+    train('b', 1)
+    resume = f'SOLVER.RESUME_FROM={tmp_path / "b" / "checkpoints" / "checkpoint-epoch-1.pth"}'
+    assert train('c', 3, resume) == pytest.approx(went_on[1:])

@@ -76,8 +76,11 @@ class LrHook(Hook):
                 )
             self._check_plateau_mode(solver, sched)
         if self.sched_lrs is None:  # fresh start (a resume restores these)
-            self.sched_lrs = [g['lr'] for g in optimizer.param_groups]
-            self.start_ratio = self.warmup_start_lr / self.sched_lrs[0] if self.sched_lrs[0] else 1.0
+            # from the scheduler when there is one: a solver's own load_checkpoint (scepter's) restores it but not
+            # this hook, and the optimizer it restores holds warmed-up rates
+            self.sched_lrs = sched.get_last_lr() if sched is not None else [g['lr'] for g in optimizer.param_groups]
+            base = getattr(sched, 'base_lrs', self.sched_lrs)[0]
+            self.start_ratio = self.warmup_start_lr / base if base else 1.0
         if 'train' in solver.datas and self._warmup_steps is None:  # (a resume on another world size keeps it)
             batches = solver.datas['train'].num_batches() / solver.progress.num_folds
             self._warmup_steps = round(
@@ -129,9 +132,10 @@ class LrHook(Hook):
                     value is not None and solver.progress.last_eval_epoch == solver.progress.epoch - 1
                 ):  # a fresh evaluation only
                     sched.step(value)
-            elif getattr(sched, '_step_count', 0) == 1 and solver.progress.optimizer_steps:
+            elif getattr(sched, '_step_count', 0) == 1 and solver.progress.total_iter:
                 # resumed before the schedule's first step: torch's "lr_scheduler.step() before optimizer.step()"
-                # warning sees only this process, whose optimizer has not stepped yet; the run's has
+                # warning sees only this process, whose optimizer has not stepped yet; the run's has (the step
+                # count, not optimizer_steps, which a scepter-style load_checkpoint leaves at 0)
                 with warnings.catch_warnings():
                     warnings.filterwarnings('ignore', 'Detected call of `lr_scheduler')
                     sched.step()
