@@ -622,3 +622,42 @@ def test_a_file_of_the_other_kind_is_one_line_saying_what_it_is(tmp_path, capsys
         line = one_error_line(capsys)
         assert re.search(pattern, line), line
         assert 'PATH: ' in line or 'objects' in line, line
+
+
+def test_the_documented_regression_on_a_table_reports_the_mse_its_predictions_give(tmp_path):
+    """docs/extending.md, "A regression on a table": Classifier with MSELoss and one output reads the target
+    column through LABEL_KEY; MSEMetric on [logits, label] reports the mean squared error of predict()'s outputs."""
+    from scepter_like import build_solver
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, 3))
+    target = features @ np.array([1.5, -2.0, 0.5]) + 0.1 * rng.normal(size=200)
+    path = tmp_path / 'houses.csv'
+    with open(path, 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['id', 'rooms', 'age', 'distance', 'price'])
+        writer.writerows([[f'h{i}', *row, y] for i, (row, y) in enumerate(zip(features, target))])
+    data = {'NAME': 'CsvDataset', 'PATH': str(path), 'COLUMNS': {'x': ['rooms', 'age', 'distance'], 'y': 'price'}}
+    cfg = {
+        'SOLVER': {
+            'NAME': 'TrainValSolver',
+            'MAX_EPOCHS': 20,
+            'MODEL': {
+                'NAME': 'Classifier',
+                'INPUT_KEY': 'x',
+                'LABEL_KEY': 'y',
+                'LOSS': {'NAME': 'MSELoss'},
+                'BACKBONE': {'NAME': 'MLP', 'IN_DIM': 3, 'HIDDEN_DIMS': [32], 'OUT_DIM': 1},
+            },
+            'OPTIMIZER': {'NAME': 'Adam', 'LEARNING_RATE': 0.01},
+            'TRAIN_DATA': dict(data, BATCH_SIZE=32),
+            'EVAL_DATA': dict(data, BATCH_SIZE=64),
+            'METRICS': [{'NAME': 'MSEMetric', 'KEYS': ['logits', 'label']}],  # eval outputs: logits, label
+        }
+    }
+    with build_solver(cfg, [f'SOLVER.WORK_DIR={tmp_path / "run"}']) as session:
+        reported = session.fit()[-1]['mse']  # the last evaluation's
+        predicted = session.predict({'x': features})['logits']
+    assert predicted.shape == (200, 1)
+    mse = float(((predicted[:, 0].astype(np.float64) - target) ** 2).mean())
+    assert reported == pytest.approx(mse, rel=1e-4) and mse < 0.1  # trained, and scored as documented

@@ -31,7 +31,10 @@ LOADER_PARA_DICT = {
     'NUM_WORKERS': {'value': 0, 'description': 'DataLoader worker processes (0: load in the main process)', 'min': 0},
     'PIN_MEMORY': {'value': False, 'description': 'pin batches in page-locked memory (CUDA only)'},
     'SHUFFLE': {'value': True, 'description': 'shuffle each pass (train data); eval / test data keep their order'},
-    'DROP_LAST': {'value': False, 'description': 'drop the last incomplete batch'},
+    'DROP_LAST': {
+        'value': False,
+        'description': 'drop the last incomplete batch (train data; eval / test data keep every sample)',
+    },
     'TRANSFORMS': {
         'value': [],
         'description': "scepter's per-sample pipeline: a list of TRANSFORMS configs, applied to each item in order",
