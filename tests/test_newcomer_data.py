@@ -201,7 +201,7 @@ def test_csv_labels_written_as_floats_are_classes_and_fractions_are_refused(tmp_
     assert 'COLUMNS: {x: [b, y], y: a} (COLUMNS replaces the default x, so it names the features too)' in line
     holed = tmp_path / 'holed.csv'
     holed.write_text(path.read_text().replace('\n5.5,1.0,5.0\n', '\n5.5,1.0,\n'))  # pandas writes NaN as ''
-    with pytest.raises(DataError, match=r"the LABEL_COLUMN 'y' is empty or NaN in 1 row\(s\), the first at row 5"):
+    with pytest.raises(DataError, match=r"'y' is empty or NaN in 1 row\(s\), the first at row 5 \(0-based, line 7 of"):
         DATASETS.build({'NAME': 'CsvDataset', 'PATH': str(holed), 'LABEL_COLUMN': 'y'})
 
 
@@ -248,7 +248,7 @@ def test_nan_in_a_users_table_or_arrays_is_one_line_naming_the_row(tmp_path, cap
     job.write_text(CSV_JOB.format(work_dir=tmp_path / 'run', csv=csv_path))
     assert run(run_train, ['--cfg', str(job)]) == 2
     line = one_error_line(capsys)
-    assert f"{csv_path}: array 'x': NaN or inf in 1 row(s), the first at row 7 (0-based)" in line, line
+    assert f"{csv_path}: array 'x': NaN or inf in 1 row(s), the first at row 7 (0-based, line 9 of the file);" in line
     assert not os.path.exists(tmp_path / 'run' / 'checkpoints')
 
     npz = numpy_blobs(tmp_path / 'blobs.npz')

@@ -23,6 +23,8 @@ class ArrayDataset(torch.utils.data.Dataset):
     float32 for a float32 model once, here.
     """
 
+    FIRST_ROW_LINE = None  # a text table's file line of row 0 (CsvDataset: 2), for messages naming a row
+
     def __init__(self, arrays, source='a dataset'):
         if not arrays:
             raise DataError(f'{source}: a dataset needs at least one array')
@@ -30,7 +32,7 @@ class ArrayDataset(torch.utils.data.Dataset):
             k: floating_as_default(torch.as_tensor(numeric(v, f'{source}: array {k!r}'))) for k, v in arrays.items()
         }
         for key, array in self.arrays.items():
-            reject_nonfinite(array, f'{source}: array {key!r}')
+            reject_nonfinite(array, f'{source}: array {key!r}', self.FIRST_ROW_LINE)
         lengths = {k: len(v) for k, v in self.arrays.items()}
         if len(set(lengths.values())) != 1:
             raise DataError(f'dataset arrays differ in length: {lengths}')
@@ -73,15 +75,17 @@ def numeric(value, where):
     )
 
 
-def reject_nonfinite(array, where):
+def reject_nonfinite(array, where, first_row_line=None):
     """A DataError when floating ``array`` (a tensor or numpy array) holds NaN or inf: a model fed one computes a
-    NaN loss, and the run would stop steps later far from the cause (the row is named here)."""
+    NaN loss, and the run would stop steps later far from the cause (the row is named here, and its line when the
+    rows come from a text file whose row 0 is line ``first_row_line``)."""
     tensor = torch.as_tensor(array)
     if not tensor.is_floating_point() or tensor.dim() == 0 or bool(torch.isfinite(tensor).all()):
         return
     bad_rows = (~torch.isfinite(tensor)).reshape(len(tensor), -1).any(1).nonzero()[:, 0].tolist()
+    line = '' if first_row_line is None else f', line {bad_rows[0] + first_row_line} of the file'
     raise DataError(
-        f'{where}: NaN or inf in {len(bad_rows)} row(s), the first at row {bad_rows[0]} (0-based);'
+        f'{where}: NaN or inf in {len(bad_rows)} row(s), the first at row {bad_rows[0]} (0-based{line});'
         ' drop or fill those rows'
     )
 

@@ -72,7 +72,7 @@ def class_indices(labels, classes, path, where, column, features=()):
     if missing:
         raise DataError(
             f'{path}: the LABEL_COLUMN {column!r} is empty or NaN in {len(missing)} row(s), the first at row'
-            f' {missing[0]} (0-based); drop or fill those rows'
+            f' {missing[0]} (0-based, line {missing[0] + 2} of the file); drop or fill those rows'
         )
     numbers = [number_or_none(label) for label in labels]
     texts = [row for row, n in enumerate(numbers) if n is None]
@@ -111,6 +111,7 @@ def delimiter_hint(header, where):
 
 @DATASETS.register_class()
 class CsvDataset(ArrayDataset):
+    FIRST_ROW_LINE = 2  # the header is line 1
     para_dict = {
         'PATH': {
             'value': '',
