@@ -401,6 +401,8 @@ def parse_override(text):
     if '=' not in text:
         raise ConfigError(f"override '{text}' has no '='; write KEY.PATH=VALUE")
     key, raw = text.split('=', 1)
+    if key != key.strip():  # ('A.B = 1' written as one word: the key would be 'A.B ')
+        raise ConfigError(f"override '{text}': no spaces around '='; write {key.strip()}={raw.strip()}")
     append = key.endswith('+')
     key = key[:-1] if append else key
     if not key or any(not part for part in key.split('.')):

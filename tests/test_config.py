@@ -63,6 +63,7 @@ def test_overrides_including_list_indices_and_new_keys():
         ('SOVLER.X=1', 'did you mean SOLVER'),
         ('SOLVER.MAX_EPOCHS.X=1', 'not a mapping'),
         ('SOLVER..X=1', 'empty key'),
+        ('SOLVER.MAX_EPOCHS = 1', r"^override .*: no spaces around '='; write SOLVER.MAX_EPOCHS=1$"),
     ],
 )
 def test_bad_overrides(override, match):
