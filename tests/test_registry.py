@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import yaml
 
@@ -104,6 +105,15 @@ def test_wrong_type_is_reported(reg):
         reg.build({'NAME': 'Widget', 'SIZE': 'abc'})
     with pytest.raises(ConfigError, match='expected a bool|expected an int'):
         reg.build({'NAME': 'Widget', 'SIZE': True})
+    # an array given where a file's path goes (from Python): its shape, not its repr, and where arrays go
+    with pytest.raises(ConfigError) as e:
+        reg.build({'NAME': 'Widget', 'SIZE': np.zeros((120, 8))})
+    assert str(e.value) == (
+        'SIZE: expected an int (like 3), got ndarray of shape (120, 8); save arrays to a file (np.savez(path, x=...,'
+        ' label=...)) and give its path'
+    )
+    with pytest.raises(ConfigError, match=r"got '(x){77}\.\.\.'; fix the value$"):
+        reg.build({'NAME': 'Widget', 'SIZE': 'x' * 500})  # a long value cut to one short piece
 
 
 def test_missing_name(reg):
