@@ -329,3 +329,35 @@ def test_a_user_file_imported_by_another_registers_once(importer_first, tmp_path
     hook = HOOKS.get(f'SharedHook{tag.upper()}')
     modules = [m for m in list(sys.modules.values()) if getattr(m, f'SharedHook{tag.upper()}', None) is hook]
     assert len({id(m) for m in modules}) == 1  # one module object, whatever names it is entered under
+
+
+@HOOKS.register_class()
+class OutputsSeenHook(Hook):
+    """Records the step outputs a hook sees at the start of each train epoch."""
+
+    para_dict = {}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.seen = []
+
+    def before_epoch(self, solver):
+        self.seen.append(sorted(solver.iter_outputs))
+
+    def before_iter(self, solver):
+        if solver.mode == 'eval' and solver.progress.iters['eval'] == 0:
+            self.seen.append(('eval', sorted(solver.iter_outputs)))
+
+
+def test_train_hooks_see_no_outputs_of_an_eval_pass_as_in_scepter_where_they_are_kept_per_mode(blobs, tmp_path):
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'OutputsSeenHook'}]
+    cfg = blob_solver_cfg(
+        blobs, tmp_path / 'run', hooks=hooks, SANITY_EVAL_BATCHES=2, EVAL_HOOKS=[{'NAME': 'OutputsSeenHook'}]
+    )
+    solver = build_solver(cfg)
+    solver.solve()
+    solver.close()
+    seen = next(h for h in solver.hooks_dict['train'] if isinstance(h, OutputsSeenHook)).seen
+    assert seen == [[], ['loss']]  # none of the sanity pass; then the last train step's, not the evaluation's
+    seen = next(h for h in solver.hooks_dict['eval'] if isinstance(h, OutputsSeenHook)).seen
+    assert [s for s in seen if isinstance(s, tuple)] == [('eval', [])] * 2  # each evaluation's first step: none

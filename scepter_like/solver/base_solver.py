@@ -381,19 +381,20 @@ class BaseSolver(HookStages, ScepterProtocol):
             return
         if self.lightning is not None:  # a pass outside Lightning's fit: its validate / test loop
             return self.lightning.run_pass(mode)
-        previous = self._mode
+        previous, outputs = self._mode, self.step.outputs  # the train step's: hooks see them again after the pass
         try:
             with torch.no_grad(), eval_context(self.model):
                 self.begin_pass(mode)
                 self.run_eval() if mode == 'eval' else self.run_test()
                 self.end_pass()
         finally:
-            self.mode = previous
+            self.mode, self.step.outputs = previous, outputs
 
     def begin_pass(self, mode: str) -> None:
-        """An eval / test pass begins (under ``torch.no_grad``): its mode, its counter at 0, before_epoch hooks."""
+        """An eval / test pass begins (under ``torch.no_grad``): its mode, its counter at 0 and no step outputs yet
+        (the train step's come back after it), before_epoch hooks."""
         self.mode = mode
-        self.progress.iters[mode] = 0
+        self.progress.iters[mode], self.step.outputs = 0, {}
         self._outputs_recorded = False
         self.before_epoch()
 

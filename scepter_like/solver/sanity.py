@@ -40,5 +40,6 @@ def sanity_eval(solver, batches):
                     metric.reset()
     finally:
         solver.mode = previous
+        solver.step.outputs = {}  # nothing of the pass is kept: the first train hooks see no eval outputs
         set_rng_state(rng)
     solver.logger.info(f'sanity pass: {ran} eval batch(es) through the eval step and the metrics')
