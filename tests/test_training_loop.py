@@ -269,6 +269,19 @@ def test_early_stopping_metric_must_exist_and_hook_must_be_an_eval_hook(blobs, t
         build_solver(cfg).solve()
 
 
+def test_early_stopping_mode_max_on_a_metric_that_says_less_is_better_is_a_config_error(blobs, tmp_path, monkeypatch):
+    from scepter_like.metric.accuracy import AccuracyMetric
+
+    monkeypatch.setattr(AccuracyMetric, 'lower_is_better', ('accuracy',))  # as an error metric declares itself
+    cfg = _early_cfg(blobs, tmp_path / 'a')
+    cfg['SOLVER']['EVAL_HOOKS'][0]['MODE'] = 'max'
+    with pytest.raises(ConfigError, match=r'MODE: max waits for accuracy to rise, and its metric says less accuracy'):
+        build_solver(cfg).solve()
+    cfg = _early_cfg(blobs, tmp_path / 'b', MAX_EPOCHS=1)
+    cfg['SOLVER']['EVAL_HOOKS'][0]['MODE'] = 'min'  # as it says: runs
+    build_solver(cfg).solve()
+
+
 def test_callbacks_run_in_registration_order_after_the_hooks(blobs, tmp_path):
     solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1))
     calls = []

@@ -71,7 +71,7 @@ def numeric(value, where):
     raise DataError(
         f'{where} holds {array.dtype} values, not numbers; text class labels: save their indices'
         ' (names, label = np.unique(texts, return_inverse=True)), or read a CSV file with CsvDataset (LABEL_COLUMN,'
-        ' CLASSES)'
+        ' CLASSES); other text (ids, names): save the arrays without it, as every array becomes a batch key'
     )
 
 

@@ -6,6 +6,7 @@ it asks the solver to stop (the test data still runs).  Metrics are reduced over
 ranks, and the decision is broadcast from rank 0, so every rank stops together.
 """
 
+from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.hook import (
     PRIORITY_NORMAL,
     Hook,
@@ -46,6 +47,11 @@ class EarlyStoppingHook(Hook):
         check_eval_metric(self, solver, 'MONITOR', 'watches evaluations')
         if self.cfg.MODE == 'auto':
             self.greater = greater_is_better(solver, self.monitor)
+        elif self.greater and not greater_is_better(solver, self.monitor):  # it would stop while the metric improves
+            raise ConfigError(
+                f'{self.cfg.path_of("MODE")}: max waits for {self.monitor} to rise, and its metric says less'
+                f' {self.monitor} is better; set MODE: min (or auto)'
+            )
 
     def after_epoch(self, solver: SolverSurface):
         value = eval_metric(solver, self.monitor, self.cfg.path_of('MONITOR'))
