@@ -4,6 +4,7 @@ No scepter code ships here: the hooks, metric, scheduler and dataset below are s
 ones written in scepter's style (list ``para_dict``, its imports after the rename).
 """
 
+import itertools
 import json
 import math
 import os
@@ -19,6 +20,7 @@ from conftest import DIGITS_CFG, free_port, run_cli, run_tool, tool_env
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError, DataError, RegistryError
 from scepter_like.registry import Registry
+from scepter_like.solver.base_solver import BaseSolver
 
 # A hook file exactly as a scepter user writes one, after the import rename.
 SCEPTER_HOOK_FILE = """
@@ -1128,16 +1130,40 @@ def test_a_scepter_run_train_loop_is_one_epoch_and_stops_on_a_signal_after_its_s
         SOLVERS._entries.pop('CompatHookListLoopSolver', None)
 
 
+class DiffusionShapedSolver(BaseSolver):
+    """diffusion_solver.py's solve() and run_train, after the rename: a loop over MAX_STEPS calling the stage
+    methods with hook lists (``after_own_step``: what a test adds at the end of a step)."""
+
+    def solve(self):
+        self.before_solve()
+        self.run_train()
+        self.after_solve()
+
+    def run_train(self):
+        self.train_mode()
+        self.before_all_iter(self.hooks_dict[self._mode])
+        data_iter = itertools.cycle(self.datas[self._mode].dataloader)
+        for step in range(self.max_steps):
+            batch_data = next(data_iter)
+            self.before_iter(self.hooks_dict[self._mode])
+            results = self.run_step_train(batch_data, step, step=self.total_iter, rank=0)
+            self._iter_outputs[self._mode] = self._reduce_scalar(results)
+            self.after_iter(self.hooks_dict[self._mode])
+            self.after_own_step(step)
+        self.after_all_iter(self.hooks_dict[self._mode])
+
+    def after_own_step(self, step):
+        pass
+
+
 def test_a_step_based_solve_of_scepters_diffusion_solver_ends_by_itself_at_max_steps(tmp_path):
     """scepter's DiffusionSolver overrides solve() and loops ``for step in range(self.max_steps)`` in run_train,
     evaluating after the last step: the loop ends by itself, then after_all_iter and after_solve run; a
     request_stop ends it at the next step it begins, and solve() goes on."""
-    import itertools
 
     from helpers import blob_solver_cfg, build_solver, write_blobs
 
     from scepter_like.solver import SOLVERS
-    from scepter_like.solver.base_solver import BaseSolver
     from scepter_like.solver.hooks import HOOKS, Hook
 
     stages = []
@@ -1158,25 +1184,10 @@ def test_a_step_based_solve_of_scepters_diffusion_solver_ends_by_itself_at_max_s
             stages.append(('after_solve', solver.mode))
 
     @SOLVERS.register_class('CompatStepSolver')
-    class StepSolver(BaseSolver):  # diffusion_solver.py's shape, after the rename
-        def solve(self):
-            self.before_solve()
-            self.run_train()
-            self.after_solve()
-
-        def run_train(self):
-            self.train_mode()
-            self.before_all_iter(self.hooks_dict[self._mode])
-            data_iter = itertools.cycle(self.datas[self._mode].dataloader)
-            for step in range(self.max_steps):
-                batch_data = next(data_iter)
-                self.before_iter(self.hooks_dict[self._mode])
-                results = self.run_step_train(batch_data, step, step=self.total_iter, rank=0)
-                self._iter_outputs[self._mode] = self._reduce_scalar(results)
-                self.after_iter(self.hooks_dict[self._mode])
-                if step == self.max_steps - 1:
-                    stages.append(('final run_eval', self.mode))
-            self.after_all_iter(self.hooks_dict[self._mode])
+    class StepSolver(DiffusionShapedSolver):
+        def after_own_step(self, step):
+            if step == self.max_steps - 1:
+                stages.append(('final run_eval', self.mode))
 
     npz = write_blobs(tmp_path / 'b.npz')  # 6 batches an epoch: 8 steps run into a second pass
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CompatStageRecord'}]
@@ -1538,31 +1549,12 @@ def test_an_own_train_loop_with_hook_lists_runs_the_stage_callbacks_so_checkpoin
     """A DiffusionSolver-style ``run_train`` calls ``self.after_iter(self.hooks_dict[self._mode])``: the stage's
     callbacks run after those hooks as in the native loop, so CheckpointHook's STEP_INTERVAL saves (it saves
     through a callback) and a ``register_callback_on_iter_end`` callback is called once per step."""
-    import itertools
 
     from helpers import blob_solver_cfg, build_solver, write_blobs
 
     from scepter_like.solver import SOLVERS
-    from scepter_like.solver.base_solver import BaseSolver
 
-    @SOLVERS.register_class('CompatOwnLoopCallbacks')
-    class OwnLoop(BaseSolver):
-        def solve(self):
-            self.before_solve()
-            self.run_train()
-            self.after_solve()
-
-        def run_train(self):
-            self.train_mode()
-            self.before_all_iter(self.hooks_dict[self._mode])
-            data_iter = itertools.cycle(self.datas[self._mode].dataloader)
-            for step in range(self.max_steps):
-                batch_data = next(data_iter)
-                self.before_iter(self.hooks_dict[self._mode])
-                results = self.run_step_train(batch_data, step, step=self.total_iter, rank=0)
-                self._iter_outputs[self._mode] = self._reduce_scalar(results)
-                self.after_iter(self.hooks_dict[self._mode])
-            self.after_all_iter(self.hooks_dict[self._mode])
+    SOLVERS.register_class('CompatOwnLoopCallbacks')(type('OwnLoop', (DiffusionShapedSolver,), {}))
 
     npz = write_blobs(tmp_path / 'b.npz')
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 2}]
