@@ -122,6 +122,11 @@ def test_image_to_tensor_and_normalize(rgb):
     norm = build('Normalize', MEAN=[0.5, 0.25, 0.0], STD=[0.5, 0.25, 2.0])({'img': tensor.clone()})['img']
     expected = (tensor - torch.tensor([0.5, 0.25, 0.0]).view(3, 1, 1)) / torch.tensor([0.5, 0.25, 2.0]).view(3, 1, 1)
     assert torch.allclose(norm, expected)
+    # one value for every channel, as torchvision's Normalize (and so scepter's) takes it
+    one = build('Normalize', MEAN=[0.5], STD=[0.25])({'img': tensor.clone()})['img']
+    assert torch.allclose(one, (tensor - 0.5) / 0.25)
+    with pytest.raises(DataError, match=r'3 channel\(s\) \(image files are read as RGB\), MEAN and STD give 2: give 3'):
+        build('Normalize', MEAN=[0.5, 0.5], STD=[0.25, 0.25])({'img': tensor.clone()})
 
 
 def test_key_transforms():

@@ -283,8 +283,12 @@ class Normalize(ImageTransform):
     """``(image - MEAN) / STD`` per channel, on the float tensor ImageToTensor gives (whatever the BACKEND)."""
 
     para_dict = {
-        'MEAN': {'value': [], 'required': True, 'description': 'per-channel means (as many as the image has channels)'},
-        'STD': {'value': [], 'required': True, 'description': 'per-channel standard deviations, none zero'},
+        'MEAN': {
+            'value': [],
+            'required': True,
+            'description': 'per-channel means (as many as the image has channels, or one for all, as torchvision)',
+        },
+        'STD': {'value': [], 'required': True, 'description': 'per-channel standard deviations, none zero (or one)'},
     }
 
     def __init__(self, cfg, logger=None):
@@ -311,9 +315,10 @@ class Normalize(ImageTransform):
                 f'{self.where}: Normalize takes a float C x H x W tensor, got {describe_value(value)};'
                 ' put ImageToTensor before it'
             )
-        if value.shape[0] != self.mean.shape[0]:
+        if value.shape[0] != self.mean.shape[0] and self.mean.shape[0] != 1:  # one value: every channel
             raise DataError(
-                f'{self.where}: the image has {value.shape[0]} channel(s), MEAN and STD give {self.mean.shape[0]}'
+                f'{self.where}: the image has {value.shape[0]} channel(s) (image files are read as RGB), MEAN and STD'
+                f' give {self.mean.shape[0]}: give {value.shape[0]} values each, or one for all'
             )
         return value
 
