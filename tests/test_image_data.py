@@ -234,6 +234,18 @@ def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folde
         DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': root, 'CLASSES': ['class_0', 'class_1']})
 
 
+def test_a_select_that_drops_the_labels_is_named_in_the_error(folder, tmp_path):
+    from helpers import build_solver
+
+    _, _, _, solver_cfg = split_lacking_a_class(folder, tmp_path)
+    solver_cfg['TRAIN_DATA']['TRANSFORMS'].append({'NAME': 'Select', 'KEYS': ['img']})
+    solver = build_solver({'SOLVER': solver_cfg})
+    with pytest.raises(DataError, match=r"an image dataset from its folders or list file \(a TRANSFORMS Select must"
+                       r" keep 'label'\)"):  # fmt: skip
+        solver.solve()
+    solver.close()
+
+
 def test_images_of_another_size_in_a_batch_name_the_file_and_the_fix(tmp_path):
     write_png_folder(str(tmp_path), classes=2, per_class=3)
     odd = tmp_path / 'class_1' / 'odd.png'

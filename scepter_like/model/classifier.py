@@ -93,5 +93,6 @@ def missing_labels(key, where, batch):
     return (
         f'the train batches have no {key!r}, the class labels the model learns from (they have {sorted(batch)}):'
         f' a CsvDataset reads them from its LABEL_COLUMN (set it; without it the label column is read as a'
-        f' feature), an NpzDataset from its array {key!r} (or KEY_MAP: {{y: {key}}}); or set {where} to their key'
+        f' feature), an NpzDataset from its array {key!r} (or KEY_MAP: {{y: {key}}}), an image dataset from its'
+        f' folders or list file (a TRANSFORMS Select must keep {key!r}); or set {where} to their key'
     )
