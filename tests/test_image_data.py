@@ -232,6 +232,11 @@ def test_a_split_lacking_a_class_keeps_the_class_numbers_only_with_classes(folde
     assert sorted({int(item['label']) for item in solver.datas['eval'].dataset}) == [1, 2]  # train's numbers
     with pytest.raises(DataError, match=r"class folder\(s\) \['class_2'\] that CLASSES \['class_0', 'class_1'\] lacks"):
         DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': root, 'CLASSES': ['class_0', 'class_1']})
+    # a split holding a class the train data lacks: CLASSES cannot help, and the error does not suggest it
+    del solver_cfg['TRAIN_DATA']['CLASSES'], solver_cfg['EVAL_DATA']['CLASSES']
+    solver_cfg['TRAIN_DATA']['DATA_ROOT'], solver_cfg['EVAL_DATA']['DATA_ROOT'] = str(val), root
+    with pytest.raises(ConfigError, match=r"another order\); it has \['class_0'\], which the model does not know"):
+        build_solver({'SOLVER': solver_cfg})
 
 
 def test_a_select_that_drops_the_labels_is_named_in_the_error(folder, tmp_path):

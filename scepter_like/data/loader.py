@@ -182,9 +182,15 @@ def check_splits_agree(bundles, where, recorded=None):
     for mode, bundle in bundles.items():
         if None not in (classes, bundle.classes) and list(bundle.classes) != list(classes):
             whose = "the train data's" if source is None else f'those {source} was trained on'
+            unknown = [name for name in bundle.classes if name not in classes]
+            fix = (  # CLASSES cannot number a class the model never learnt
+                f'it has {unknown}, which the model does not know: leave those out, or train on them too'
+                if unknown
+                else f'give it CLASSES: {list(classes)}'
+            )
             raise ConfigError(
                 f'{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than {whose}'
-                f' {list(classes)} (a split lacking a class, or another order); give it CLASSES: {list(classes)}'
+                f' {list(classes)} (a split lacking a class, or another order); {fix}'
             )
         for key, names in (bundle.columns or {}).items():
             trained = train_columns.get(key)
