@@ -251,6 +251,23 @@ def test_a_select_that_drops_the_labels_is_named_in_the_error(folder, tmp_path):
     solver.close()
 
 
+def test_list_file_labels_beside_named_train_classes_are_said_to_follow_their_order(folder, tmp_path, caplog):
+    """A list file gives class numbers, which nothing can check against the train folders' names: said once."""
+    from helpers import build_solver
+
+    root, samples = folder
+    (tmp_path / 'list.txt').write_text(''.join(f'{os.path.relpath(p, root)} {label}\n' for p, label in samples))
+    _, _, data, solver_cfg = split_lacking_a_class(folder, tmp_path)
+    solver_cfg['EVAL_DATA'] = dict(data, NAME='ImageListDataset', LIST_FILE=str(tmp_path / 'list.txt'), DATA_ROOT=root)
+    with caplog.at_level('WARNING'):
+        build_solver({'SOLVER': solver_cfg}).close()
+    said = [r.getMessage() for r in caplog.records if 'class numbers' in r.getMessage()]
+    assert said == [
+        'SOLVER.EVAL_DATA: its labels are class numbers, which cannot be checked against the class names the model'
+        ' learns; they must follow that order (0: class_0, 1: class_1, 2: class_2)'
+    ]
+
+
 def test_images_of_another_size_in_a_batch_name_the_file_and_the_fix(tmp_path):
     write_png_folder(str(tmp_path), classes=2, per_class=3)
     odd = tmp_path / 'class_1' / 'odd.png'

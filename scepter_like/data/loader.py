@@ -167,19 +167,26 @@ def check_data_keys(ds_cfg):
             )
 
 
-def check_splits_agree(bundles, where, recorded=None):
+def check_splits_agree(bundles, where, recorded=None, logger=None):
     """A ConfigError when the data number their classes, or place their table columns, otherwise than the model
     was trained on (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  The classes are those
     ``recorded``, a pair (class names, the weights file recording them: ``BaseModel.class_names``), where given
     and not None, else the train data's.  A split lacking a class numbers the others anew by name; a file whose
     header orders the columns otherwise stacks the features in that order: either way the model would be
-    measured on inputs or labels it was not trained on."""
+    measured on inputs or labels it was not trained on.  Labels given as numbers (a list file) beside classes
+    given by name cannot be checked: ``logger`` says so, with the order they must follow."""
     train = bundles.get('train')
     if recorded is None or recorded[0] is None:
         recorded = (train.classes if train is not None else None, None)
     classes, source = recorded
     train_columns = (train.columns if train is not None else None) or {}
     for mode, bundle in bundles.items():
+        if classes is not None and bundle.classes is None and mode != 'train' and logger is not None:
+            numbered = ', '.join(f'{i}: {name}' for i, name in enumerate(classes))
+            logger.warning(
+                f'{where[mode]}: its labels are class numbers, which cannot be checked against the class names the'
+                f' model learns; they must follow that order ({numbered})'
+            )
         if None not in (classes, bundle.classes) and list(bundle.classes) != list(classes):
             whose = "the train data's" if source is None else f'those {source} was trained on'
             unknown = [name for name in bundle.classes if name not in classes]

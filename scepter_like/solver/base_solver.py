@@ -207,7 +207,8 @@ class BaseSolver(HookStages, ScepterProtocol):
             if data_cfg is not None:
                 self.datas[mode] = build_data(data_cfg, mode, self.dist_info, self.seed, logger=self.logger)
                 self.progress.epoch_iters[mode] = self.datas[mode].num_batches()
-        check_splits_agree(self.datas, {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()})
+        where = {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
+        check_splits_agree(self.datas, where, logger=self.logger)
         if 'train' in self.datas:
             self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'), self.world_size)
 
