@@ -605,13 +605,23 @@ def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
         sample_from_arrays({**arrays, **change}, 's.npz')
 
 
-def test_inference_features_holding_nan_are_one_data_error():
-    """run_inference's other layout (features, edge_index named by batch key) is checked as a sample file is."""
+def test_inference_features_holding_nan_and_edge_indices_of_another_layout_are_one_data_error():
+    """run_inference's other layout (features, edge_index named by batch key) is checked as a sample file is: an
+    [E, 2] edge_index would be read as two edges, and an index past the vertices fail inside the model."""
     model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 4, 'PROCESSOR_BLOCKS': 1, 'STATS': identity_stats(5, 1)})
     features = np.zeros((3, 5), np.float32)
+    edges = np.array([[0, 1], [1, 2]])
+    model.inputs_from_arrays({'features': features, 'edge_index': edges}, 'x.npz')  # as given: fine
+    for bad, message in (
+        (np.array([[0, 1], [1, 2], [2, 0]]), r'must be \[2, E\] vertex indices below 3; got \[3, 2\]: transpose it$'),
+        (np.array([[0, 1], [1, 3]]), r'must be \[2, E\] vertex indices below 3$'),
+        (edges.astype(np.float32), r'must be integer vertex indices; got float32$'),
+    ):
+        with pytest.raises(DataError, match=rf'^x\.npz: edge_index {message}'):
+            model.inputs_from_arrays({'features': features, 'edge_index': bad}, 'x.npz')
     features[2, 4] = np.nan
     with pytest.raises(DataError, match=r'^x\.npz: features: NaN or inf in 1 row\(s\), the first at row 2 '):
-        model.inputs_from_arrays({'features': features, 'edge_index': np.array([[0, 1], [1, 2]])}, 'x.npz')
+        model.inputs_from_arrays({'features': features, 'edge_index': edges}, 'x.npz')
 
 
 def test_statistics_are_never_written_with_nonfinite_values(tiny_manifest, tmp_path):

@@ -71,8 +71,7 @@ def sample_from_arrays(arrays, source, need_target=True):
     n = len(points)
     if points.ndim != 2 or points.shape[1] != 3:
         raise DataError(f'{source}: points must be [V, 3]; got {points.shape}')
-    if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
-        raise DataError(f'{source}: edges must be [2, E] vertex indices below {n}')
+    check_edge_index(edges, n, f'{source}: edges')
     if not edges.size:  # MeshGraphNet would pass no messages on it, and its statistics would hold no edge
         raise DataError(f'{source}: edges is [2, 0]: the mesh has no edges; give its edges')
     if not np.issubdtype(edges.dtype, np.integer):
@@ -99,6 +98,18 @@ def sample_from_arrays(arrays, source, need_target=True):
             raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
         sample['target'] = finite_float32(target, f'{source}: target')
     return sample
+
+
+def check_edge_index(edges, n, where):
+    """A DataError unless ``edges`` is [2, E] vertex indices below ``n``: an [E, 2] array would be read as two
+    edges, silently, and an index past the vertices fails deep inside the model."""
+    edges = np.asarray(edges)
+    if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
+        turned = edges.ndim == 2 and edges.shape[1] == 2 and edges.shape[0] != 2
+        raise DataError(
+            f'{where} must be [2, E] vertex indices below {n}'
+            + (f'; got {list(edges.shape)}: transpose it' if turned else '')
+        )
 
 
 def finite_float32(array, where):

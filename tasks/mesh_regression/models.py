@@ -12,6 +12,7 @@ graph, fed whole (INPUT_BATCHING 'whole'), and ``--input`` may be a sample file 
 dataset as users write them (``inputs_from_arrays``).
 """
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -22,7 +23,7 @@ from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.networks import ACTIVATIONS, check_whole_sizes
 from scepter_like.model.registry import MODELS
-from tasks.mesh_regression.dataset import graph_item, sample_from_arrays
+from tasks.mesh_regression.dataset import check_edge_index, graph_item, sample_from_arrays
 from tasks.mesh_regression.stats import NormStats, load_stats
 
 COORDINATES = 3  # the first three feature columns are the vertex coordinates
@@ -203,6 +204,13 @@ class MeshModel(BaseModel):
         """
         if 'features' in arrays:
             reject_nonfinite(arrays['features'], f'{source}: features')
+            if 'edge_index' in arrays:
+                edges = arrays['edge_index']
+                check_edge_index(edges, len(arrays['features']), f'{source}: edge_index')
+                if not np.issubdtype(np.asarray(edges).dtype, np.integer):
+                    raise DataError(
+                        f'{source}: edge_index must be integer vertex indices; got {np.asarray(edges).dtype}'
+                    )
             return arrays
         return graph_item(sample_from_arrays(arrays, source, need_target=False))
 
