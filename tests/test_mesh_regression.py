@@ -660,3 +660,20 @@ def test_resuming_on_data_of_other_statistics_keeps_the_checkpoints_in_stats_jso
     np.testing.assert_allclose(saved['target_mean'], first['target_mean'], rtol=1e-6)
     recorded = yaml.safe_load((tmp_path / 'run' / 'config.yaml').read_text())['SOLVER']['MODEL']['STATS']
     assert recorded == saved
+
+
+def test_a_manifest_that_generate_writes_is_said_in_a_warning(tmp_path, caplog):
+    """A MANIFEST of one's own data, mistyped, under a config that keeps GENERATE (mgn.yaml as _BASE_), would
+    train on synthetic meshes: the run says what it writes, once; a present manifest is read without a word."""
+    manifest = tmp_path / 'mine' / 'manifest.csv'
+    cfg = {'NAME': 'MeshDataset', 'MANIFEST': str(manifest), 'GENERATE': TINY}
+    with caplog.at_level('WARNING'):
+        DATASETS.build(cfg)
+        DATASETS.build(cfg)
+    said = [r.getMessage() for r in caplog.records if 'does not exist' in r.getMessage()]
+    assert said == [
+        f'MANIFEST: {manifest} does not exist: GENERATE writes the synthetic dataset there and the run trains on it;'
+        ' for meshes of your own, point MANIFEST at their manifest.csv and drop GENERATE (GENERATE: {_delete_: true}'
+        ' under a _BASE_ config that sets it)'
+    ]
+    assert manifest.is_file()

@@ -13,6 +13,7 @@ Where the manifest is missing and GENERATE is set, the synthetic dataset of
 
 import csv
 import json
+import logging
 import os
 
 import numpy as np
@@ -143,8 +144,9 @@ def generation_spec(cfg):
         raise ConfigError(f'{cfg.path_of("GENERATE")}: {e}') from None
 
 
-def ensure_generated(cfg):
-    """Write the synthetic dataset at MANIFEST if it is missing and GENERATE is set; check its settings."""
+def ensure_generated(cfg, logger=None):
+    """Write the synthetic dataset at MANIFEST if it is missing and GENERATE is set (said in the log: a mistyped
+    MANIFEST of one's own data would otherwise train on synthetic meshes without a word); check its settings."""
     if not cfg.GENERATE:
         return
     spec = generation_spec(cfg)
@@ -152,6 +154,11 @@ def ensure_generated(cfg):
     if os.path.basename(cfg.MANIFEST) != 'manifest.csv':
         raise ConfigError(f'{cfg.path_of("MANIFEST")}: a generated dataset is written as <folder>/manifest.csv')
     if not os.path.isfile(cfg.MANIFEST):
+        (logger or logging.getLogger(__name__)).warning(
+            f'{cfg.path_of("MANIFEST")}: {cfg.MANIFEST} does not exist: {cfg.path_of("GENERATE")} writes the synthetic'
+            ' dataset there and the run trains on it; for meshes of your own, point MANIFEST at their manifest.csv'
+            ' and drop GENERATE (GENERATE: {_delete_: true} under a _BASE_ config that sets it)'
+        )
         generate.write_dataset(folder, spec)
         return
     spec_path = os.path.join(folder, generate.SPEC_FILE)
@@ -183,7 +190,7 @@ class MeshDataset(torch.utils.data.Dataset):
 
     def __init__(self, cfg, logger=None):
         self.collate_fn = COLLATES.get(cfg.COLLATE, cfg.path_of('COLLATE'))
-        ensure_generated(cfg)
+        ensure_generated(cfg, logger)
         rows = [r for r in read_manifest(cfg.MANIFEST) if r['split'] == cfg.SPLIT]
         if not rows:
             raise DataError(f'{cfg.MANIFEST}: no samples in split {cfg.SPLIT!r}; fix {cfg.path_of("SPLIT")}')
