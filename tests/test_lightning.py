@@ -68,6 +68,7 @@ def test_lightning_ends_bit_for_bit_where_the_native_loop_ends(blobs):
     assert sorted(os.listdir(tmp / 'native' / 'checkpoints')) == sorted(os.listdir(tmp / 'lightning' / 'checkpoints'))
     assert metrics_lines(tmp / 'native') == metrics_lines(tmp / 'lightning')  # every logged step and evaluation
     assert hook_order(runs['native'].stdout) == hook_order(runs['lightning'].stdout)
+    assert "loop: Lightning's Trainer" in runs['lightning'].stdout and 'loop:' not in runs['native'].stdout
     assert served(tmp / 'native.rec') == served(tmp / 'lightning.rec')  # the same batches, in the same order
 
 
@@ -137,6 +138,11 @@ def test_the_digits_job_reaches_its_accuracy_and_checkpoints_as_the_native_loop(
     with open(tmp_path / 'std_log.txt') as f:
         log = f.read()
     assert 'update: AdamW' in log and 'epoch 30/30 iter 41/41' in log and 'test final' in log
+    from scepter_like.solver.lightning.library import import_lightning
+
+    version = import_lightning().__version__  # the run says which loop it is on, and the version
+    assert f"loop: Lightning's Trainer (ENV.USE_PL; lightning {version})" in log
+    assert json.loads((tmp_path / 'env.json').read_text())['lightning'] == version
 
 
 @pytest.mark.slow

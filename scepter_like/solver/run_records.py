@@ -169,6 +169,8 @@ def run_summary(solver):
         )
     if 'train' in solver.datas and solver.optimizer is not None:
         lines.append(solver.updater.describe())
+    if solver.lightning is not None:
+        lines.append(f"loop: Lightning's Trainer (ENV.USE_PL; lightning {lightning_version()})")
     threads = torch.get_num_threads()
     lines.append(
         f'device {solver.device} ({threads} intra-op thread{"s" if threads != 1 else ""} per process),'
@@ -360,7 +362,16 @@ def environment_info(solver, resumed_from=None):
     }
     if device.type == 'cuda':
         info['device_name'] = torch.cuda.get_device_name(device)
+    if solver.lightning is not None:  # ENV.USE_PL: the loop is Lightning's
+        info['lightning'] = lightning_version()
     return info
+
+
+def lightning_version():
+    """The version of the Lightning library a USE_PL run drives (imported already by then)."""
+    from scepter_like.solver.lightning.library import import_lightning
+
+    return import_lightning().__version__
 
 
 def resolved_config(solver):
