@@ -1,5 +1,7 @@
 """solver.predict in-process: batched eval-mode forward, mode restored, clear errors."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -101,8 +103,14 @@ def test_image_inputs_of_another_layout_or_not_arrays_are_one_line_saying_what_t
     layout = r'images go into the model as \[N, C, H, W\] floats .* these are \[N, H, W, C\]'
     with pytest.raises(DataError, match=layout):
         predict(model, {'img': images}, 4, cpu)
-    with pytest.raises(DataError, match=r"^predict input 'img' holds str values, not numbers: .* it reads no files$"):
-        predict(model, {'img': ['a.png', 'b.png']}, 4, cpu)
+    for paths in (['a.png', 'b.png'], np.array(['a.png', 'b.png'])):
+        with pytest.raises(DataError, match=r"^predict input 'img' holds str values, not numbers: .* reads no files$"):
+            predict(model, {'img': paths}, 4, cpu)
+    read_only = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    read_only.flags.writeable = False  # as np.asarray(a PIL image) gives
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # torch warns of a read-only array it would share
+        assert predict(model, {'img': read_only}, 4, cpu)['logits'].shape == (2, 2)
     unbatched = ValueError('expected 4D input (got 3D input)')  # BatchNorm2d's word for one image without its axis
     why = size_mismatch.explain(model, {'img': torch.zeros(3, 8, 8)}, unbatched, trained=True)
     assert why.endswith(

@@ -50,10 +50,13 @@ def _tensor(key, value):
         return value
     try:
         array = np.asarray(value)
-        # torch takes no negative strides (x[:, ::-1], np.flip): such a view is copied
-        return torch.as_tensor(np.ascontiguousarray(array) if any(s < 0 for s in array.strides) else array)
+        # torch takes no negative strides (x[:, ::-1], np.flip) and warns of a read-only array (np.asarray of a PIL
+        # image): such arrays are copied
+        copy = any(s < 0 for s in array.strides) or not array.flags.writeable
+        return torch.as_tensor(np.array(array) if copy else array)
     except (TypeError, ValueError):
-        kind = type(value[0]).__name__ if isinstance(value, (list, tuple)) and value else type(value).__name__
+        first = value[0] if isinstance(value, (list, tuple, np.ndarray)) and len(value) else value
+        kind = type(getattr(first, 'item', lambda: first)()).__name__  # a numpy scalar by its Python type
         raise DataError(
             f'predict input {key!r} holds {kind} values, not numbers: predict takes arrays as the model does (images'
             ' as [N, C, H, W] floats, made as the TEST_DATA pipeline makes them); it reads no files'
