@@ -206,6 +206,33 @@ def test_killed_search_continues_with_the_same_command(tmp_path):
     assert trials[0].datetime_complete < killed.datetime_start  # trial 0 was kept, not run again
 
 
+def test_a_stop_signal_ends_the_search_and_the_same_command_continues_it_with_new_points(tmp_path):
+    """SIGTERM in a trial's training ends the command (128 + 15) with the trial failed and queued again, not
+    counted; the same command then runs it again and draws points it had not drawn (a sampler seeded as before
+    would draw trial 0's first)."""
+    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3']
+    proc = subprocess.Popen(cmd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = base / 'space' / 'trial_0000' / 'metrics.jsonl'
+    deadline = time.time() + 240
+    while not first.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # in trial 0's training
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert '[search] trial 0 stopped by a signal: the search stops here' in out
+    stopped, queued = load_study(base).get_trials()
+    assert stopped.state.name == 'FAIL' and 'error' not in stopped.user_attrs
+    assert queued.state.name == 'WAITING' and queued.system_attrs.get('failed_trial') == 0
+    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    trials = load_study(base).get_trials()
+    assert [t.state.name for t in trials] == ['FAIL', 'COMPLETE', 'COMPLETE', 'COMPLETE']
+    assert trials[1].params == stopped.params  # the stopped trial, run again
+    drawn = [tuple(sorted(t.params.items(), key=str)) for t in trials[1:]]
+    assert len(set(drawn)) == 3  # the continuation drew new points
+
+
 # -- pruning ---------------------------------------------------------------------------------------
 def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
     # grid seed 1 runs the good rate first; after it completes, the median pruner stops the bad one

@@ -22,7 +22,7 @@ import socket
 import time
 import warnings
 
-from scepter_like.errors import ConfigError, TrainingError, UserError
+from scepter_like.errors import ConfigError, Preempted, TrainingError, UserError
 
 LOCK_NAME = '.trial.lock'
 TRACKING_ATTR = 'tracking_groups'  # study user attr: the parent run / group id of each tracker hook
@@ -57,6 +57,18 @@ def counts(trials):
         for t in trials
     )
     return done, sum(t.state == TrialState.RUNNING for t in trials)
+
+
+SEED_STRIDE = 1009  # a continued search's seed: SEED + worker + SEED_STRIDE x the trials before it
+
+
+class SignalledStop(KeyboardInterrupt):
+    """A stop signal during a trial (the run's ``Preempted``) raised as an interrupt: optuna takes an Exception for
+    the trial's own failure and goes on with the next trial; an interrupt fails the trial and ends the search."""
+
+    def __init__(self, preempted):
+        super().__init__(str(preempted))
+        self.preempted = preempted
 
 
 class Search:
@@ -110,16 +122,21 @@ class Search:
             raise ConfigError(
                 f'--storage {url}: optuna cannot open it ({e}); give a URL like sqlite:///path.db'
             ) from None
+        earlier = len(self.study.get_trials(deepcopy=False))
+        if earlier:  # a continued search: a sampler seeded as before would draw the points it drew then again
+            self.study.sampler = self._sampler(worker_index, earlier)
         self.storage_url = url
         self._check_same_search()
         os.makedirs(self.study_dir, exist_ok=True)
         self.tracking = self._open_tracking()
 
-    def _sampler(self, worker_index):
+    def _sampler(self, worker_index, trials_before=0):
+        """The space's sampler, seeded by SEED, the worker (workers draw different startup points) and the trials
+        the study held when this command started (a continued search draws new ones)."""
         import optuna
 
         settings = self.space.settings
-        seed = settings['SEED'] + worker_index  # workers draw different startup points
+        seed = settings['SEED'] + worker_index + SEED_STRIDE * trials_before
         if settings['SAMPLER'] == 'grid':
             return optuna.samplers.GridSampler(self.space.grid(), seed=seed)
         if settings['SAMPLER'] == 'random':
@@ -212,10 +229,12 @@ class Search:
 
         try:
             self.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
-        except KeyboardInterrupt:  # the trial was failed; queue it again like a trial whose process died
+        except KeyboardInterrupt as e:  # the trial was failed (Ctrl-C, a stop signal); queue it again, as a dead one's
             last = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get('worker') == worker_name()]
             if last and last[-1].state == optuna.trial.TrialState.FAIL and 'error' not in last[-1].user_attrs:
                 optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(self.study, last[-1])
+            if isinstance(e, SignalledStop):  # the command ends as a signalled run does (128 + signal)
+                raise e.preempted from None
             raise
 
     # -- one trial -------------------------------------------------------------------------
@@ -265,6 +284,9 @@ class Search:
             value = self._objective(solver, reporter)
             if not math.isfinite(value):
                 raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
+        except Preempted as e:  # a stop signal ends the search, not this trial alone (optuna catches Exceptions)
+            print(f'[search] trial {trial.number} stopped by a signal: the search stops here', flush=True)
+            raise SignalledStop(e) from None
         except RunPruned as e:
             logger.info(f'search trial {trial.number} {e}; the run stops here')
             print(f'[search] trial {trial.number} {e} ({time.time() - start:.1f} s)', flush=True)
