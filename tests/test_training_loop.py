@@ -158,6 +158,26 @@ def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
     assert solver.lr_scheduler.last_epoch == 3  # stepped once per epoch boundary, never twice
 
 
+def test_a_warmup_that_takes_the_whole_run_is_named(blobs, tmp_path, caplog):
+    """One epoch of warmup in a one-epoch run (a sweep over LEARNING_RATE with MAX_EPOCHS=1): the rate never
+    leaves the warmup, so every swept rate would train alike."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 2, 'WARMUP_START_LR': 0.02}]
+    warned = {}
+    for epochs in (2, 3):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            build_solver(blob_solver_cfg(blobs, tmp_path / f'w{epochs}', hooks=hooks, MAX_EPOCHS=epochs)).solve()
+        warned[epochs] = [r.getMessage() for r in caplog.records if 'takes the whole run' in r.getMessage()]
+    assert warned == {
+        2: [
+            'SOLVER.TRAIN_HOOKS[1].WARMUP_EPOCHS: the warmup of 2 epoch(s) takes the whole run (2 epoch(s)): the'
+            " learning rate stays in it, from WARMUP_START_LR 0.02, and never reaches the optimizer's 0.1; lower"
+            ' WARMUP_EPOCHS (0: no warmup) or train longer'
+        ],
+        3: [],
+    }
+
+
 def test_a_per_step_warmup_keeps_its_length_in_steps_across_a_resume_with_other_batches(blobs, tmp_path):
     """Resumed on another world size (here: another batch size) the epoch has other step counts; the warmup, fixed
     in optimizer steps when the run began, goes on where it was instead of restarting lower."""

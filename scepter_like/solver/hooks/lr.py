@@ -81,6 +81,14 @@ class LrHook(Hook):
             self.sched_lrs = sched.get_last_lr() if sched is not None else [g['lr'] for g in optimizer.param_groups]
             base = getattr(sched, 'base_lrs', self.sched_lrs)[0]
             self.start_ratio = self.warmup_start_lr / base if base else 1.0
+            epochs = solver.progress.max_epochs  # a warmup as long: a sweep over the rate would sweep nothing
+            if 'train' in solver.datas and 0 < epochs <= self.warmup_epochs:
+                solver.logger.warning(
+                    f'{self.cfg.path_of("WARMUP_EPOCHS")}: the warmup of {self.warmup_epochs} epoch(s) takes the whole'
+                    f' run ({epochs} epoch(s)): the learning rate stays in it, from WARMUP_START_LR'
+                    f" {self.warmup_start_lr:g}, and never reaches the optimizer's {base:g}; lower WARMUP_EPOCHS (0: no"
+                    ' warmup) or train longer'
+                )
         if 'train' in solver.datas and self._warmup_steps is None:  # (a resume on another world size keeps it)
             batches = solver.datas['train'].num_batches() / solver.progress.num_folds
             self._warmup_steps = round(
