@@ -29,6 +29,7 @@ import time
 from scepter_like.cli import tool_command
 from scepter_like.config import Config, apply_overrides, resolve_references
 from scepter_like.errors import ConfigError
+from scepter_like.search.space import check_path
 from scepter_like.utils.checkpoint import atomic_write_text
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
 
@@ -193,6 +194,9 @@ def run_multirun(args, tool):
 
     sweeps = parse_sweeps(args.overrides)
     cfg, base_dir = base_config(args, sweeps)
+    for key, values in sweeps:  # a misspelt swept key: one line before any run, as run_search checks its space
+        if len(values) > 1:
+            check_path(cfg, key.removesuffix('+'), f'-m {key}')
     base_dir = os.path.abspath(base_dir)
     extra_args = [word for module in args.imports for word in ('--import', module)]
     extra_args += ['--debug'] if args.debug else []

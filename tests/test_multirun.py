@@ -67,6 +67,18 @@ def test_empty_value_list_is_one_error_line(tmp_path):
     assert not (tmp_path / 'multirun_summary.csv').exists()
 
 
+def test_a_misspelt_swept_key_is_one_error_line_before_any_run(tmp_path):
+    words = ['-m', 'SOLVER.OPTIMIZER.LEARNING_RAT=0.1,0.01']
+    res = run_cli('run_train.py', '--cfg', DIGITS_CFG, f'SOLVER.WORK_DIR={tmp_path}', *words)
+    assert res.returncode == 2
+    line = res.stderr.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith(
+        'error: -m SOLVER.OPTIMIZER.LEARNING_RAT: unknown key SOLVER.OPTIMIZER.LEARNING_RAT;'
+        ' did you mean LEARNING_RATE?'
+    ), line
+    assert '[multirun]' not in res.stdout and not (tmp_path / 'multirun_summary.csv').exists()
+
+
 def test_sweep_parsing_and_folder_names():
     assert split_values('1,[2,3],"a,b",{x: 1, y: 2}') == ['1', '[2,3]', '"a,b"', '{x: 1, y: 2}']
     sweeps = parse_sweeps(['A.B=1,2', 'C=x', 'D.E=p,q,r'])
