@@ -75,8 +75,6 @@ def sample_from_arrays(arrays, source, need_target=True):
     check_edge_index(edges, n, f'{source}: edges')
     if not edges.size:  # MeshGraphNet would pass no messages on it, and its statistics would hold no edge
         raise DataError(f'{source}: edges is [2, 0]: the mesh has no edges; give its edges')
-    if not np.issubdtype(edges.dtype, np.integer):
-        raise DataError(f'{source}: edges must be integer vertex indices; got {edges.dtype}')
     loops = np.flatnonzero(edges[0] == edges[1])
     if loops.size:  # a message from a vertex to itself is no neighbourhood information
         raise DataError(
@@ -102,8 +100,8 @@ def sample_from_arrays(arrays, source, need_target=True):
 
 
 def check_edge_index(edges, n, where):
-    """A DataError unless ``edges`` is [2, E] vertex indices below ``n``: an [E, 2] array would be read as two
-    edges, silently, and an index past the vertices fails deep inside the model."""
+    """A DataError unless ``edges`` is [2, E] integer vertex indices below ``n``: an [E, 2] array would be read as
+    two edges, silently, and an index past the vertices (or a float one) fails deep inside the model."""
     edges = np.asarray(edges)
     if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
         turned = edges.ndim == 2 and edges.shape[1] == 2 and edges.shape[0] != 2
@@ -111,6 +109,8 @@ def check_edge_index(edges, n, where):
             f'{where} must be [2, E] vertex indices below {n}'
             + (f'; got {list(edges.shape)}: transpose it' if turned else '')
         )
+    if edges.size and not np.issubdtype(edges.dtype, np.integer):
+        raise DataError(f'{where} must be integer vertex indices; got {edges.dtype}')
 
 
 def finite_float32(array, where):
