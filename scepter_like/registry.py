@@ -147,17 +147,21 @@ def coerce_value(value, spec, path):
     hint = ''
     if isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
         hint = f' (YAML 1.1 reads {value} as a string); write {yaml11_float(value.strip())}'
-    if hasattr(value, 'shape') and hasattr(value, 'dtype'):  # an array where a config keeps a file's path
+    if _is_array(value):  # where a config keeps a file's path
         hint = '; save arrays to a file (np.savez(path, x=..., label=...)) and give its path'
     raise ConfigError(
         f'{path}: expected {_expected(types, default)}, got {_shown(value)}' + (hint or '; fix the value')
     )
 
 
+def _is_array(value):
+    return hasattr(value, 'shape') and hasattr(value, 'dtype')  # numpy, torch, ...: no import of either
+
+
 def _shown(value):
     """``value`` as one short piece of an error line: an array by its type and shape (its repr fills a screen),
     anything else by its repr, cut to 80 characters."""
-    if hasattr(value, 'shape') and hasattr(value, 'dtype'):
+    if _is_array(value):
         return f'{type(value).__name__} of shape {tuple(value.shape)}'
     text = ' '.join(repr(value).split())
     return text if len(text) <= 80 else f'{text[:77]}...'

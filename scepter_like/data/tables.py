@@ -18,6 +18,8 @@ from scepter_like.data.datasets import ArrayDataset, binary_kind
 from scepter_like.data.registry import DATASETS
 from scepter_like.errors import DataError, suggest
 
+FIRST_ROW_LINE = 2  # the file line of the first data row (the header is line 1), for messages naming a row
+
 
 def read_csv(path, delimiter, where):
     """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none."""
@@ -37,7 +39,7 @@ def read_csv(path, delimiter, where):
     twice = sorted({name for name in header if header.count(name) > 1})
     if twice:  # a name -> column lookup would keep one of them and read it twice
         raise DataError(f'{path}: the header names column(s) {twice} more than once; give each column its own name')
-    for number, row in enumerate(rows[1:], 2):
+    for number, row in enumerate(rows[1:], FIRST_ROW_LINE):
         if len(row) != len(header):
             raise DataError(f'{path} line {number}: {len(row)} values under {len(header)} column names')
     return header, rows[1:]
@@ -72,14 +74,14 @@ def class_indices(labels, classes, path, where, column, features=()):
     if missing:
         raise DataError(
             f'{path}: the LABEL_COLUMN {column!r} is empty or NaN in {len(missing)} row(s), the first at row'
-            f' {missing[0]} (0-based, line {missing[0] + 2} of the file); drop or fill those rows'
+            f' {missing[0]} (0-based, line {missing[0] + FIRST_ROW_LINE} of the file); drop or fill those rows'
         )
     numbers = [number_or_none(label) for label in labels]
     texts = [row for row, n in enumerate(numbers) if n is None]
     if not classes and 0 < len(texts) < len(labels) / 2:  # text classes sorted as strings would renumber the rest
         raise DataError(
-            f'{path} line {texts[0] + 2}: the LABEL_COLUMN {column!r} holds {labels[texts[0]]!r} among numbers'
-            f' ({len(texts)} such cell(s)); fix or drop those rows (text labels must all be text)'
+            f'{path} line {texts[0] + FIRST_ROW_LINE}: the LABEL_COLUMN {column!r} holds {labels[texts[0]]!r} among'
+            f' numbers ({len(texts)} such cell(s)); fix or drop those rows (text labels must all be text)'
         )
     if not classes and not texts:
         fraction = next((label for label, n in zip(labels, numbers) if not n.is_integer()), None)
@@ -111,7 +113,7 @@ def delimiter_hint(header, where):
 
 @DATASETS.register_class()
 class CsvDataset(ArrayDataset):
-    FIRST_ROW_LINE = 2  # the header is line 1
+    FIRST_ROW_LINE = FIRST_ROW_LINE  # (the module's): ArrayDataset's NaN messages name the file line too
     para_dict = {
         'PATH': {
             'value': '',
@@ -155,7 +157,8 @@ class CsvDataset(ArrayDataset):
                     f'{where}: reads the LABEL_COLUMN {label!r}, so the model would be given the answer; leave it out'
                 )
             indices = [column(name, where) for name in (names if isinstance(names, list) else [names])]
-            values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in enumerate(rows, 2)]
+            numbered = enumerate(rows, FIRST_ROW_LINE)
+            values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in numbered]
             tensor = torch.tensor(values, dtype=torch.float64)
             arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
         self.classes = None  # text labels' names in class-index order (the solver compares the splits')
