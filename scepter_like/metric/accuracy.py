@@ -40,44 +40,54 @@ class AccuracyMetric(Metric):
         # The range of the labels is counted on the device with the hits, and checked in finish, which reads the
         # sums once per pass (after compute's all-reduce; per step when a model calls the metric): testing it here
         # would wait for the device on every train step (Classifier's METRIC).
-        outside = [(label < 0).sum(), (label >= classes).sum()]
-        self.accumulate(torch.stack(correct + [count] + outside))
+        self.accumulate(torch.stack(correct + [count] + label_range_sums(label, classes)))
 
     def output_names(self):
         return ['accuracy' if k == 1 else f'accuracy_top{k}' for k in self.topk]
 
     def finish(self, sums):
-        below, above = int(sums['below_0']), int(sums['above_classes'])
-        if below or above:
-            fix = NEGATIVE_LABELS if below else f'give the model an output per class (its OUT_DIM), or: {LABELS_FROM_1}'
-            raise DataError(
-                f'AccuracyMetric: of {int(sums["count"])} labels, {below} are below 0 and {above} at or above'
-                f' {self.classes}, for logits of {self.classes} classes; {fix}'
-            )
+        check_label_range('AccuracyMetric', sums, self.classes)
         count = max(sums['count'], 1.0)
         return {name: sums[f'correct@{k}'] / count for name, k in zip(self.output_names(), self.topk)}
 
 
-def check_class_labels(logits, label):
+def label_range_sums(label, classes):
+    """``[labels below 0, labels at or above classes]``, counted on the device (no wait for it)."""
+    return [(label < 0).sum(), (label >= classes).sum()]
+
+
+def check_label_range(owner, sums, classes):
+    """A DataError when the reduced sums (``count``, ``below_0``, ``above_classes``) hold labels outside the
+    classes: read once per pass, after the all-reduce."""
+    below, above = int(sums['below_0']), int(sums['above_classes'])
+    if below or above:
+        fix = NEGATIVE_LABELS if below else f'give the model an output per class (its OUT_DIM), or: {LABELS_FROM_1}'
+        raise DataError(
+            f'{owner}: of {int(sums["count"])} labels, {below} are below 0 and {above} at or above'
+            f' {classes}, for logits of {classes} classes; {fix}'
+        )
+
+
+def check_class_labels(logits, label, owner='AccuracyMetric'):
     """The class count of ``logits`` ([..., C], C >= 2) when ``label`` holds one integer class index per row;
     else a DataError naming the shapes and the fix.  Shapes and dtypes only: no wait for the device."""
     classes = logits.shape[-1] if logits.dim() >= 2 else 0
     if classes < 2:
-        fix = 'accuracy needs a score per class (2 or more): a model of one output is a regression (MSEMetric) or a'
-        raise DataError(f'{_shapes(logits, label)}; {fix} one-logit binary classifier (give it OUT_DIM 2)')
+        fix = 'it needs a score per class (2 or more): a model of one output is a regression (MSEMetric) or a'
+        raise DataError(f'{_shapes(logits, label, owner)}; {fix} one-logit binary classifier (give it OUT_DIM 2)')
     if label.shape == logits.shape:
         raise DataError(
-            f'{_shapes(logits, label)}, one-hot or class probabilities; it takes class indices [N]: save'
+            f'{_shapes(logits, label, owner)}, one-hot or class probabilities; it takes class indices [N]: save'
             ' labels.argmax(1) instead (probabilities need a metric of your own that takes them)'
         )
     if label.numel() * classes != logits.numel():
-        raise DataError(f'{_shapes(logits, label)}; it takes one class index per row of logits')
+        raise DataError(f'{_shapes(logits, label, owner)}; it takes one class index per row of logits')
     if label.is_floating_point():
-        raise DataError(f'{_shapes(logits, label)}; {INTEGER_LABELS}')
+        raise DataError(f'{_shapes(logits, label, owner)}; {INTEGER_LABELS}')
     return classes
 
 
-def _shapes(logits, label):
+def _shapes(logits, label, owner):
     """The start of an error line (made only for one: the checks run every step)."""
     dtype = str(label.dtype).removeprefix('torch.')
-    return f'AccuracyMetric: the logits are {list(logits.shape)} and the labels {dtype} {list(label.shape)}'
+    return f'{owner}: the logits are {list(logits.shape)} and the labels {dtype} {list(label.shape)}'

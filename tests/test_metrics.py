@@ -1,0 +1,68 @@
+"""Classification metrics against scikit-learn, and exact under torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import free_port, tool_env
+from sklearn.metrics import precision_recall_fscore_support
+
+from scepter_like.errors import DataError
+from scepter_like.metric import METRICS
+
+
+def sklearn_macro(logits, label):
+    pred = logits.argmax(1).numpy()
+    p, r, f, _ = precision_recall_fscore_support(label.numpy(), pred, average='macro', zero_division=0)
+    return {'precision': p, 'recall': r, 'f1': f}
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_f1_metric_equals_sklearn_macro_over_batches(seed):
+    g = torch.Generator().manual_seed(seed)
+    classes, n = 2 + seed, 40 + 7 * seed
+    logits, label = torch.randn(n, classes, generator=g), torch.randint(0, classes, (n,), generator=g)
+    if seed % 2:
+        label[label == 1] = 0  # a class the labels lack (it may still be predicted)
+    metric = METRICS.build({'NAME': 'F1Metric'})
+    for part in (slice(0, n // 3), slice(n // 3, None)):
+        metric.update({'logits': logits[part], 'label': label[part]})
+    got, want = metric.compute(), sklearn_macro(logits, label)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_f1_metric_sees_the_class_that_accuracy_hides():
+    """95 of 100 labels are class 0 and the model always says 0: accuracy 0.95, macro recall 0.5, f1 about 0.49."""
+    label = torch.tensor([0] * 95 + [1] * 5)
+    logits = torch.tensor([[1.0, 0.0]]).repeat(100, 1)
+    data = {'logits': logits, 'label': label}
+    accuracy, f1 = (METRICS.build({'NAME': name}) for name in ('AccuracyMetric', 'F1Metric'))
+    accuracy.update(data)
+    f1.update(data)
+    assert accuracy.compute()['accuracy'] == pytest.approx(0.95)
+    assert f1.compute() == pytest.approx(sklearn_macro(logits, label))
+    assert f1.compute()['recall'] == pytest.approx(0.5)
+
+
+def test_f1_metric_refuses_labels_outside_the_classes():
+    metric = METRICS.build({'NAME': 'F1Metric'})
+    metric.update({'logits': torch.zeros(3, 2), 'label': torch.tensor([0, 1, 2])})
+    with pytest.raises(DataError, match=r'^F1Metric: of 3 labels, 0 are below 0 and 1 at or above 2'):
+        metric.compute()
+
+
+def test_f1_metric_under_two_process_torchrun_with_an_empty_rank(tmp_path):
+    out = tmp_path / 'f1.json'
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'class_metric_worker.py')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
+    proc = subprocess.run(
+        [*cmd, worker, str(out)], env=tool_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sys.path.insert(0, os.path.dirname(worker))
+    from class_metric_worker import scores
+
+    assert json.loads(out.read_text()) == pytest.approx(sklearn_macro(*scores()), rel=1e-12)
