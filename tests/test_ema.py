@@ -182,3 +182,40 @@ def test_testing_a_file_tests_exactly_its_weights(tmp_path):
         want = fresh.solver.hooks_dict['test'][0].logits
     assert not all(torch.equal(a, b) for a, b in zip(final_ema, want))  # (the file is not the final EMA)
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize('average', [{'NAME': 'EMAHook', 'DECAY': 0.5}, {'NAME': 'SWAHook'}])
+def test_predict_and_test_answer_with_the_checkpoint_eval_model_in_training_and_resumed_sessions(tmp_path, average):
+    """One checkpoint, one model: predict() and test('last') use the weights evaluation used (the EMA / SWA average,
+    the checkpoint's ``eval_model`` that run_inference loads) in the training session and in a session resumed from
+    a mid-run checkpoint to test or predict (which runs no train hook's before_solve)."""
+    import copy
+
+    import numpy as np
+
+    from scepter_like import build_solver as session
+    from scepter_like.solver.predict import predict
+
+    npz = write_blobs(tmp_path / 'd.npz', n=64)
+    hooks = [{'NAME': 'BackwardHook'}, average, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=3)
+    cfg['SOLVER']['MODEL']['BACKBONE']['HIDDEN_DIMS'] = []
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    x = np.load(npz)['x']
+
+    def answers_with_eval_model(run, path):
+        model = copy.deepcopy(run.model)
+        model.load_state_dict(torch.load(path, weights_only=True)['eval_model'])
+        want = predict(model, {'img': x}, 256, torch.device('cpu'))['logits']
+        np.testing.assert_array_equal(run.predict({'img': x})['logits'], want)
+        assert run.test('last') == run.test(weights=path)
+
+    checkpoints = tmp_path / 'w' / 'checkpoints'
+    with session(cfg) as run:
+        run.fit()
+        answers_with_eval_model(run, str(checkpoints / 'checkpoint-epoch-3.pth'))
+    mid_run = str(checkpoints / 'checkpoint-epoch-2.pth')
+    with session(dict(cfg, SOLVER=dict(cfg['SOLVER'], RESUME_FROM=mid_run))) as run:
+        raw = run.model.state_dict()
+        assert not all(torch.equal(raw[k], v) for k, v in torch.load(mid_run, weights_only=True)['eval_model'].items())
+        answers_with_eval_model(run, mid_run)

@@ -567,12 +567,12 @@ class BaseSolver(HookStages, ScepterProtocol):
     def predict(self, inputs: dict[str, Any], batch_size: int = 256) -> dict[str, Any]:
         """``{key: numpy array}`` of the model's per-sample outputs for ``inputs`` (a dict of arrays).
 
-        Batched, in eval mode, under ``no_grad``; the model's mode is restored afterwards.
-        See ``scepter_like.solver.predict``.
+        Batched, in eval mode, under ``no_grad``, with the weights evaluation uses (an EMAHook's / SWAHook's average
+        where the run has one); the model's mode is restored afterwards.  See ``scepter_like.solver.predict``.
         """
-        from scepter_like.solver.predict import predict
+        from scepter_like.solver.predict import solver_predict
 
-        return predict(self.unwrapped_model, inputs, batch_size, self.device, self.updater.autocast, self.datas)
+        return solver_predict(self, inputs, batch_size)
 
     def update_metrics(self, batch_data: dict[str, Any], results: dict[str, Any]) -> None:
         """Feed an eval / test step's results to the metrics (none in BaseSolver)."""

@@ -15,6 +15,7 @@ import torch
 
 from scepter_like.data.datasets import reject_nonfinite
 from scepter_like.errors import DataError
+from scepter_like.solver.hooks.eval_weights import evaluation_weights
 from scepter_like.solver.model_call import forward_checked
 
 BATCHINGS = ('rows', 'whole')
@@ -76,6 +77,14 @@ def by_name(key, value, names):
             f' the columns {names} (in any order; pass df.to_numpy() to take its columns as they stand)'
         )
     return value[names]
+
+
+def solver_predict(solver, inputs, batch_size):
+    """``BaseSolver.predict``: the model's outputs with the weights its evaluation and test use (an averaging hook's
+    EMA / SWA swapped in: ``evaluation_weights``), so predict, test and run_inference agree."""
+    with evaluation_weights(solver):
+        model = solver.unwrapped_model
+        return predict(model, inputs, batch_size, solver.device, solver.updater.autocast, solver.datas)
 
 
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, datas=None):

@@ -8,10 +8,12 @@ over the model's floating-point parameters and buffers (BatchNorm running statis
 are averaged too; integer buffers such as ``num_batches_tracked`` are copied).  With
 DECAY_WARMUP the decay grows with the number of updates ``t`` done so far (0 first):
 ``decay_t = min(DECAY, (1 + t) / (10 + t))``, so early averages are not dominated by
-the random initial weights.  Evaluation and test run with the EMA weights swapped in
-(see ``eval_weights``); the EMA lives in the checkpoint as this hook's state and, with
-EXPORT, is written to ``WORK_DIR/ema/{EXPORT_NAME}.safetensors`` at the end.  Under FSDP
-each rank averages its own shards; checkpoints and the export hold the full tensors.
+the random initial weights.  Evaluation, test and ``predict`` run with the EMA weights swapped
+in (see ``eval_weights``), also in a session resumed from a checkpoint that only tests or
+predicts (the EMA is taken at ``after_load_checkpoint``); the EMA lives in the checkpoint as
+this hook's state and, with EXPORT, is written to ``WORK_DIR/ema/{EXPORT_NAME}.safetensors``
+at the end.  Under FSDP each rank averages its own shards; checkpoints and the export hold
+the full tensors.
 """
 
 import os
@@ -81,6 +83,20 @@ class EMAHook(Hook):
         return min(self.decay, (1 + t) / (10 + t)) if self.decay_warmup else self.decay
 
     def before_solve(self, solver: SolverSurface):
+        floats, others = self._start(solver)
+        self._model_floats = list(floats.values())
+        self._floats = [self.ema[k] for k in floats]
+        self._others = [(self.ema[k], v) for k, v in others.items()]
+        self._seen_steps = solver.progress.optimizer_steps
+        self._full = (None, None)
+
+    def after_load_checkpoint(self, solver: SolverSurface, checkpoint):
+        # a session that resumes only to test or predict (no before_solve of train hooks) evaluates with the EMA too
+        self._start(solver)
+
+    def _start(self, solver: SolverSurface):
+        """The EMA in place (the checkpoint's, else a copy of the weights) and, with EVAL_WITH_EMA, swapped in for
+        evaluation, test and predict; returns ``averaged_state`` of the model."""
         floats, others = averaged_state(solver.unwrapped_model)
         if self._loaded is not None:
             missing = sorted((set(floats) | set(others)) - set(self._loaded))
@@ -90,13 +106,9 @@ class EMAHook(Hook):
             self._loaded = None
         elif not self.ema:
             self.ema = {k: v.detach().clone() for k, v in {**floats, **others}.items()}
-        self._model_floats = list(floats.values())
-        self._floats = [self.ema[k] for k in floats]
-        self._others = [(self.ema[k], v) for k, v in others.items()]
-        self._seen_steps = solver.progress.optimizer_steps
-        self._full = (None, None)
         if self.eval_with_ema and self._swap is None:
             self._swap = swap_in_for_eval(solver, lambda: self.ema)
+        return floats, others
 
     def after_iter(self, solver: SolverSurface):
         if solver.progress.optimizer_steps == self._seen_steps:

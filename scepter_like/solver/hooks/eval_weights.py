@@ -5,10 +5,13 @@ A hook listed in TRAIN_HOOKS only sees train-mode stages, so the averaging hooks
 test stage tables — swap in after ``before_all_iter``'s hooks, swap back after
 ``after_all_iter``'s hooks.  The metrics (computed before ``after_all_iter``) see the
 averaged weights; everything outside those passes, checkpoints included, sees the raw
-training weights.  A test pass of a file's weights (``test_weights``) pauses the swaps.  A hook
+training weights.  ``solver.predict`` runs inside :func:`evaluation_weights`, so it answers with the
+weights evaluation and test use.  A test pass of a file's weights (``test_weights``) pauses the swaps.  A hook
 that swaps puts what it swaps in into a checkpoint as ``eval_model`` (``before_save_checkpoint``),
 so a checkpoint chosen by such an evaluation (the best) carries the weights that were evaluated.
 """
+
+import contextlib
 
 import torch
 
@@ -60,3 +63,16 @@ def weight_swaps(solver):
         for fn in solver.stage_functions('before_all_iter', 'test')
         if isinstance(getattr(fn, '__self__', None), WeightSwap)
     ]
+
+
+@contextlib.contextmanager
+def evaluation_weights(solver):
+    """Inside, the model holds the weights eval and test passes run with (the swaps' weights swapped in)."""
+    swaps = weight_swaps(solver)
+    for swap in swaps:
+        swap.swap_in()
+    try:
+        yield
+    finally:
+        for swap in reversed(swaps):
+            swap.swap_back()

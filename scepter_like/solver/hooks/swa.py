@@ -4,7 +4,8 @@ At the end of every train epoch from START_EPOCH to END_EPOCH (1-based, as the l
 them; END_EPOCH 0: to the last) the weights enter an equal-weight running average
 (``AveragedModel``).  BatchNorm running statistics of the average are recomputed with
 ``update_bn`` over the train data whenever the average changed and is about to be used.
-Evaluation and test run with the average swapped in (``eval_weights``), and checkpoints carry
+Evaluation, test and ``predict`` run with the average swapped in (``eval_weights``; in a session resumed
+from a checkpoint from the resume on, whether or not it trains), and checkpoints carry
 it as ``eval_model`` (so a best checkpoint chosen by it holds what was evaluated); at the end of
 a successful run the model keeps the average (and, with EXPORT, it is written to
 ``WORK_DIR/swa/{EXPORT_NAME}.safetensors``).  SWA_LR > 0 hands the learning rate to
@@ -79,35 +80,48 @@ class SWAHook(Hook):
         self.scheduler = None
         self._bn_stale = False
         self._loaded = None
+        self._loaded_scheduler = None  # the checkpoint's SWALR state, until before_solve builds SWALR
         self._swap = None
 
     def before_solve(self, solver: SolverSurface):
-        from torch.optim.swa_utils import SWALR, AveragedModel
+        from torch.optim.swa_utils import SWALR
 
-        model = solver.unwrapped_model
-        if is_fsdp(solver.model):
-            raise ConfigError(
-                f'{self.cfg.path}: SWAHook averages a full copy of the model, and SOLVER.PARALLEL: fsdp shards it'
-                ' (FSDP forbids the copy); use SOLVER.PARALLEL: ddp, or EMAHook, or remove SWAHook'
-            )
         if self.swa_lr > 0 and len(solver.updater.phases) > 1:
             raise ConfigError(
                 f'{self.cfg.path_of("SWA_LR")}: SWALR anneals one optimizer, and SOLVER.OPTIMIZER_PHASES switches'
                 ' optimizers; set SWA_LR: 0 (average only) or give one optimizer'
             )
+        self._start(solver)
+        if self.swa_lr > 0 and self.scheduler is None:
+            self.scheduler = SWALR(
+                solver.optimizer,
+                swa_lr=self.swa_lr,
+                anneal_epochs=self.cfg.ANNEAL_EPOCHS,
+                anneal_strategy=self.cfg.ANNEAL_STRATEGY,
+            )
+            if self._loaded_scheduler is not None:
+                self.scheduler.load_state_dict(self._loaded_scheduler)
+        self._loaded_scheduler = None
+
+    def after_load_checkpoint(self, solver: SolverSurface, checkpoint):
+        # a session that resumes only to test or predict (no before_solve of train hooks) evaluates with the average
+        self._start(solver)
+
+    def _start(self, solver: SolverSurface):
+        """The average in place (the checkpoint's, else empty) and, with EVAL_WITH_SWA, swapped in for evaluation,
+        test and predict."""
+        from torch.optim.swa_utils import AveragedModel
+
+        if is_fsdp(solver.model):
+            raise ConfigError(
+                f'{self.cfg.path}: SWAHook averages a full copy of the model, and SOLVER.PARALLEL: fsdp shards it'
+                ' (FSDP forbids the copy); use SOLVER.PARALLEL: ddp, or EMAHook, or remove SWAHook'
+            )
         if self.averaged is None:
-            self.averaged = AveragedModel(model)
-            if self.swa_lr > 0:
-                self.scheduler = SWALR(
-                    solver.optimizer,
-                    swa_lr=self.swa_lr,
-                    anneal_epochs=self.cfg.ANNEAL_EPOCHS,
-                    anneal_strategy=self.cfg.ANNEAL_STRATEGY,
-                )
+            self.averaged = AveragedModel(solver.unwrapped_model)
         if self._loaded is not None:
             self.averaged.load_state_dict(self._loaded['averaged'])
-            if self.scheduler is not None and self._loaded.get('scheduler') is not None:
-                self.scheduler.load_state_dict(self._loaded['scheduler'])
+            self._loaded_scheduler = self._loaded.get('scheduler')
             self._bn_stale = self.n_averaged > 0
             self._loaded = None
         if self.eval_with_swa and self._swap is None:
