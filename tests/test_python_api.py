@@ -230,6 +230,24 @@ def test_test_weights_best_last_and_a_path_and_the_model_keeps_its_own(tmp_path)
     assert tests and tests[-1]['values']['accuracy'] == by_run['accuracy']
 
 
+def test_a_test_line_names_its_weights_and_another_runs_weights_write_none(tmp_path):
+    """test() and test('last') at one step are two lines, each naming its weights; a test of another run's
+    checkpoint is no result of this run: it writes no line."""
+    from scepter_like import build_solver
+
+    with build_solver(api_cfg(tmp_path, tmp_path / 'other')) as other:
+        other.fit()
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run')) as solver:
+        solver.fit()
+        best, last = solver.test(), solver.test('last')
+        solver.test(str(tmp_path / 'other'))
+    tests = [r for r in read_metrics(os.path.join(tmp_path, 'run', 'metrics.jsonl')) if r['kind'] == 'test']
+    assert [(r['weights'], r['values']) for r in tests] == [
+        (os.path.join('checkpoints', 'checkpoint-best.pth'), best),
+        ('last', last),
+    ]
+
+
 def test_test_in_a_new_session_reads_the_best_checkpoint_and_writes_no_metrics_line(tmp_path):
     from scepter_like import build_solver
 

@@ -9,9 +9,12 @@ run evaluated with it), else its weights; either way exactly the file's weights 
 the averaging hooks' swaps pause meanwhile.  The weights training ended with
 are back afterwards, so the hooks' end-of-run work (a last checkpoint, an export) sees them.
 Under FSDP the file's full tensors are cut to each rank's shard, as a resume does.
+A test line of the run's metrics.jsonl names the weights it ran with (``weights``: ``last`` or the
+file's path in WORK_DIR); a file outside WORK_DIR (another run's) is tested without a line.
 """
 
 import contextlib
+import os
 
 import torch
 
@@ -52,9 +55,27 @@ def test_weights_path(solver, weights):
 def weights_for_test(solver, weights):
     """Inside, the model holds the weights ``weights`` names; the ones it held are back after."""
     path = test_weights_path(solver, weights)
+    with _recorded(solver, path), _file_weights(solver, path) if path else contextlib.nullcontext():
+        yield path
+
+
+def _recorded(solver, path):
+    """The run's test lines say which weights they ran with (``MetricsLog.testing``): 'last' (the model's own), the
+    file's path in WORK_DIR, or none for a file outside it (another run's: no result of this run)."""
+    if solver.metrics_log is None:  # a session that did not train writes no records
+        return contextlib.nullcontext()
     if path is None:
-        yield None
-        return
+        return solver.metrics_log.testing('last')
+    work_dir, file = os.path.realpath(solver.work_dir), os.path.realpath(path)
+    if os.path.commonpath([work_dir, file]) != work_dir:
+        solver.logger.info(f'{path} is outside this run ({solver.work_dir}): its test is not written to its records')
+        return solver.metrics_log.testing(None)
+    return solver.metrics_log.testing(os.path.relpath(file, work_dir))
+
+
+@contextlib.contextmanager
+def _file_weights(solver, path):
+    """Inside, the model holds the weights of the file ``path`` (its evaluation weights when it has them)."""
     state, evaluated = _evaluation_weights(path)
     # each rank's own shard under FSDP (no gather): loaded back as it is; the file's full tensors are cut to shards
     held = {k: v.detach().clone() for k, v in solver.unwrapped_model.state_dict().items()}
@@ -64,7 +85,7 @@ def weights_for_test(solver, weights):
         swap.paused = True
     solver.logger.info(f'testing with the weights of {path}' + (' (its evaluation weights)' if evaluated else ''))
     try:
-        yield path
+        yield
     finally:
         for swap in swaps:
             swap.paused = False

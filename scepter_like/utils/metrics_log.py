@@ -6,7 +6,11 @@ Lines (every one has ``kind``, ``step`` = train steps completed, ``epoch`` (1-ba
 - ``{"kind": "start", "step": S, "resumed_from": path|null}`` when training (``solve``) starts;
 - ``{"kind": "train", "iter": i, "epoch_iters": n, "values": {"loss": ..., "lr": ...}}`` per
   LogHook interval (the interval means LogHook prints);
-- ``{"kind": "eval" | "test", "values": {"accuracy": ...}}`` per evaluation;
+- ``{"kind": "eval", "values": {"accuracy": ...}}`` per evaluation;
+- ``{"kind": "test", "weights": "last" | "checkpoints/....pth", "values": {...}}`` per test of this run's
+  weights: the model's own (``last``, EMA / SWA average swapped in where the run evaluates with it), or a
+  file in WORK_DIR (its path in WORK_DIR).  A test of weights outside WORK_DIR (another run's) writes
+  no line: it is no result of this run;
 - ``{"kind": "epoch", "mode": "train", "stage": "after_epoch", "values": {...}}``: scalars a hook
   logged outside a step (``solver/epoch_scalars.py``);
 - ``{"kind": "failed", "error": "ValueError"}`` when training failed (``solver/failed_runs.py``).
@@ -17,10 +21,11 @@ same points as the file.
 
 The file is never rewritten. A killed run may have written lines past the checkpoint its
 resume starts from; ``read_metrics`` gives the clean history: a ``start`` line at step S
-drops the earlier lines with a step above S, and of lines with the same kind, step (and mode
-and stage, where given) the last one wins. A line torn by a crash is skipped.
+drops the earlier lines with a step above S, and of lines with the same kind, step (and mode,
+stage and weights, where given) the last one wins. A line torn by a crash is skipped.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -48,6 +53,16 @@ class MetricsLog:
         self._checked_tail = False
         self._flushed_at = time.monotonic()
         self._listeners = []
+        self._test_weights = 'last'  # what a test line records it ran with; None: it writes none
+
+    @contextlib.contextmanager
+    def testing(self, weights):
+        """Test lines written inside record ``weights``; None: none is written (weights of no part of this run)."""
+        before, self._test_weights = self._test_weights, weights
+        try:
+            yield
+        finally:
+            self._test_weights = before
 
     def add_listener(self, fn):
         """Call ``fn(records)`` with every batch of records once it is in the file (records: read-only dicts)."""
@@ -107,8 +122,11 @@ class MetricsLog:
 
     def write_epoch_outputs(self, solver, mode):
         """An eval / test line; ``epoch`` counts the train epochs completed by then."""
-        epoch = solver.progress.epochs_completed()
-        self.write(mode, solver.progress.total_iter, epoch, values=solver.epoch_outputs.get(mode, {}))
+        epoch, values = solver.progress.epochs_completed(), solver.epoch_outputs.get(mode, {})
+        if mode != 'test':
+            self.write(mode, solver.progress.total_iter, epoch, values=values)
+        elif self._test_weights is not None:
+            self.write(mode, solver.progress.total_iter, epoch, weights=self._test_weights, values=values)
 
 
 def read_metrics(path):
@@ -124,7 +142,7 @@ def read_metrics(path):
                 continue
             if record['kind'] == 'start':
                 records = {k: r for k, r in records.items() if r['step'] <= record['step']}
-            key = (record['kind'], record['step'], record.get('mode'), record.get('stage'))
+            key = (record['kind'], record['step'], record.get('mode'), record.get('stage'), record.get('weights'))
             records.pop(key, None)
             records[key] = record
     return list(records.values())
