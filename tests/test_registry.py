@@ -171,3 +171,37 @@ def test_torch_optimizers_and_schedulers_by_name():
         LR_SCHEDULERS.build({'NAME': 'StepLR', 'STEP_SIZE': 'ten'}, optimizer=opt)
     with pytest.raises(RegistryError, match='did you mean SGD'):
         OPTIMIZERS.build({'NAME': 'SDG'}, params=model.parameters())
+
+
+@pytest.mark.parametrize('named_by', ['path', 'module'])
+def test_an_imports_entry_changed_since_it_ran_runs_again_and_its_registrations_replace_the_old(
+    tmp_path, monkeypatch, caplog, named_by
+):
+    """A notebook edits its IMPORTS file and builds again: the new code runs (the same size, within the same
+    second, where Python's bytecode cache would not see the edit); an unchanged file is not run again."""
+    from scepter_like.model.registry import MODELS
+    from scepter_like.utils.imports import import_user_modules
+
+    stem = f'changing_ext_{named_by}'
+    ext = tmp_path / f'{stem}.py'
+
+    def write(scale):
+        ext.write_text(
+            'from scepter_like.model.registry import MODELS\n'
+            "RUNS = globals().get('RUNS', 0) + 1\n"
+            f'@MODELS.register_class({stem!r})\n'
+            f'class Net:\n    SCALE = {scale}\n'
+        )
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(MODELS._entries, stem, None)  # (taken out again after the test)
+    entry = str(ext) if named_by == 'path' else stem
+    write(1)
+    (module,) = import_user_modules([entry])
+    assert MODELS.get(stem).SCALE == 1
+    write(2)
+    (again,) = import_user_modules([entry])
+    assert again is module and module.RUNS == 2 and MODELS.get(stem).SCALE == 2
+    assert f'IMPORTS: {entry} changed since this process imported it' in caplog.text
+    import_user_modules([entry])
+    assert module.RUNS == 2  # unchanged: not run again

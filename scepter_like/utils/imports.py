@@ -4,11 +4,18 @@ A ``.py`` file with relative imports (a file from scepter's own tree, ``from ...
 import dict_to_yaml``) is loaded as a module of the one ``scepter_like`` package in which
 all of them resolve (``scepter_like.solver.hooks`` for scepter's ``solver/hooks/lr.py``),
 under its own name there, so nothing of the package is replaced.
+
+A file (or a module's file) changed since this process ran it is run again, into the same module,
+so its registrations replace the old ones (with the registry's warning): a notebook that edits its
+``.py`` and builds again runs the new code, which is what the run records' code snapshot saves.
+Only the entries of IMPORTS are checked; modules they import themselves are Python's cache.
 """
 
 import ast
+import hashlib
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 
@@ -16,6 +23,7 @@ from scepter_like.about import PACKAGE_DIR
 from scepter_like.errors import ComponentError, ConfigError, UserError
 
 FILE_MODULE_PREFIX = '_scepter_user_'  # the module name of an imported .py file: this prefix + its stem
+_ran = {}  # real path of an IMPORTS entry's file -> sha256 of the source its module last ran (as far as known)
 
 
 def importable_name(module_name):
@@ -98,7 +106,7 @@ def _load(name, base_dir):
             raise ConfigError(f'IMPORTS: file {name!r} not found; give a path relative to {base_dir or os.getcwd()}')
         loaded = module_of_file(path)
         if loaded is not None:  # imported already (by a user module's ``import b``): its classes are registered
-            return loaded
+            return _current(loaded, path, name)
         package = _package_for_relative_imports(path)
         stem = os.path.splitext(os.path.basename(path))[0]
         mod_name = FILE_MODULE_PREFIX + stem
@@ -109,21 +117,50 @@ def _load(name, base_dir):
         names = [mod_name] + _plain_import_name(path, stem, package)
         for alias in names:
             sys.modules[alias] = module
+        source = _read(path)
         try:
-            spec.loader.exec_module(module)
+            exec(compile(source, path, 'exec'), module.__dict__)
         except BaseException:
             for alias in names:  # as importlib does: no half-run module stays importable
                 del sys.modules[alias]
             raise
+        _ran[os.path.realpath(path)] = _digest(source)
         return module
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and name.startswith(e.name):
             raise ConfigError(
                 f'IMPORTS: module {name!r} not found; check the name, give a .py path, or add its folder to PYTHONPATH'
             ) from None
         raise
+    path = getattr(module, '__file__', None)
+    return _current(module, path, name) if path and path.endswith('.py') else module
+
+
+def _read(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def _digest(source):
+    return hashlib.sha256(source).hexdigest()
+
+
+def _current(module, path, name):
+    """``module``, its file ``path`` run again into it when the file changed since the module ran it (a module
+    imported before this one saw it counts as running the file as it is now)."""
+    source = _read(path)
+    digest, real = _digest(source), os.path.realpath(path)
+    if _ran.setdefault(real, digest) == digest:
+        return module
+    logging.getLogger(__name__).warning(
+        f'IMPORTS: {name} changed since this process imported it: running it again (its registrations replace'
+        ' the earlier ones)'
+    )
+    exec(compile(source, module.__file__, 'exec'), module.__dict__)
+    _ran[real] = digest
+    return module
 
 
 def module_of_file(path):
