@@ -34,17 +34,20 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
     the run writes to (default: see the module docstring).
     """
     from scepter_like.solver import SOLVERS
+    from scepter_like.solver.environment import ProcessSettings
 
     config = read_config(cfg, overrides, imports)
     solver = SOLVERS.build(config.SOLVER, logger=logger or run_logger())
+    settings = ProcessSettings()  # the process's, given back when the session closes
     with solver.stop_signals:  # a stop signal during set-up ends it at once
         try:
             solver.set_up_pre()
             solver.set_up()
         except BaseException:
             solver.close()
+            settings.restore()
             raise
-    return SolverSession(solver)
+    return SolverSession(solver, settings)
 
 
 def run_logger():
@@ -72,8 +75,9 @@ class SolverSession:
     A context manager: leaving the ``with`` block closes it.
     """
 
-    def __init__(self, solver):
+    def __init__(self, solver, process_settings=None):
         self.solver = solver
+        self._process_settings = process_settings  # torch's process-wide settings before the solver set ENV's
         self.history = []  # one dict per evaluation fit() ran
         self._fitted = False
         self._closed = False
@@ -150,10 +154,15 @@ class SolverSession:
         return self.solver
 
     def close(self):
-        """Write out pending records and detach the log file (again: nothing)."""
+        """Write out pending records, detach the log file and give the process back torch's settings it had before
+        the session (ENV.DETERMINISTIC, NUM_THREADS) (again: nothing)."""
         if not self._closed:
             self._closed = True
-            self.solver.close()
+            try:
+                self.solver.close()
+            finally:
+                if self._process_settings is not None:
+                    self._process_settings.restore()
 
     def __enter__(self):
         return self

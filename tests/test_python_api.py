@@ -279,3 +279,29 @@ def test_the_readme_example_is_the_notebooks(tmp_path):
     for line in example.strip().splitlines():
         assert line in code, line
     assert 'configs/cate_recognition/digits_mlp.yaml' in example and os.path.isfile(DIGITS_CFG)
+
+
+def test_a_session_sets_its_env_settings_and_gives_the_process_its_own_back_when_it_closes(tmp_path):
+    """ENV.DETERMINISTIC and NUM_THREADS hold inside a session, true or false, and end with it: neither a later
+    session nor the program's own code keeps an earlier session's."""
+    from scepter_like import build_solver
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    try:
+        torch.set_num_threads(2)
+        for deterministic in (True, False):
+            cfg['ENV'] = {'SEED': 0, 'DETERMINISTIC': deterministic, 'NUM_THREADS': 1}
+            with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / str(deterministic)}']):
+                assert torch.are_deterministic_algorithms_enabled() is deterministic
+                assert torch.get_num_threads() == 1
+            assert torch.are_deterministic_algorithms_enabled() is False
+            assert torch.get_num_threads() == 2
+        torch.use_deterministic_algorithms(True)  # the program's own choice: a session with false sets false, ...
+        with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "own"}']):
+            assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.are_deterministic_algorithms_enabled()  # ... and gives the program's back
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.set_num_threads(before[1])

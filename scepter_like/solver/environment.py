@@ -87,5 +87,29 @@ def set_up_environment(env, join=None):
         info = init_distributed(backend=env.BACKEND, timeout_s=env.DIST_TIMEOUT, device=env.DEVICE)
     else:
         info = join()
-    seed_everything(env.SEED, deterministic=env.DETERMINISTIC)
+    seed_everything(env.SEED)
+    torch.use_deterministic_algorithms(env.DETERMINISTIC, warn_only=True)  # false too: not an earlier run's value
+    torch.backends.cudnn.deterministic = env.DETERMINISTIC
+    if env.DETERMINISTIC:
+        torch.backends.cudnn.benchmark = False
     return info
+
+
+class ProcessSettings:
+    """torch's process-wide settings that ENV sets (DETERMINISTIC, NUM_THREADS) as they are when taken;
+    ``restore()`` puts them back.  A Python session (``build_solver``) gives them back when it closes, so a
+    later session and the program's own code run with the process's settings, not the last session's."""
+
+    def __init__(self):
+        self.deterministic = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        self.cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+        self.threads = torch.get_num_threads()
+
+    def restore(self):
+        enabled, warn_only = self.deterministic
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = self.cudnn
+        torch.set_num_threads(self.threads)
