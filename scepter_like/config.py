@@ -186,7 +186,7 @@ class Config:
             return Config(value, path=path, root=self.root)
         if isinstance(value, (list, tuple)):
             return [self._wrap(i, v, _child_path(path, i)) for i, v in enumerate(value)]
-        return value
+        return _python_scalar(value)
 
     # -- mapping interface ------------------------------------------------------------
     def __getattr__(self, key):
@@ -303,6 +303,15 @@ def _recased(value, case):
     if not isinstance(value, dict):
         return value
     return {case(k) if isinstance(k, str) else k: _recased(v, case) for k, v in value.items()}
+
+
+def _python_scalar(value):
+    """A numpy scalar (or 0-d array) of bool, int, float or str kind as the Python value it holds
+    (``np.logspace(-3, -1, 3)[1]`` is the float 0.01), which YAML dumps and the registry's type checks take;
+    anything else as it is."""
+    if getattr(value, 'shape', None) == () and getattr(getattr(value, 'dtype', None), 'kind', None) in 'biufU':
+        return value.item()
+    return value
 
 
 def _plain(value):

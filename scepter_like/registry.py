@@ -147,7 +147,9 @@ def coerce_value(value, spec, path):
     hint = ''
     if isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
         hint = f' (YAML 1.1 reads {value} as a string); write {yaml11_float(value.strip())}'
-    if _is_array(value):  # where a config keeps a file's path
+    if _is_array(value) and list in types:
+        hint = '; give a list of numbers (array.tolist())'
+    elif _is_array(value):  # where a config keeps a file's path
         hint = '; save arrays to a file (np.savez(path, x=..., label=...)) and give its path'
     raise ConfigError(
         f'{path}: expected {_expected(types, default)}, got {_shown(value)}' + (hint or '; fix the value')

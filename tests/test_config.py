@@ -225,3 +225,32 @@ def test_appending_to_a_list_the_file_does_not_write_says_how_to_set_it_whole():
         match=r'the file does not write SOLVER.EVAL_HOOKS.* set it whole: SOLVER.EVAL_HOOKS=\[\{NAME: T\}\]',
     ):
         apply_overrides(Config({'SOLVER': {'NAME': 'S'}}), ['SOLVER.EVAL_HOOKS+={NAME: T}'])
+
+
+def test_numpy_scalars_are_the_python_numbers_they_hold():
+    """A value computed with numpy (``np.logspace(...)[i]``, ``np.arange(...)[i]``, ``list(np.array(...))``) is taken
+    as the Python number it holds, where the config is made: the declared-type checks take it and it dumps."""
+    import numpy as np
+
+    from scepter_like.registry import coerce_value
+
+    cfg = Config({'LR': np.logspace(-3, -1, 3)[1], 'E': np.arange(1, 5)[2], 'H': list(np.array([16, 8]))})
+    cfg['B'] = np.int32(16)
+    cfg['S'] = {'ON': np.bool_(True), 'D': np.array(0.5), 'N': np.str_('adam')}
+    plain = cfg.to_dict()
+    assert plain == {'LR': 0.01, 'E': 3, 'H': [16, 8], 'B': 16, 'S': {'ON': True, 'D': 0.5, 'N': 'adam'}}
+    assert [type(v) for v in (plain['LR'], plain['E'], plain['B'], *plain['H'], *plain['S'].values())] == [
+        float,
+        int,
+        int,
+        int,
+        int,
+        bool,
+        float,
+        str,
+    ]
+    assert load_yaml(cfg.dump()) == plain
+    assert coerce_value(cfg.E, {'value': 10}, 'SOLVER.MAX_EPOCHS') == 3
+    assert isinstance(Config({'X': np.array([1, 2])}).X, np.ndarray)  # an array stays one: the registry says so
+    with pytest.raises(ConfigError, match=r'H: expected a list .*got ndarray of shape \(2,\); give a list of numbers'):
+        coerce_value(np.array([16, 8]), {'value': [256, 256]}, 'H')
