@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from scepter_like.config import Config, value_text
+from scepter_like.config import Config, merge_dicts, value_text
 from scepter_like.errors import ConfigError, RegistryError, suggest
 
 NAME_KEY = 'NAME'
@@ -235,11 +235,24 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
                 cfg[key] = spec.get('value')
             continue
         path = cfg.path_of(key)
+        onto_default = _onto_default(cfg[key], spec.get('value'))
+        if onto_default is not cfg[key]:
+            cfg[key] = onto_default
         value = coerce_value(cfg[key], spec, path)
         check_range(value, spec, path)
         if value is not cfg[key]:
             cfg[key] = value
     return cfg
+
+
+def _onto_default(value, default):
+    """A mapping without NAME given where the default names a component (``LOSS: {LABEL_SMOOTHING: 0.1}``, as an
+    override of one key of a sub-config the file does not write makes it) is that default with its keys laid over:
+    the default's NAME is kept.  A mapping with a NAME of its own is another component, taken as written."""
+    if isinstance(default, dict) and NAME_KEY in default and isinstance(value, (dict, Config)):
+        if NAME_KEY not in value:
+            return merge_dicts(default, value.to_dict() if isinstance(value, Config) else value)
+    return value
 
 
 def _warn_undeclared(cfg, para, owner):

@@ -63,3 +63,19 @@ def test_importing_a_folder_says_it_is_a_folder(tmp_path):
     (tmp_path / 'ext' / 'pkg' / '__init__.py').write_text('')
     with pytest.raises(ConfigError, match=r"IMPORTS: 'ext/pkg' is a folder; give a .py file, or the package by"):
         import_user_modules(['ext/pkg'], base_dir=str(tmp_path))
+
+
+def test_an_override_of_a_key_of_a_defaulted_sub_config_keeps_the_defaults_name(tmp_path):
+    """A config without LOSS and ``SOLVER.MODEL.LOSS.LABEL_SMOOTHING=0.1`` was ``LOSS: {LABEL_SMOOTHING: 0.1}``:
+    'NAME is missing'.  The override lands in the default (CrossEntropyLoss); a NAME of one's own is kept."""
+    from helpers import blob_solver_cfg
+
+    from scepter_like.model.registry import MODELS
+
+    plain = blob_solver_cfg(str(tmp_path / 'd.npz'), tmp_path / 'w')
+    assert 'LOSS' not in plain['SOLVER']['MODEL']
+    cfg = checked_config(read_config(plain, ['SOLVER.MODEL.LOSS.LABEL_SMOOTHING=0.1']))
+    assert cfg.SOLVER.MODEL.LOSS.to_dict() == {'NAME': 'CrossEntropyLoss', 'LABEL_SMOOTHING': 0.1, 'WEIGHT': None}
+    assert MODELS.build(cfg.SOLVER.MODEL).loss.label_smoothing == 0.1
+    cfg = checked_config(read_config(plain, ['SOLVER.MODEL.LOSS={NAME: MSELoss}']))
+    assert cfg.SOLVER.MODEL.LOSS.NAME == 'MSELoss'
