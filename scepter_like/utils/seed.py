@@ -6,14 +6,10 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed, deterministic=False):
+def seed_everything(seed):
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
 
 
 def get_rng_state():
