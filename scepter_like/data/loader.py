@@ -169,17 +169,17 @@ def check_data_keys(ds_cfg):
 
 def check_splits_agree(bundles, where, recorded=None, logger=None):
     """A ConfigError when the data number their classes, or place their table columns, otherwise than the model
-    was trained on (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  The classes are those
-    ``recorded``, a pair (class names, the weights file recording them: ``BaseModel.class_names``), where given
-    and not None, else the train data's.  A split lacking a class numbers the others anew by name; a file whose
-    header orders the columns otherwise stacks the features in that order: either way the model would be
-    measured on inputs or labels it was not trained on.  Labels given as numbers (a list file) beside classes
-    given by name cannot be checked: ``logger`` says so, with the order they must follow."""
+    was trained on (``bundles``: mode -> DataBundle; ``where``: mode -> config path).  The classes and columns
+    are those ``recorded``, a pair (the names a weights file records: its description's ``classes`` and
+    ``columns``, ``BaseModel.class_names`` / ``input_columns``; that file), where the file records them, else the
+    train data's.  A split lacking a class numbers the others anew by name; a file whose header orders the
+    columns otherwise (or COLUMNS listing them in another order) stacks the features in that order: either way
+    the model would be measured on inputs or labels it was not trained on.  Labels given as numbers (a list
+    file) beside classes given by name cannot be checked: ``logger`` says so, with the order they must follow."""
     train = bundles.get('train')
-    if recorded is None or recorded[0] is None:
-        recorded = (train.classes if train is not None else None, None)
-    classes, source = recorded
-    train_columns = (train.columns if train is not None else None) or {}
+    names, source = recorded if recorded is not None else ({}, None)
+    classes, whose_classes = _names_or_train(names.get('classes'), source, train.classes if train else None)
+    columns, whose_columns = _names_or_train(names.get('columns'), source, train.columns if train else None)
     for mode, bundle in bundles.items():
         if classes is not None and bundle.classes is None and mode != 'train' and logger is not None:
             numbered = ', '.join(f'{i}: {name}' for i, name in enumerate(classes))
@@ -188,7 +188,6 @@ def check_splits_agree(bundles, where, recorded=None, logger=None):
                 f' model learns; they must follow that order ({numbered})'
             )
         if None not in (classes, bundle.classes) and list(bundle.classes) != list(classes):
-            whose = "the train data's" if source is None else f'those {source} was trained on'
             unknown = [name for name in bundle.classes if name not in classes]
             fix = (  # CLASSES cannot number a class the model never learnt
                 f'it has {unknown}, which the model does not know: leave those out, or train on them too'
@@ -196,16 +195,24 @@ def check_splits_agree(bundles, where, recorded=None, logger=None):
                 else f'give it CLASSES: {list(classes)}'
             )
             raise ConfigError(
-                f'{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than {whose}'
+                f'{where[mode]}: its classes {list(bundle.classes)} are numbered otherwise than {whose_classes}'
                 f' {list(classes)} (a split lacking a class, or another order); {fix}'
             )
-        for key, names in (bundle.columns or {}).items():
-            trained = train_columns.get(key)
-            if trained is not None and names != trained:
+        for key, names_of_key in (bundle.columns or {}).items():
+            trained = (columns or {}).get(key)
+            if trained is not None and names_of_key != trained:
+                configs = 'both data configs' if names.get('columns') is None else 'it'
                 raise ConfigError(
-                    f"{where[mode]}: its {key!r} is read from the columns {names}, the train data's from {trained}"
-                    f' (features are matched by place); give both data configs COLUMNS: {{{key}: {trained}}}'
+                    f'{where[mode]}: its {key!r} is read from the columns {names_of_key}, otherwise than'
+                    f' {whose_columns} {trained} (features are matched by place); give {configs} COLUMNS:'
+                    f' {{{key}: {trained}}}'
                 )
+
+
+def _names_or_train(recorded, source, trained):
+    """``(recorded, "those SOURCE was trained on")`` where a weights file records the names, else the train
+    data's ``(trained, "the train data's")``."""
+    return (trained, "the train data's") if recorded is None else (recorded, f'those {source} was trained on')
 
 
 def warn_scepter_train_order(cfg, mode, logger):

@@ -47,6 +47,10 @@ class BaseModel(torch.nn.Module):
     # the class names of the outputs in index order (the train data's, set by the solver; None: unnamed):
     # descriptions record them, and the tools refuse data that numbers its classes otherwise
     class_names = None
+    # batch key -> the table columns it was read from, in order (the train data's where it read a table, set by the
+    # solver; None: no table): descriptions record them, the tools refuse data placing them otherwise, and
+    # predict() and run_inference take a table's columns by these names
+    input_columns = None
     # None: a checkpoint fits a config naming the same architecture; else the config keys that fix the
     # architecture too (a checkpoint whose values differ is refused, naming them; a key holding a part's MODELS
     # config is compared by that part's keys); above all those that change the network but no weight's shape

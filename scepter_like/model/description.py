@@ -11,7 +11,9 @@ JSON.  ``BaseModel.describe`` writes it:
 - ``config``: the model's config without the PRETRAINED* keys;
 - whatever else a model needs to be rebuilt (MeshModel: ``stats``, its normalisation statistics);
 - ``classes``: the class names of its outputs in index order (``BaseModel.class_names``), where the train
-  data named them; a file without them (or written before they were recorded) is taken as it is.
+  data named them; a file without them (or written before they were recorded) is taken as it is;
+- ``columns``: batch key -> the table columns it was read from, in order (``BaseModel.input_columns``), where
+  the train data read a table (CsvDataset); likewise.
 
 ``model_from_description`` builds the model back (fresh weights: load the state dict next);
 ``check_architecture`` refuses weights whose architecture differs from a config's model.
@@ -57,6 +59,8 @@ def describe(model):
     desc = describe_fn()
     if getattr(model, 'class_names', None) is not None:
         desc = {**desc, 'classes': list(model.class_names)}
+    if getattr(model, 'input_columns', None) is not None:
+        desc = {**desc, 'columns': dict(model.input_columns)}
     try:
         return json.loads(json.dumps(desc, allow_nan=True))
     except (TypeError, ValueError) as e:
@@ -117,7 +121,7 @@ def model_from_description(desc, source):
         )
     with default_dtype(DTYPES.get(desc.get('dtype'), torch.float32)):
         model = MODELS.get(name).from_description(desc)
-    model.class_names = desc.get('classes')
+    model.class_names, model.input_columns = desc.get('classes'), desc.get('columns')
     return model
 
 

@@ -99,7 +99,7 @@ def restore_training_state(solver, ckpt, source):
         raise CheckpointError(f'{source} is not a scepter_like training checkpoint; give one from CheckpointHook')
     fix = 'resume with the config of the run that wrote it, or start a new WORK_DIR'
     check_architecture(ckpt.get(MODEL_DESCRIPTION_KEY), solver.unwrapped_model, source, fix)
-    take_class_names(solver, (ckpt.get(MODEL_DESCRIPTION_KEY) or {}).get('classes'), source)
+    take_data_names(solver, ckpt.get(MODEL_DESCRIPTION_KEY), source)
     load_model_state(solver.model, ckpt['model'], source)
     config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
     config_lrs = [g.get('initial_lr', g['lr']) for g in solver.optimizer.param_groups] if solver.optimizer else None
@@ -163,25 +163,27 @@ def load_checkpoint_file(path):
     return load_torch_file(path, map_location='cpu')
 
 
-def take_class_names(solver, recorded, source):
-    """The model takes the class names its weights ``source`` were trained on (``recorded``: their description's
-    ``classes``; None: unnamed), else the train data's, so its checkpoints and exports record them.  Data that
-    numbers its classes otherwise than recorded names is a ConfigError (``check_splits_agree``; against the train
-    data's, ``construct_data`` has checked the splits already)."""
-    if recorded is None:
-        train = solver.datas.get('train')
-        recorded = train.classes if train is not None else None
-    else:
+def take_data_names(solver, recorded, source):
+    """The model takes the class names and table columns its weights ``source`` were trained on (``recorded``:
+    their description, or None; a name it lacks: unrecorded), else the train data's, so its checkpoints and
+    exports record them.  Data that numbers its classes, or places its columns, otherwise than recorded is a
+    ConfigError (``check_splits_agree``; against the train data's, ``construct_data`` has checked the splits
+    already)."""
+    recorded = {key: (recorded or {}).get(key) for key in ('classes', 'columns')}
+    if any(value is not None for value in recorded.values()):
         where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
         check_splits_agree(solver.datas, where, (recorded, source))
-    solver.unwrapped_model.class_names = recorded
+    train = solver.datas.get('train')
+    model = solver.unwrapped_model
+    model.class_names = recorded['classes'] if recorded['classes'] is not None else getattr(train, 'classes', None)
+    model.input_columns = recorded['columns'] if recorded['columns'] is not None else getattr(train, 'columns', None)
 
 
 def resume(solver):
     """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None.
 
-    The model takes the train data's class names first (``take_class_names``)."""
-    take_class_names(solver, None, None)
+    The model takes the train data's class names and columns first (``take_data_names``)."""
+    take_data_names(solver, None, None)
     path = resume_path(solver)
     if path is None:
         return None

@@ -25,7 +25,7 @@ from scepter_like.config import Config
 from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
-from scepter_like.solver.checkpoint_state import take_class_names
+from scepter_like.solver.checkpoint_state import take_data_names
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.utils.checkpoint import atomic_write, load_state_dict_checked, load_weights_and_description
 from scepter_like.utils.distributed import default_device
@@ -77,7 +77,7 @@ def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
     fix = 'give the config of the run that wrote it, or leave out --cfg to build the model the file describes'
     check_architecture(description, solver.unwrapped_model, weights, fix)
     saved = {} if description is None else parse_description(description, weights)
-    take_class_names(solver, saved.get('classes'), weights)  # export writes them again
+    take_data_names(solver, saved, weights)  # export writes them again
     load_state_dict_checked(solver.unwrapped_model, state, weights)
     logger.info(f'loaded model weights from {weights}')
     return solver

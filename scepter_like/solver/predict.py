@@ -90,11 +90,14 @@ def solver_predict(solver, inputs, batch_size):
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, datas=None):
     """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time.
 
-    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).  ``datas`` (the
-    solver's, mode -> DataBundle): where they read a table, its columns order DataFrame inputs by name (the
-    splits agree on them: ``check_splits_agree``).
+    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).  DataFrame inputs
+    are ordered by name, by the columns the model was trained on (``BaseModel.input_columns``), else those of
+    ``datas`` (the solver's, mode -> DataBundle) where they read a table (the splits agree on them:
+    ``check_splits_agree``).
     """
-    columns = next((bundle.columns for bundle in (datas or {}).values() if bundle.columns), None)
+    columns = getattr(model, 'input_columns', None) or next(
+        (bundle.columns for bundle in (datas or {}).values() if bundle.columns), None
+    )
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
     whole = input_batching(model) == 'whole'
