@@ -5,7 +5,7 @@ import pytest
 from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
 
 from scepter_like import build_solver
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, DataError
 
 run_inference = tool_main('run_inference')
 FEATURES = ['area', 'age', 'rooms']
@@ -69,3 +69,32 @@ def test_a_checkpoint_under_columns_listed_in_another_order_is_refused_naming_bo
     cfg['SOLVER']['TEST_DATA'] = regression_cfg(path, '', FEATURES)['SOLVER']['TRAIN_DATA']
     with build_solver(cfg, [f'SOLVER.RESUME_FROM={trained}']) as session:
         assert session.model.input_columns == {'x': FEATURES, 'y': 'price'}
+
+
+def build_table(path, logger=None, **keys):
+    from scepter_like.data.registry import DATASETS
+
+    return DATASETS.build({'NAME': 'CsvDataset', 'PATH': str(path), **keys}, logger=logger)
+
+
+def test_a_column_without_a_name_pandas_row_index_is_refused_and_the_log_names_x(tmp_path, caplog):
+    """``df.to_csv('f.csv')`` writes the row index as a first column named '': it trained as a feature (the IN_DIM
+    error then advised one input more)."""
+    import logging
+
+    lines = [',a,b,label', *(f'{i},{0.5 * i},{-i},{i % 2}' for i in range(8))]
+    (tmp_path / 'indexed.csv').write_text('\n'.join(lines) + '\n')
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'indexed.csv', LABEL_COLUMN='label')
+    assert str(refused.value) == (
+        f'PATH: column 1 of {tmp_path}/indexed.csv has no name in the header (as pandas writes its row index): save'
+        ' the table with df.to_csv(path, index=False), or name the feature columns in COLUMNS'
+    )
+    assert build_table(tmp_path / 'indexed.csv', COLUMNS={'x': ['a', 'b']}).arrays['x'].shape == (8, 2)
+    (tmp_path / 'plain.csv').write_text('\n'.join(line.split(',', 1)[1] for line in lines) + '\n')
+    logger = logging.getLogger('scepter_like.test_tables')
+    with caplog.at_level(logging.INFO, logger.name):
+        build_table(tmp_path / 'plain.csv', logger, LABEL_COLUMN='label')
+    assert caplog.messages == [
+        f"{tmp_path}/plain.csv: x is the columns ['a', 'b'] (every column but the label; COLUMNS picks them)"
+    ]

@@ -100,6 +100,18 @@ def class_indices(labels, classes, path, where, column, features=()):
     return torch.tensor([index[label] for label in labels], dtype=torch.int64), order
 
 
+def default_columns(header, label, where, path):
+    """``{'x': every column but the label}``; a DataError for a column without a name: pandas' row index
+    (``to_csv`` without ``index=False``) would be read as a feature."""
+    unnamed = [i for i, name in enumerate(header) if not name]
+    if unnamed:
+        raise DataError(
+            f'{where}: column {unnamed[0] + 1} of {path} has no name in the header (as pandas writes its row index):'
+            ' save the table with df.to_csv(path, index=False), or name the feature columns in COLUMNS'
+        )
+    return {'x': [name for name in header if name != label]}
+
+
 def delimiter_hint(header, where):
     """``; set DELIMITER ...`` when ``header`` is one field holding ';' or a tab (a file another delimiter
     separates reads as one column), else ''."""
@@ -147,7 +159,9 @@ class CsvDataset(ArrayDataset):
         label = cfg.LABEL_COLUMN
         if label:
             column(label, cfg.path_of('LABEL_COLUMN'))
-        mapping = cfg.COLUMNS.to_dict() if cfg.COLUMNS else {'x': [name for name in header if name != label]}
+        mapping = cfg.COLUMNS.to_dict() if cfg.COLUMNS else default_columns(header, label, cfg.path_of('PATH'), path)
+        if not cfg.COLUMNS and logger is not None:
+            logger.info(f'{path}: x is the columns {mapping["x"]} (every column but the label; COLUMNS picks them)')
         self.columns = mapping  # batch key -> its column(s), by name (the solver compares the splits')
         arrays = {}
         for key, names in mapping.items():
