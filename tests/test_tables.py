@@ -98,3 +98,21 @@ def test_a_column_without_a_name_pandas_row_index_is_refused_and_the_log_names_x
     assert caplog.messages == [
         f"{tmp_path}/plain.csv: x is the columns ['a', 'b'] (every column but the label; COLUMNS picks them)"
     ]
+
+
+def test_a_windows_csv_is_told_its_encoding_and_read_under_encoding(tmp_path):
+    """A cp1252 file (Excel on Windows) with 'Surface (m²)' was 'not a CSV text file', no word of its encoding."""
+    text = 'Surface (m²),Price\r\n' + ''.join(f'{50 + i},{100 + 2 * i}\r\n' for i in range(6))
+    (tmp_path / 'excel.csv').write_bytes(text.encode('cp1252'))
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'excel.csv')
+    assert str(refused.value) == (
+        f'PATH: {tmp_path}/excel.csv is not utf-8 text (byte 0xb2 on line 1); set ENCODING to the encoding it was'
+        ' saved in (cp1252 for a CSV Excel saved on Windows)'
+    )
+    table = build_table(tmp_path / 'excel.csv', ENCODING='cp1252', COLUMNS={'x': ['Surface (m²)'], 'y': 'Price'})
+    assert table.arrays['x'][:, 0].tolist() == [50, 51, 52, 53, 54, 55] and table.columns['x'] == ['Surface (m²)']
+    (tmp_path / 'bom.csv').write_bytes(b'\xef\xbb\xbf' + text.encode('utf-8'))  # Excel's "CSV UTF-8"
+    assert build_table(tmp_path / 'bom.csv').columns == {'x': ['Surface (m²)', 'Price']}
+    with pytest.raises(ConfigError, match=r"^ENCODING: unknown text encoding 'utf8x' \(e\.g\. utf-8, cp1252"):
+        build_table(tmp_path / 'bom.csv', ENCODING='utf8x')

@@ -9,30 +9,39 @@ each holds every class; give CLASSES otherwise).  Features are parsed as numbers
 the model's dtype (``ArrayDataset``); ``DTYPES`` sets a key's dtype instead.
 """
 
+import codecs
 import csv
+import io
 import os
 
 import torch
 
 from scepter_like.data.datasets import ArrayDataset, binary_kind
 from scepter_like.data.registry import DATASETS
-from scepter_like.errors import DataError, suggest
+from scepter_like.errors import ConfigError, DataError, suggest
 
 FIRST_ROW_LINE = 2  # the file line of the first data row (the header is line 1), for messages naming a row
 
 
-def read_csv(path, delimiter, where):
-    """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none."""
+def read_csv(path, delimiter, where, encoding='utf-8', encoding_where='ENCODING'):
+    """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none, and
+    ``encoding_where`` (the config key of ``encoding``) when its bytes are not text of that encoding."""
     if not os.path.isfile(path):
         raise DataError(f'{where}: file not found: {path}')
+    with open(path, 'rb') as f:
+        data = f.read()
     try:
-        with open(path, newline='', encoding='utf-8-sig') as f:
-            rows = [row for row in csv.reader(f, delimiter=delimiter) if row]
-    except UnicodeDecodeError:
+        text = data.decode(text_codec(encoding, encoding_where))
+    except UnicodeDecodeError as e:
         kind = binary_kind(path)
+        if kind:
+            raise DataError(f'{where}: {path} is not a CSV text file but {kind}: NpzDataset reads it') from None
+        line = data.count(b'\n', 0, e.start) + 1
         raise DataError(
-            f'{where}: {path} is not a CSV text file' + (f' but {kind}: NpzDataset reads it' if kind else '')
+            f'{where}: {path} is not {encoding} text (byte 0x{data[e.start]:02x} on line {line}); set {encoding_where}'
+            ' to the encoding it was saved in (cp1252 for a CSV Excel saved on Windows)'
         ) from None
+    rows = [row for row in csv.reader(io.StringIO(text, newline=''), delimiter=delimiter) if row]
     if len(rows) < 2:
         raise DataError(f'{path}: a CSV dataset needs a header row and at least one row of data')
     header = [name.strip() for name in rows[0]]
@@ -43,6 +52,16 @@ def read_csv(path, delimiter, where):
         if len(row) != len(header):
             raise DataError(f'{path} line {number}: {len(row)} values under {len(header)} column names')
     return header, rows[1:]
+
+
+def text_codec(encoding, where):
+    """The codec that reads text of ``encoding`` (utf-8 as utf-8-sig, which drops the byte order mark Excel
+    writes); an unknown encoding is a ConfigError naming ``where``."""
+    try:
+        name = codecs.lookup(encoding).name
+    except (LookupError, TypeError):
+        raise ConfigError(f'{where}: unknown text encoding {encoding!r} (e.g. utf-8, cp1252, latin-1)') from None
+    return 'utf-8-sig' if name == 'utf-8' else name
 
 
 def _number(text, path, line, column):
@@ -141,11 +160,15 @@ class CsvDataset(ArrayDataset):
         'CLASSES': {'value': [], 'description': 'text labels in class-index order ([]: the sorted distinct labels)'},
         'DTYPES': {'value': {}, 'description': 'batch key -> torch dtype name, e.g. {x: float64}'},
         'DELIMITER': {'value': ',', 'description': 'the character between values'},
+        'ENCODING': {
+            'value': 'utf-8',
+            'description': "the file's text encoding (utf-8 reads a byte order mark too; cp1252: Excel on Windows)",
+        },
     }
 
     def __init__(self, cfg, logger=None):
         path = cfg.PATH
-        header, rows = read_csv(path, cfg.DELIMITER, cfg.path_of('PATH'))
+        header, rows = read_csv(path, cfg.DELIMITER, cfg.path_of('PATH'), cfg.ENCODING, cfg.path_of('ENCODING'))
         position = {name: i for i, name in enumerate(header)}
 
         def column(name, where):
