@@ -116,3 +116,27 @@ def test_a_windows_csv_is_told_its_encoding_and_read_under_encoding(tmp_path):
     assert build_table(tmp_path / 'bom.csv').columns == {'x': ['Surface (m²)', 'Price']}
     with pytest.raises(ConfigError, match=r"^ENCODING: unknown text encoding 'utf8x' \(e\.g\. utf-8, cp1252"):
         build_table(tmp_path / 'bom.csv', ENCODING='utf8x')
+
+
+def test_an_empty_cell_is_a_missing_value_and_a_text_feature_is_told_to_be_encoded(tmp_path):
+    """Both were "'' is not a number; give numeric features (a column of text labels is the LABEL_COLUMN)"."""
+    lines = ['area,Neighborhood,price', '80.5,NAmes,170', ',Gilbert,150', '95,NAmes,190']
+    (tmp_path / 'holed.csv').write_text('\n'.join(lines) + '\n')
+    where = f'{tmp_path}/holed.csv line 3'
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'holed.csv', COLUMNS={'x': ['area'], 'y': 'price'})
+    assert str(refused.value) == (
+        f"{where}, column 'area': '' is a missing value; drop or fill the rows missing it (pandas: df.dropna() or"
+        ' df.fillna(...))'
+    )
+    text = "column 'Neighborhood' holds the text 'NAmes': features are numbers; encode the column as numbers (one"
+    text += ' 0/1 column per category: pandas get_dummies) or '
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'holed.csv', COLUMNS={'x': ['Neighborhood', 'price']})
+    assert str(refused.value) == f'{tmp_path}/holed.csv line 2, {text}leave it out of COLUMNS.x'
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'holed.csv', LABEL_COLUMN='price')
+    assert str(refused.value).endswith(f'{text}name the features to read in COLUMNS')
+    with pytest.raises(DataError) as refused:
+        build_table(tmp_path / 'holed.csv')  # no LABEL_COLUMN: a text column may be the labels
+    assert str(refused.value).endswith('COLUMNS (if it holds the class labels, name it LABEL_COLUMN)')

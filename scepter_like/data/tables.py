@@ -64,17 +64,26 @@ def text_codec(encoding, where):
     return 'utf-8-sig' if name == 'utf-8' else name
 
 
-def _number(text, path, line, column):
+MISSING_LABELS = ('', 'nan', 'na', 'n/a', 'null', 'none')  # how tables write a missing value (pandas: '' or NaN)
+
+
+def feature_number(text, path, line, column, leave_out):
+    """``float(text)`` of a feature cell; an empty cell (or NA, null) is a DataError naming it a missing value,
+    any other text one saying to encode the column as numbers or to leave it out (``leave_out``: how)."""
     try:
         return float(text)
     except ValueError:
+        pass
+    where = f'{path} line {line}, column {column!r}'
+    if text.strip().lower() in MISSING_LABELS:
         raise DataError(
-            f'{path} line {line}, column {column!r}: {text!r} is not a number; give numeric features'
-            ' (a column of text labels is the LABEL_COLUMN)'
-        ) from None
-
-
-MISSING_LABELS = ('', 'nan', 'na', 'n/a', 'null', 'none')  # how tables write a missing value (pandas: '' or NaN)
+            f'{where}: {text!r} is a missing value; drop or fill the rows missing it (pandas: df.dropna() or'
+            ' df.fillna(...))'
+        )
+    raise DataError(
+        f'{where} holds the text {text!r}: features are numbers; encode the column as numbers (one 0/1 column per'
+        f' category: pandas get_dummies) or {leave_out}'
+    )
 
 
 def number_or_none(text):
@@ -194,8 +203,15 @@ class CsvDataset(ArrayDataset):
                     f'{where}: reads the LABEL_COLUMN {label!r}, so the model would be given the answer; leave it out'
                 )
             indices = [column(name, where) for name in (names if isinstance(names, list) else [names])]
+            if cfg.COLUMNS:
+                leave_out = f'leave it out of {where}'
+            else:  # every column is read, a text label column too when LABEL_COLUMN is not set
+                named = ' (if it holds the class labels, name it LABEL_COLUMN)' if not label else ''
+                leave_out = f'name the features to read in COLUMNS{named}'
             numbered = enumerate(rows, FIRST_ROW_LINE)
-            values = [[_number(row[i], path, line, header[i]) for i in indices] for line, row in numbered]
+            values = [
+                [feature_number(row[i], path, line, header[i], leave_out) for i in indices] for line, row in numbered
+            ]
             tensor = torch.tensor(values, dtype=torch.float64)
             arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
         self.classes = None  # text labels' names in class-index order (the solver compares the splits')
