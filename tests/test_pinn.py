@@ -384,7 +384,9 @@ def test_onnx_export_of_a_float64_model_takes_a_float32_input_file_as_run_infere
 def test_an_input_file_that_is_no_npz_says_which_format_is_read(tmp_path):
     from scepter_like.solver.inference_solver import read_npz
 
-    path = tmp_path / 'grid.csv'
+    path = tmp_path / 'grid.txt'
     path.write_text('x,t\n0.1,0.2\n')
-    with pytest.raises(DataError, match=r'grid\.csv is not a readable \.npz file \(.*\); inputs are read from an'):
+    with pytest.raises(
+        DataError, match=r'grid\.txt is not a readable \.npz file \(.*\); inputs are an \.npz of arrays'
+    ):
         read_npz(str(path))

@@ -25,7 +25,8 @@ FIRST_ROW_LINE = 2  # the file line of the first data row (the header is line 1)
 
 def read_csv(path, delimiter, where, encoding='utf-8', encoding_where='ENCODING'):
     """``(header, rows)`` of a CSV file with a header row; a DataError naming ``where`` when it has none, and
-    ``encoding_where`` (the config key of ``encoding``) when its bytes are not text of that encoding."""
+    ``encoding_where`` (the config key of ``encoding``; None: no key sets it) when its bytes are not text of that
+    encoding."""
     if not os.path.isfile(path):
         raise DataError(f'{where}: file not found: {path}')
     with open(path, 'rb') as f:
@@ -37,9 +38,13 @@ def read_csv(path, delimiter, where, encoding='utf-8', encoding_where='ENCODING'
         if kind:
             raise DataError(f'{where}: {path} is not a CSV text file but {kind}: NpzDataset reads it') from None
         line = data.count(b'\n', 0, e.start) + 1
+        fix = (
+            f'set {encoding_where} to the encoding it was saved in (cp1252 for a CSV Excel saved on Windows)'
+            if encoding_where
+            else 'save it as UTF-8 text (Excel: CSV UTF-8)'
+        )
         raise DataError(
-            f'{where}: {path} is not {encoding} text (byte 0x{data[e.start]:02x} on line {line}); set {encoding_where}'
-            ' to the encoding it was saved in (cp1252 for a CSV Excel saved on Windows)'
+            f'{where}: {path} is not {encoding} text (byte 0x{data[e.start]:02x} on line {line}); {fix}'
         ) from None
     rows = [row for row in csv.reader(io.StringIO(text, newline=''), delimiter=delimiter) if row]
     if len(rows) < 2:
@@ -84,6 +89,58 @@ def feature_number(text, path, line, column, leave_out):
         f'{where} holds the text {text!r}: features are numbers; encode the column as numbers (one 0/1 column per'
         f' category: pandas get_dummies) or {leave_out}'
     )
+
+
+def column_values(header, rows, indices, path, leave_out, stacked=True):
+    """The float64 tensor of the columns ``indices`` of ``rows``: ``[rows, columns]``, or ``[rows]`` of one
+    column unless ``stacked`` (``feature_number`` refuses a cell that is no number)."""
+    numbered = enumerate(rows, FIRST_ROW_LINE)
+    values = [[feature_number(row[i], path, line, header[i], leave_out) for i in indices] for line, row in numbered]
+    tensor = torch.tensor(values, dtype=torch.float64)
+    return tensor if stacked else tensor[:, 0]
+
+
+class CsvInput:
+    """A CSV file given to run_inference (or export) as input, read once; ``arrays`` takes its batch keys by the
+    column names the model was trained on, whatever order the file holds them in (as predict() takes a
+    DataFrame)."""
+
+    def __init__(self, path, where='--input'):
+        self.path = path
+        self.header, self.rows = read_csv(path, ',', where, encoding_where=None)
+
+    def arrays(self, columns):
+        """``{key: float64 array}`` of each batch key of ``columns`` (key -> column names, as
+        ``BaseModel.input_columns``) whose columns the file holds; a key whose columns it lacks altogether (a
+        target) is left out, one lacking some of them is a DataError."""
+        if not columns:
+            raise DataError(
+                f'{self.path} is a CSV table, and the model records no table columns to read it by (it was not'
+                ' trained on a CsvDataset, or saved before checkpoints recorded them): give an .npz of arrays named'
+                " by batch key, or build_solver(training config).predict({'x': DataFrame}), which takes the columns"
+                ' by name'
+            )
+        arrays = {}
+        for key, names in columns.items():
+            listed = names if isinstance(names, list) else [names]
+            lacking = [name for name in listed if name not in self.header]
+            if len(lacking) == len(listed):
+                continue
+            if lacking:
+                raise DataError(
+                    f'{self.path} lacks the column(s) {lacking} of {key!r}, which the model reads from {listed}'
+                    f' (in any order; its columns: {self.header})'
+                )
+            indices = [self.header.index(name) for name in listed]
+            leave_out = 'fix the row: the model was trained on the column as numbers'
+            arrays[key] = column_values(
+                self.header, self.rows, indices, self.path, leave_out, stacked=isinstance(names, list)
+            )
+        if not arrays:
+            raise DataError(
+                f'{self.path} has none of the columns the model was trained on ({columns}); its columns: {self.header}'
+            )
+        return {key: tensor.numpy() for key, tensor in arrays.items()}
 
 
 def number_or_none(text):
@@ -208,12 +265,7 @@ class CsvDataset(ArrayDataset):
             else:  # every column is read, a text label column too when LABEL_COLUMN is not set
                 named = ' (if it holds the class labels, name it LABEL_COLUMN)' if not label else ''
                 leave_out = f'name the features to read in COLUMNS{named}'
-            numbered = enumerate(rows, FIRST_ROW_LINE)
-            values = [
-                [feature_number(row[i], path, line, header[i], leave_out) for i in indices] for line, row in numbered
-            ]
-            tensor = torch.tensor(values, dtype=torch.float64)
-            arrays[key] = tensor if isinstance(names, list) else tensor[:, 0]
+            arrays[key] = column_values(header, rows, indices, path, leave_out, stacked=isinstance(names, list))
         self.classes = None  # text labels' names in class-index order (the solver compares the splits')
         if label:
             labels = [row[position[label]].strip() for row in rows]

@@ -23,6 +23,7 @@ import numpy as np
 
 from scepter_like.config import Config
 from scepter_like.data.loader import DATA_KEYS
+from scepter_like.data.tables import CsvInput
 from scepter_like.errors import CheckpointError, DataError
 from scepter_like.model.description import check_architecture, model_from_description, parse_description
 from scepter_like.solver.checkpoint_state import take_data_names
@@ -103,15 +104,25 @@ def model_from_weights(weights, logger):
     return model.to(inference_device()).eval()
 
 
-def model_inputs(model, arrays, source):
-    """``arrays`` (of the file ``source``) as ``model`` takes them (``BaseModel.inputs_from_arrays``; else as is)."""
+def read_inputs(path):
+    """The inputs of the file ``path``: a ``.csv`` table (``CsvInput``, read by column name once the model is
+    known), else the arrays of an ``.npz``."""
+    return CsvInput(path) if path.lower().endswith('.csv') else read_npz(path)
+
+
+def model_inputs(model, inputs, source):
+    """``inputs`` (of the file ``source``: ``read_inputs``) as ``model`` takes them: a table's columns by the names
+    the model was trained on (``BaseModel.input_columns``); arrays by ``BaseModel.inputs_from_arrays``, else as
+    they are."""
+    if isinstance(inputs, CsvInput):
+        return inputs.arrays(getattr(model, 'input_columns', None))
     convert = getattr(model, 'inputs_from_arrays', None)
-    return convert(arrays, source) if convert is not None else arrays
+    return convert(inputs, source) if convert is not None else inputs
 
 
 def read_model_inputs(path, model):
-    """The arrays of ``path`` (an .npz) as ``model`` takes them."""
-    return model_inputs(model, read_npz(path), path)
+    """The inputs of ``path`` (an .npz or a .csv) as ``model`` takes them."""
+    return model_inputs(model, read_inputs(path), path)
 
 
 def evaluate(solver):
@@ -142,8 +153,8 @@ def read_npz(path):
             return {k: data[k] for k in data.files}
     except (ValueError, OSError) as e:
         raise DataError(
-            f'{path} is not a readable .npz file ({str(e).splitlines()[0]}); inputs are read from an .npz of named'
-            " arrays only (a CSV: np.savez('points.npz', x=np.loadtxt(path, delimiter=',', skiprows=1)))"
+            f'{path} is not a readable .npz file ({str(e).splitlines()[0]}); inputs are an .npz of arrays named by'
+            ' batch key, or a .csv table (named so), read by the column names the model was trained on'
         ) from None
 
 

@@ -1,7 +1,8 @@
 """Infer: ``python tools/run_inference.py [--cfg FILE] --checkpoint PATH [--input x.npz] --output y.npz [K=V ...]``.
 
 Feeds the arrays of ``--input`` (named by the batch keys the model reads, e.g. ``img``, or
-a sample file in the layout the model reads: ``BaseModel.inputs_from_arrays``) to the model
+a sample file in the layout the model reads: ``BaseModel.inputs_from_arrays``; or a ``.csv``
+table, its columns taken by the names the model was trained on, ``BaseModel.input_columns``) to the model
 in eval mode, ``--batch-size`` samples at a time (a model with INPUT_BATCHING 'whole', such
 as a graph model, takes the file as one batch), and writes every per-sample output (e.g.
 ``logits``) to ``--output`` atomically.  Without ``--input`` it runs over the whole
@@ -26,7 +27,10 @@ from scepter_like.errors import ConfigError
 def make_inference_parser():
     parser = make_parser('Run a model with given weights on arrays of an .npz file (or on TEST_DATA).')
     add_checkpoint_argument(parser)
-    parser.add_argument('--input', help='.npz of input arrays named by batch key (default: TEST_DATA)')
+    parser.add_argument(
+        '--input',
+        help='.npz of arrays named by batch key, or a .csv table read by the training columns (default: TEST_DATA)',
+    )
     parser.add_argument('--output', required=True, help='.npz to write the outputs to')
     parser.add_argument('--batch-size', type=int, default=256, help='samples per forward (default 256)')
     return parser
@@ -49,14 +53,14 @@ def test_data_batches(solver, batch_size):
 
 def infer_with_config(args, logger):
     """Outputs of the config's model with the checkpoint's weights, on --input or TEST_DATA."""
-    from scepter_like.solver.inference_solver import build_solver_with_weights, model_inputs, read_npz
+    from scepter_like.solver.inference_solver import build_solver_with_weights, model_inputs, read_inputs
     from scepter_like.solver.predict import predict_batches
     from scepter_like.utils.checkpoint import resolve_checkpoint
 
     cfg = load_config(args)
     if args.input is None and cfg.SOLVER.get('TEST_DATA') is None:
-        raise ConfigError('run_inference needs --input x.npz or a TEST_DATA in the config')
-    arrays = read_npz(args.input) if args.input else None  # a bad file fails before anything is built
+        raise ConfigError('run_inference needs --input (an .npz or a .csv) or a TEST_DATA in the config')
+    arrays = read_inputs(args.input) if args.input else None  # a bad file fails before anything is built
     weights = resolve_checkpoint(args.checkpoint)
     solver = build_solver_with_weights(cfg, weights, logger, data_modes=() if arrays else ('test',))
     try:
@@ -77,15 +81,15 @@ def infer_from_checkpoint(args, logger):
         inference_device,
         model_from_weights,
         model_inputs,
-        read_npz,
+        read_inputs,
     )
     from scepter_like.solver.predict import predict
     from scepter_like.utils.checkpoint import resolve_checkpoint
 
     refuse_config_options(args, 'run_inference')
     if args.input is None:
-        raise ConfigError('without --cfg (no TEST_DATA) run_inference needs --input x.npz')
-    arrays = read_npz(args.input)  # a bad file fails before anything is built
+        raise ConfigError('without --cfg (no TEST_DATA) run_inference needs --input (an .npz or a .csv)')
+    arrays = read_inputs(args.input)  # a bad file fails before anything is built
     import_modules(args.imports)
     model = model_from_weights(resolve_checkpoint(args.checkpoint), logger)
     return predict(model, model_inputs(model, arrays, args.input), args.batch_size, inference_device())
