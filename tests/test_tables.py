@@ -167,3 +167,20 @@ def test_run_inference_reads_a_csv_input_by_the_training_columns_names(trained, 
 
     with pytest.raises(DataError, match=r'partial\.csv is a CSV table, and the model records no table columns .*'):
         CsvInput(str(tmp_path / 'partial.csv')).arrays(None)  # a model trained on arrays, or an older checkpoint
+
+
+def test_one_column_named_alone_is_told_to_be_a_list_not_another_in_dim(tmp_path):
+    """COLUMNS {x: area} makes x [rows]; the error said to set IN_DIM (now 1), which is right already."""
+    cfg = regression_cfg(houses_csv(tmp_path / 'houses.csv'), tmp_path / 'run', TRAIN_HOOKS=[])
+    cfg['SOLVER']['TRAIN_DATA']['COLUMNS']['x'] = 'area'
+    cfg['SOLVER']['MODEL']['BACKBONE']['IN_DIM'] = 1
+    with pytest.raises(DataError) as refused, build_solver(cfg) as session:
+        session.fit()
+    assert str(refused.value).endswith(
+        "'x' is read from the one column 'area' as [rows] (COLUMNS names it alone, not in a list): write it as a"
+        ' list, x: [area], for a [rows, 1] feature'
+    )
+    assert 'IN_DIM' not in str(refused.value)
+    cfg['SOLVER']['TRAIN_DATA']['COLUMNS']['x'] = ['area']
+    with build_solver(cfg, [f'SOLVER.WORK_DIR={tmp_path / "listed"}']) as session:
+        session.fit()

@@ -57,6 +57,22 @@ def _size_keys(model, side):
     return found
 
 
+def _one_number_per_sample(model, batch):
+    """What to do when the model's input is a 1-d float tensor, ``[rows]`` (a CsvDataset key COLUMNS names by one
+    column, not a list), which no size key fixes; None otherwise."""
+    key = getattr(model, 'input_key', None)
+    value = batch.get(key)
+    if not isinstance(value, torch.Tensor) or value.dim() != 1 or not value.is_floating_point():
+        return None
+    column = (getattr(model, 'input_columns', None) or {}).get(key)
+    if isinstance(column, str):
+        return (
+            f'{key!r} is read from the one column {column!r} as [rows] (COLUMNS names it alone, not in a list):'
+            f' write it as a list, {key}: [{column}], for a [rows, 1] feature'
+        )
+    return f'{key!r} is [rows], one number per sample: the model takes [rows, features] (one feature: x[:, None])'
+
+
 def explain(model, batch, error, trained=False):
     """The one-line message for ``error`` raised by ``model(**batch)``, or None when it is not about sizes.
 
@@ -96,6 +112,9 @@ def explain(model, batch, error, trained=False):
         )
     elif side == 'input' and images:
         fix += '; images of another size than the rest need TRANSFORMS Resize / CenterCrop instead'
+    flat = _one_number_per_sample(inner, batch) if side == 'input' else None
+    if flat is not None:
+        fix = flat
     label_key = getattr(inner, 'label_key', None)  # a Classifier's: one column too many may be the labels
     if side == 'input' and not trained and label_key and label_key not in batch:
         fix += (
