@@ -159,6 +159,34 @@ def test_predict_orders_a_dataframe_by_the_training_tables_column_names(tmp_path
     assert not np.array_equal(solver.predict({'x': np.asarray(frame)})['logits'], expected)  # an array: as it is
 
 
+class NullableFrame(Frame):
+    """A DataFrame holding pandas' nullable (Int64, boolean) or bool columns beside floats: ``numpy.asarray`` gives
+    objects (pd.NA as None here), ``to_numpy(dtype, na_value)`` numbers; ``dtypes`` by column."""
+
+    def __init__(self, values, columns, kinds):
+        super().__init__(np.asarray(values, dtype=object), columns)
+        self.dtypes = dict(zip(columns, (np.dtype(kind) for kind in kinds)))
+
+    def to_numpy(self, dtype=None, na_value=None):
+        return np.array([[na_value if v is None else v for v in row] for row in self.values], dtype=dtype)
+
+
+def test_predict_takes_a_dataframes_nullable_and_bool_columns_as_numbers(solver):
+    """A nullable Int64 or a bool column was 'holds DataFrame values, not numbers', while an all-int frame worked."""
+    x = np.random.default_rng(0).integers(0, 4, size=(6, 8)).astype(np.float64)
+    x[:, 4] = x[:, 4] > 0  # column 4 a bool one
+    cells = [[int(v) if j < 4 else bool(v) if j == 4 else float(v) for j, v in enumerate(row)] for row in x]
+    kinds = ['int64'] * 4 + ['bool'] + ['float64'] * 3
+    frame = NullableFrame(cells, [f'f{i}' for i in range(8)], kinds)
+    np.testing.assert_array_equal(solver.predict({'img': frame})['logits'], solver.predict({'img': x})['logits'])
+    cells[3][1] = None  # pd.NA: a missing value, refused as NaN naming the row
+    with pytest.raises(DataError, match=r"^predict input 'img': NaN or inf in 1 row\(s\), the first at row 3 "):
+        solver.predict({'img': NullableFrame(cells, frame.columns, kinds)})
+    cells[3][1], cells[2][0] = 1, 'NAmes'
+    with pytest.raises(DataError, match=r"^predict input 'img' is a DataFrame whose column\(s\) \['f0'\] hold text"):
+        solver.predict({'img': NullableFrame(cells, frame.columns, ['O'] + kinds[1:])})
+
+
 def test_predict_refuses_nan_or_inf_inputs_naming_the_first_row(solver):
     """NaN features gave NaN logits (argmax: class 0) without a word, while training refuses such data."""
     x = np.zeros((6, 8), np.float32)

@@ -45,23 +45,41 @@ def as_tensors(inputs, rows=True, columns=None):
 
 
 def _tensor(key, value):
-    """``value`` (an array, a tensor, nested lists of numbers) as a tensor; anything else (file paths, images as
-    objects) is a DataError: predict feeds the model arrays, and reads no files."""
+    """``value`` (an array, a tensor, nested lists of numbers, a DataFrame of numbers or bools) as a tensor;
+    anything else (file paths, images as objects) is a DataError: predict feeds the model arrays, and reads no
+    files."""
     if isinstance(value, torch.Tensor):
         return value
     try:
         array = np.asarray(value)
+        if hasattr(value, 'to_numpy') and array.dtype.kind in 'bO':
+            # a DataFrame's bool or nullable columns (Int64, boolean: numpy objects) are numbers, pd.NA as NaN
+            array = value.to_numpy(dtype=np.float64, na_value=np.nan)
         # torch takes no negative strides (x[:, ::-1], np.flip) and warns of a read-only array (np.asarray of a PIL
         # image): such arrays are copied
         copy = any(s < 0 for s in array.strides) or not array.flags.writeable
         return torch.as_tensor(np.array(array) if copy else array)
     except (TypeError, ValueError):
-        first = value[0] if isinstance(value, (list, tuple, np.ndarray)) and len(value) else value
-        kind = type(getattr(first, 'item', lambda: first)()).__name__  # a numpy scalar by its Python type
-        raise DataError(
-            f'predict input {key!r} holds {kind} values, not numbers: predict takes arrays as the model does (images'
-            ' as [N, C, H, W] floats, made as the TEST_DATA pipeline makes them); it reads no files'
-        ) from None
+        raise _not_numbers(key, value) from None
+
+
+def _not_numbers(key, value):
+    """The DataError for an input holding other values than numbers, naming them (a DataFrame: its text columns)."""
+    dtypes = getattr(value, 'dtypes', None)  # a DataFrame's, by column
+    texts = [name for name, dtype in dtypes.items() if dtype.kind == 'O'] if hasattr(dtypes, 'items') else []
+    if texts:
+        return DataError(
+            f'predict input {key!r} is a DataFrame whose column(s) {texts} hold text, not numbers: encode them as'
+            ' numbers as the training data did, or leave them out'
+        )
+    if hasattr(value, 'to_numpy'):  # a Series
+        value = value.to_numpy()
+    first = value[0] if isinstance(value, (list, tuple, np.ndarray)) and len(value) else value
+    kind = type(getattr(first, 'item', lambda: first)()).__name__  # a numpy scalar by its Python type
+    return DataError(
+        f'predict input {key!r} holds {kind} values, not numbers: predict takes arrays as the model does (images'
+        ' as [N, C, H, W] floats, made as the TEST_DATA pipeline makes them); it reads no files'
+    )
 
 
 def by_name(key, value, names):
