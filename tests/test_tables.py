@@ -184,3 +184,24 @@ def test_one_column_named_alone_is_told_to_be_a_list_not_another_in_dim(tmp_path
     cfg['SOLVER']['TRAIN_DATA']['COLUMNS']['x'] = ['area']
     with build_solver(cfg, [f'SOLVER.WORK_DIR={tmp_path / "listed"}']) as session:
         session.fit()
+
+
+def test_resuming_on_train_data_of_another_epoch_length_is_a_warning_naming_both_counts(tmp_path, caplog):
+    """The file shrank from 64 rows to 32 (4 batches to 2): the resume 'went on at epoch 1, iter 4' of an epoch of
+    2, which then 'trained' in no time, without a word."""
+    path = houses_csv(tmp_path / 'houses.csv')
+    hooks = [{'NAME': 'CheckpointHook', 'STEP_INTERVAL': 3}]
+    with build_solver(regression_cfg(path, tmp_path / 'run', TRAIN_HOOKS=hooks, MAX_STEPS=3)) as session:
+        session.fit()
+    houses_csv(tmp_path / 'houses.csv', n=32)
+    with (
+        caplog.at_level('WARNING', 'scepter_like'),
+        build_solver(regression_cfg(path, tmp_path / 'run', TRAIN_HOOKS=hooks), ['SOLVER.RESUME_FROM=auto']),
+    ):
+        pass
+    notes = [r.getMessage() for r in caplog.records if 'batches per epoch' in r.getMessage()]
+    assert notes == [
+        f'{tmp_path}/run/checkpoints/checkpoint-step-3.pth was saved with 4 train batches per epoch and the train'
+        ' data now makes 2 (its file, BATCH_SIZE or DROP_LAST changed): the epoch goes on at batch 4; batch 4 is'
+        ' past the end of an epoch of 2, so the resumed epoch ends without training'
+    ]

@@ -59,6 +59,7 @@ def collect_training_state(solver, every_rank=True):
             'config': solver.config_text,
             'world_size': solver.world_size,
             'global_batch': _global_batch(solver),
+            'train_batches': _train_batches(solver),
             'time': time.time(),
         },
         'model': model_state_dict(solver.model),
@@ -114,6 +115,8 @@ def restore_training_state(solver, ckpt, source):
     world = ckpt['meta'].get('world_size', 1)
     if world != solver.world_size:
         progress['iter'] = _map_position(solver, ckpt, source)
+    elif ckpt['meta'].get('train_batches', 0) not in (0, _train_batches(solver)):
+        solver.logger.warning(_epoch_length_note(solver, ckpt, source))
     solver.progress.load_state_dict(progress)
     solver.epoch_outputs = defaultdict(dict, {m: dict(v) for m, v in progress['epoch_outputs'].items()})
     saved_hooks = ckpt.get('hooks', {})
@@ -137,6 +140,27 @@ def _global_batch(solver):
     """Train samples per step over all ranks (0 without train data)."""
     bundle = solver.datas.get('train')
     return bundle.batch_size * solver.world_size if bundle is not None else 0
+
+
+def _train_batches(solver):
+    """Batches in a train pass on this rank (0 without train data)."""
+    bundle = solver.datas.get('train')
+    return bundle.num_batches() if bundle is not None else 0
+
+
+def _epoch_length_note(solver, ckpt, source):
+    """The warning for train data that makes another number of batches per pass than when ``ckpt`` was saved (its
+    file, BATCH_SIZE or DROP_LAST changed): the saved position in the epoch no longer means the same samples."""
+    saved, now, position = ckpt['meta']['train_batches'], _train_batches(solver), ckpt['solver']['iter']
+    past = (
+        f'; batch {position + 1} is past the end of an epoch of {now}, so the resumed epoch ends without training'
+        if position >= now
+        else ''
+    )
+    return (
+        f'{source} was saved with {saved} train batches per epoch and the train data now makes {now} (its file,'
+        f' BATCH_SIZE or DROP_LAST changed): the epoch goes on at batch {position + 1}{past}'
+    )
 
 
 def _map_position(solver, ckpt, source):
