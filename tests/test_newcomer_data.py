@@ -163,8 +163,8 @@ def test_a_csv_split_whose_header_orders_the_features_otherwise_is_refused_until
     line = one_error_line(capsys)
     assert line == (
         f"error: SOLVER.EVAL_DATA: its 'x' is read from the columns {[features[1], features[0], *features[2:]]},"
-        f" otherwise than the train data's {features} (features are matched by place); give both data configs COLUMNS: {{x:"
-        f' {features}}}'
+        f" otherwise than the train data's {features} (features are matched by place); give both data configs"
+        f' COLUMNS: {{x: {features}}}'
     )
     columns = f'SOLVER.{{}}.COLUMNS={{{{x: [{", ".join(features)}]}}}}'
     words = [f'SOLVER.EVAL_DATA.PATH={swapped}', columns.format('TRAIN_DATA'), columns.format('EVAL_DATA')]
