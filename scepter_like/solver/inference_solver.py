@@ -9,8 +9,8 @@ weights replace it); ``ENV.USE_PL`` is turned off (the native loop
 evaluates a Lightning run's weights to the same numbers).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
 (and, where the file describes its model, be of the config's architecture; where it names the classes
-the model was trained on, EVAL_DATA and TEST_DATA must number theirs the same).  EVAL_HOOKS
-and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
+or the table columns the model was trained on, EVAL_DATA and TEST_DATA must number and place theirs the
+same).  EVAL_HOOKS and TEST_HOOKS stay, so evaluation runs exactly as it does inside training.
 
 Without a config, ``model_from_weights`` builds the model the file describes
 (``scepter_like.model.description``): inference and export need nothing else.
