@@ -1,7 +1,8 @@
 """Code written for scepter runs after the rename ``scepter.modules.`` -> ``scepter_like.``.
 
-No scepter code ships here: the hooks, metric, scheduler and dataset below are small
-ones written in scepter's style (list ``para_dict``, its imports after the rename).
+Apart from scepter's AnnealingLR / StepAnnealingLR (copied with their copyright line), no
+scepter code ships here: the hooks, metric, scheduler and dataset below are small ones written
+in scepter's style (list ``para_dict``, its imports after the rename).
 """
 
 import itertools
@@ -1641,3 +1642,157 @@ def test_a_scepter_style_checkpoint_resumes_the_warmed_up_schedule_at_the_rate_o
     train('b', 1)
     resume = f'SOLVER.RESUME_FROM={tmp_path / "b" / "checkpoints" / "checkpoint-epoch-1.pth"}'
     assert train('c', 3, resume) == pytest.approx(went_on[1:])
+
+
+# scepter's modules/opt/lr_schedulers/warmup.py (Copyright (c) Alibaba, Inc. and its affiliates; Apache-2.0): its
+# AnnealingLR and StepAnnealingLR as scepter wrote them, after the import rename.  AnnealingLR never calls
+# _LRScheduler.__init__, so it has no _last_lr.
+SCEPTER_ANNEALING_FILE = """
+import math
+
+from scepter_like.opt.lr_schedulers import LR_SCHEDULERS
+from scepter_like.opt.lr_schedulers.base_scheduler import BaseScheduler
+from scepter_like.utils.config import dict_to_yaml
+from torch.optim.lr_scheduler import _LRScheduler
+
+
+class AnnealingLR(_LRScheduler):
+    def __init__(self,
+                 optimizer,
+                 warmup_steps,
+                 total_steps,
+                 decay_mode='cosine',
+                 min_lr=0.0,
+                 last_step=-1):
+        assert decay_mode in ['linear', 'cosine', 'none']
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            if 'initial_lr' not in group:
+                group.setdefault('initial_lr', group['lr'])
+        self.base_lrs = [
+            group['initial_lr'] for group in optimizer.param_groups
+        ]
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.decay_mode = decay_mode
+        self.min_lr = min_lr
+        self.current_step = last_step + 1
+        self.step(self.current_step)
+
+    def get_lr(self):
+        if self.warmup_steps > 0 and self.current_step <= self.warmup_steps:
+            return [
+                base_lr * self.current_step / self.warmup_steps
+                for base_lr in self.base_lrs
+            ]
+        else:
+            ratio = (self.current_step - self.warmup_steps) / (
+                self.total_steps - self.warmup_steps)
+            ratio = min(1.0, max(0.0, ratio))
+            if self.decay_mode == 'linear':
+                return [base_lr * (1 - ratio) for base_lr in self.base_lrs]
+            elif self.decay_mode == 'cosine':
+                return [
+                    base_lr * (math.cos(math.pi * ratio) + 1.0) / 2.0
+                    for base_lr in self.base_lrs
+                ]
+            else:
+                return self.base_lrs
+
+    def step(self, current_step=None):
+        if current_step is None:
+            current_step = self.current_step + 1
+        self.current_step = current_step
+        new_lrs = self.get_lr()
+        new_lrs = [max(self.min_lr, new_lr) for new_lr in new_lrs]
+        for new_lr, group in zip(new_lrs, self.optimizer.param_groups):
+            group['lr'] = new_lr
+
+    def state_dict(self):
+        return {
+            'base_lrs': self.base_lrs,
+            'warmup_steps': self.warmup_steps,
+            'total_steps': self.total_steps,
+            'decay_mode': self.decay_mode,
+            'current_step': self.current_step
+        }
+
+    def load_state_dict(self, state_dict):
+        self.base_lrs = state_dict['base_lrs']
+        self.warmup_steps = state_dict['warmup_steps']
+        self.total_steps = state_dict['total_steps']
+        self.decay_mode = state_dict['decay_mode']
+        self.current_step = state_dict['current_step']
+
+
+@LR_SCHEDULERS.register_class()
+class StepAnnealingLR(BaseScheduler):
+    para_dict = {
+        'WARMUP_STEPS': {
+            'value': 0,
+            'description': 'Setting warmup steps.'
+        },
+        'TOTAL_STEPS': {
+            'value': 10000000,
+            'description': 'The total training steps.'
+        },
+        'DECAY_MODE': {
+            'value': 'cosine',
+            'description': 'The lr decay mode, default is cosine.'
+        },
+        'MIN_LR': {
+            'value': 0.0,
+            'description': 'The minimum learning rate, default is 0.0.'
+        },
+        'LAST_STEP': {
+            'value': -1,
+            'description':
+            'The the last step before last runing, default is -1.'
+        }
+    }
+
+    def __init__(self, cfg, logger=None):
+        super(StepAnnealingLR, self).__init__(cfg, logger=logger)
+        self.warmup_steps = cfg.WARMUP_STEPS
+        self.total_steps = cfg.TOTAL_STEPS
+        self.decay_mode = cfg.get('DECAY_MODE', 'cosine')
+        self.min_lr = cfg.get('MIN_LR', 0.0)
+        self.last_step = cfg.get('LAST_STEP', -1)
+
+    def __call__(self, optimizer):
+        return AnnealingLR(optimizer,
+                           warmup_steps=self.warmup_steps,
+                           total_steps=self.total_steps,
+                           decay_mode=self.decay_mode,
+                           min_lr=self.min_lr,
+                           last_step=self.last_step)
+
+    @staticmethod
+    def get_config_template():
+        return dict_to_yaml('LR_SCHEDULERS',
+                            __class__.__name__,
+                            StepAnnealingLR.para_dict,
+                            set_name=True)
+"""
+
+
+def test_scepters_step_annealing_lr_runs_at_its_per_step_rates(tmp_path):
+    """scepter's AnnealingLR keeps no ``_last_lr``: LrHook takes its rates from the optimizer it sets, and the run
+    trains at scepter's rates, stepped once per optimizer step (its warmup from 0 over 4 steps, then linear decay
+    to step 12)."""
+    from helpers import blob_solver_cfg, write_blobs
+
+    code = write(tmp_path / 'warmup.py', SCEPTER_ANNEALING_FILE)
+    cfg = blob_solver_cfg(
+        write_blobs(tmp_path / 'blobs.npz'),
+        tmp_path / 'w',
+        hooks=[{'NAME': 'BackwardHook'}, {'NAME': 'LogHook', 'LOG_INTERVAL': 1}],
+        LR_SCHEDULER={'NAME': 'StepAnnealingLR', 'WARMUP_STEPS': 4, 'TOTAL_STEPS': 12, 'DECAY_MODE': 'linear'},
+    )
+    (tmp_path / 'c.yaml').write_text(yaml.safe_dump(cfg))
+    res = run_cli('run_train.py', '--cfg', tmp_path / 'c.yaml', '--import', code)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = map(json.loads, (tmp_path / 'w' / 'metrics.jsonl').read_text().splitlines())
+    lrs = [r['values']['lr'] for r in lines if r['kind'] == 'train']
+    scepters = [0.1 * (c / 4 if c <= 4 else 1 - (c - 4) / 8) for c in range(12)]  # step k trains at step k - 1's
+    assert lrs == pytest.approx(scepters)

@@ -78,7 +78,7 @@ class LrHook(Hook):
         if self.sched_lrs is None:  # fresh start (a resume restores these)
             # from the scheduler when there is one: a solver's own load_checkpoint (scepter's) restores it but not
             # this hook, and the optimizer it restores holds warmed-up rates
-            self.sched_lrs = sched.get_last_lr() if sched is not None else [g['lr'] for g in optimizer.param_groups]
+            self.sched_lrs = _scheduled_lrs(sched, optimizer)
             base = getattr(sched, 'base_lrs', self.sched_lrs)[0]
             self.start_ratio = self.warmup_start_lr / base if base else 1.0
             epochs = solver.progress.max_epochs  # a warmup as long: a sweep over the rate would sweep nothing
@@ -201,6 +201,15 @@ class LrHook(Hook):
         self.seen_steps = state['seen_steps']
         self.phase = state.get('phase', 0)
         self._warmup_steps = state.get('warmup_steps')  # (None in checkpoints from before: computed anew)
+
+
+def _scheduled_lrs(sched, optimizer):
+    """The rates the scheduler set last: its ``get_last_lr()``; the optimizer's when it has no scheduler, or one
+    that never ran ``_LRScheduler.__init__`` (scepter's AnnealingLR, which sets the groups' rates itself and keeps
+    no ``_last_lr``)."""
+    if getattr(sched, '_last_lr', None) is not None:
+        return sched.get_last_lr()
+    return [g['lr'] for g in optimizer.param_groups]
 
 
 def _output_names(metric):
