@@ -136,6 +136,46 @@ def test_warmup_cosine_matches_closed_form_every_step_and_across_resume(blobs, t
         assert torch.equal(a, b)
 
 
+def test_hook_states_follow_their_hooks_when_the_resumed_hook_list_changes(blobs, tmp_path, caplog):
+    """Hook states are saved under position keys (``train.2.LrHook``).  A hook added at resume moves the LrHook
+    that LR_SCHEDULER adds; it still takes its state (the epoch step it did: StepLR stepped again otherwise, and
+    epoch 2 ran at half the rate), so the run ends as the one that went on.  A state no hook takes and a hook with
+    state that finds none are warnings naming them."""
+    backward, saver = {'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True}
+
+    def cfg(work, hooks, **keys):
+        cfg = blob_solver_cfg(blobs, tmp_path / work, hooks=hooks, MAX_EPOCHS=2, **keys)
+        cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'StepLR', 'STEP_SIZE': 1, 'GAMMA': 0.5}
+        return cfg
+
+    went_on = build_solver(cfg('full', [backward, saver]))
+    went_on.solve()
+    build_solver(cfg('cut', [backward, saver], MAX_STEPS=6)).solve()  # stops in epoch 2, after its StepLR step
+    source = tmp_path / 'cut' / 'checkpoints' / 'checkpoint-last.pth'
+
+    def resume(hooks):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            solver = build_solver(cfg('cut', hooks, RESUME_FROM='auto'))
+        return solver, [r.getMessage() for r in caplog.records if 'TRAIN_HOOKS[' in r.getMessage()]
+
+    _, said = resume([backward, {'NAME': 'EarlyStoppingHook'}])  # LogHook and LrHook added, at [2] and [3]
+    assert said == [
+        f'{source} holds the state of CheckpointHook (SOLVER.TRAIN_HOOKS[1]), which no hook of this run takes: it'
+        ' is dropped; resume with the hook list that saved it to keep it',
+        f'EarlyStoppingHook (SOLVER.TRAIN_HOOKS[1]) finds no saved state in {source}: it starts fresh',
+    ]
+    resumed, said = resume([backward, saver, {'NAME': 'GradNormHook'}])
+    assert said == [
+        f'{source}: the state of LrHook (SOLVER.TRAIN_HOOKS[3]) goes to LrHook (SOLVER.TRAIN_HOOKS[4])'
+        ' (the hook list changed)'
+    ]
+    resumed.solve()
+    assert resumed.optimizer.param_groups[0]['lr'] == pytest.approx(0.05)
+    for a, b in zip(params(went_on), params(resumed)):
+        assert torch.equal(a, b)
+
+
 def test_epoch_warmup_and_per_group_ratios(blobs, tmp_path):
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 2, 'WARMUP_START_LR': 0.02}]
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=4)

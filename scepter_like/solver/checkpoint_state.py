@@ -23,7 +23,9 @@ from scepter_like.data.loader import DATA_KEYS, check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.description import check_architecture, describe
 from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
+from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.parallel import load_model_state, model_state_dict
+from scepter_like.solver.stages import HOOK_KEYS
 from scepter_like.utils.checkpoint import (
     CHECKPOINT_DIR,
     JOB_FILE,
@@ -119,14 +121,65 @@ def restore_training_state(solver, ckpt, source):
         solver.logger.warning(_epoch_length_note(solver, ckpt, source))
     solver.progress.load_state_dict(progress)
     solver.epoch_outputs = defaultdict(dict, {m: dict(v) for m, v in progress['epoch_outputs'].items()})
-    saved_hooks = ckpt.get('hooks', {})
-    for key, hook in solver.hooks_by_key().items():
-        if key in saved_hooks:
-            hook.load_state_dict(saved_hooks[key])
+    restore_hook_states(solver, ckpt.get('hooks', {}), source)
     if solver.rank < len(ckpt['rng']):  # a rank the checkpoint did not have keeps its fresh SEED + rank stream
         set_rng_state(ckpt['rng'][solver.rank])
     for fn in solver.stage_functions('after_load_checkpoint'):
         fn(solver, ckpt)
+
+
+def restore_hook_states(solver, saved, source):
+    """Each hook takes the state saved under its key (``mode.index.ClassName``, ``build_hooks``).  When the hook
+    list changed since (a hook added or removed before it), a hook whose key the file lacks takes the state that
+    no key took, saved by a hook of its mode and class, when there is exactly one of each (so the auto-added LrHook
+    keeps its record of the epoch step done).  A saved state no hook takes and a hook with state that takes none
+    are warnings."""
+    hooks = solver.hooks_by_key()
+    pairs = {key: key for key in hooks if key in saved}
+    saved_left, hooks_left = _by_kind(k for k in saved if k not in pairs), _by_kind(k for k in hooks if k not in pairs)
+    for kind, keys in hooks_left.items():
+        if len(keys) == 1 and len(saved_left.get(kind, ())) == 1:
+            pairs[keys[0]] = saved_left[kind][0]
+            if saved[pairs[keys[0]]]:  # (a stateless hook moved: nothing to say)
+                solver.logger.info(
+                    f'{source}: the state of {_where(solver, pairs[keys[0]])} goes to {_where(solver, keys[0])}'
+                    ' (the hook list changed)'
+                )
+    for key, saved_key in pairs.items():
+        hooks[key].load_state_dict(saved[saved_key])
+    taken, unpaired = set(pairs.values()), {_kind(key) for key in hooks if key not in pairs}
+    for key in saved:
+        if key not in taken and saved[key]:
+            solver.logger.warning(
+                f'{source} holds the state of {_where(solver, key)}, which no hook of this run takes'
+                + (f" (which of this run's {_kind(key)[1]}s it was is unknown)" if _kind(key) in unpaired else '')
+                + ': it is dropped; resume with the hook list that saved it to keep it'
+            )
+    for key, hook in hooks.items():
+        if (
+            key not in pairs
+            and getattr(type(hook), 'load_state_dict', Hook.load_state_dict) is not Hook.load_state_dict
+        ):
+            solver.logger.warning(f'{_where(solver, key)} finds no saved state in {source}: it starts fresh')
+
+
+def _kind(key):
+    """``(mode, ClassName)`` of a hook-state key ``mode.index.ClassName``."""
+    mode, _index, name = key.split('.')
+    return mode, name
+
+
+def _by_kind(keys):
+    out = defaultdict(list)
+    for key in keys:
+        out[_kind(key)].append(key)
+    return out
+
+
+def _where(solver, key):
+    """A hook-state key as the config place it names: ``ClassName (SOLVER.TRAIN_HOOKS[3])``."""
+    mode, index, name = key.split('.')
+    return f'{name} ({solver.cfg.path_of(HOOK_KEYS[mode])}[{index}])'
 
 
 def progress_state(solver):
