@@ -7,6 +7,7 @@ in scepter's style (list ``para_dict``, its imports after the rename).
 
 import itertools
 import json
+import logging
 import math
 import os
 import subprocess
@@ -27,6 +28,7 @@ from scepter_like.solver.base_solver import BaseSolver
 SCEPTER_HOOK_FILE = """
 # -*- coding: utf-8 -*-
 import json
+import logging
 import math
 import os.path as osp
 
@@ -686,6 +688,7 @@ def test_counter_views_have_scepters_offsets_and_progress_keeps_this_projects(tm
 SCEPTER_SOLVER_FILE = """
 # -*- coding: utf-8 -*-
 import json
+import logging
 import math
 import os.path as osp
 from collections import OrderedDict, defaultdict
@@ -1796,3 +1799,100 @@ def test_scepters_step_annealing_lr_runs_at_its_per_step_rates(tmp_path):
     lrs = [r['values']['lr'] for r in lines if r['kind'] == 'train']
     scepters = [0.1 * (c / 4 if c <= 4 else 1 - (c - 4) / 8) for c in range(12)]  # step k trains at step k - 1's
     assert lrs == pytest.approx(scepters)
+
+
+def test_a_model_declaring_pretrained_model_loads_it_itself_and_the_solver_not_again(tmp_path, caplog):
+    """scepter's LatentDiffusion and embedders declare PRETRAINED_MODEL (with IGNORE_KEYS) and load it in
+    ``__init__``; the solver loads only BaseModel's key.  Its second, strict load undid IGNORE_KEYS."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.model import MODELS, BaseModel
+
+    @MODELS.register_class('CompatFinetuneNet')
+    class FinetuneNet(BaseModel):
+        para_dict = {
+            'PRETRAINED_MODEL': {'value': None, 'description': 'scepter checkpoint to start from'},
+            'IGNORE_KEYS': {'value': [], 'description': 'keys not loaded'},
+        }
+
+        def __init__(self, cfg, logger=None):
+            super().__init__(cfg, logger=logger)
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+            self.ignore_keys = cfg.get('IGNORE_KEYS', [])
+            if cfg.get('PRETRAINED_MODEL'):
+                state = torch.load(cfg.PRETRAINED_MODEL, map_location='cpu')['state_dict']
+                kept = {k: v for k, v in state.items() if not any(k.startswith(i) for i in self.ignore_keys)}
+                self.load_state_dict(kept, strict=False)
+
+        def forward(self, img, label=None):
+            logits = self.net(img)
+            return {'loss': torch.nn.functional.cross_entropy(logits, label)} if self.training else {'logits': logits}
+
+    sevens = {k: torch.full_like(v, 7.0) for k, v in FinetuneNet(Config({})).state_dict().items()}
+    torch.save({'state_dict': sevens}, tmp_path / 'pre.pth')
+    model = {'NAME': 'CompatFinetuneNet', 'PRETRAINED_MODEL': str(tmp_path / 'pre.pth'), 'IGNORE_KEYS': ['net.2']}
+    try:
+        with caplog.at_level(logging.INFO):
+            solver = build_solver(blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'w', MODEL=model))
+    finally:
+        MODELS._entries.pop('CompatFinetuneNet', None)
+    state = solver.unwrapped_model.state_dict()
+    assert all(bool((v == 7).all()) == k.startswith('net.0.') for k, v in state.items())  # net.2: fresh
+    assert (
+        'SOLVER.MODEL.PRETRAINED_MODEL: FinetuneNet declares PRETRAINED_MODEL itself and loads it'
+        " (scepter's way): the solver does not load it again"
+    ) in caplog.messages
+
+
+def test_a_bool_freeze_of_a_whole_model_is_scepters_and_freezes_all_of_it(tmp_path):
+    """scepter's embedders declare a bool FREEZE (true: the model freezes itself); given to the top-level model it
+    freezes every parameter (it was ``TypeError: 'bool' object is not iterable``), and a training run of a wholly
+    frozen model is one error line."""
+    from helpers import blob_solver_cfg, build_solver, write_blobs
+
+    from scepter_like.model import MODELS, BaseModel
+    from scepter_like.model.registry import BACKBONES
+
+    @BACKBONES.register_class('CompatFrozenEnc')
+    class FrozenEnc(BaseModel):
+        para_dict = {'FREEZE': {'value': True, 'description': 'freeze the encoder'}}
+
+        def __init__(self, cfg, logger=None):
+            super().__init__(cfg, logger=logger)
+            self.lin = torch.nn.Linear(8, 16)
+            if cfg.get('FREEZE', True):
+                for p in self.parameters():
+                    p.requires_grad = False
+
+        def forward(self, x):
+            return self.lin(x)
+
+    @MODELS.register_class('CompatEncCls')
+    class EncCls(BaseModel):
+        para_dict = {'ENCODER': {}, 'FREEZE': {'value': False, 'description': 'freeze all'}}
+
+        def __init__(self, cfg, logger=None):
+            super().__init__(cfg, logger=logger)
+            self.enc = MODELS.build(cfg.ENCODER, logger=logger)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, img, label=None):
+            logits = self.head(self.enc(img))
+            return {'loss': torch.nn.functional.cross_entropy(logits, label)} if self.training else {'logits': logits}
+
+    npz = write_blobs(tmp_path / 'blobs.npz')
+
+    def trainable(freeze, enc_freeze, **keys):
+        model = {'NAME': 'CompatEncCls', 'FREEZE': freeze, 'ENCODER': {'NAME': 'CompatFrozenEnc', 'FREEZE': enc_freeze}}
+        solver = build_solver(blob_solver_cfg(npz, tmp_path / 'w', MODEL=model, **keys))
+        return sorted(n for n, p in solver.unwrapped_model.named_parameters() if p.requires_grad)
+
+    try:
+        assert trainable(False, True) == ['head.bias', 'head.weight']
+        assert trainable(False, False) == ['enc.lin.bias', 'enc.lin.weight', 'head.bias', 'head.weight']
+        assert trainable(True, False, TRAIN_DATA=None, OPTIMIZER=None, TRAIN_HOOKS=[]) == []  # evaluation
+        with pytest.raises(ConfigError, match=r'^SOLVER.OPTIMIZER: every parameter of the model is frozen'):
+            trainable(True, False)
+    finally:
+        MODELS._entries.pop('CompatEncCls', None)
+        BACKBONES._entries.pop('CompatFrozenEnc', None)

@@ -3,6 +3,7 @@
 import torch
 
 from scepter_like.errors import ConfigError
+from scepter_like.registry import normalize_para
 from scepter_like.utils.checkpoint import load_pretrained
 
 
@@ -25,8 +26,9 @@ class BaseModel(torch.nn.Module):
     the tensors that the METRICS name in their ``KEYS``.
 
     ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
-    after building the model, so finetuning is one config key; then it freezes the
-    parameters ``FREEZE`` names (``prepare_model``).
+    after building the model, so finetuning is one config key (a subclass declaring the key
+    itself loads them itself, scepter's way); then it freezes the parameters ``FREEZE``
+    names (``prepare_model``).
 
     Every checkpoint and ``.safetensors`` export carries ``describe()``, from which
     ``from_description`` builds the model again without the training config (see
@@ -144,16 +146,36 @@ class BaseModel(torch.nn.Module):
 
 
 def prepare_model(model, model_cfg, logger):
-    """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE."""
-    load_pretrained(model, model_cfg, logger)
+    """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE.
+
+    The weights are loaded here only when PRETRAINED_MODEL is BaseModel's key: a model class that declares it in
+    its own ``para_dict`` loads them itself, scepter's way (LatentDiffusion and the embedders, with their
+    IGNORE_KEYS), and a second, strict load here would undo what it left out."""
+    owner = _declared_by(type(model), 'PRETRAINED_MODEL')
+    if owner in (None, BaseModel):
+        load_pretrained(model, model_cfg, logger)
+    elif model_cfg.get('PRETRAINED_MODEL'):
+        logger.info(
+            f'{model_cfg.path_of("PRETRAINED_MODEL")}: {owner.__name__} declares PRETRAINED_MODEL itself and loads it'
+            " (scepter's way): the solver does not load it again"
+        )
     freeze_parameters(model, model_cfg)
+
+
+def _declared_by(cls, key):
+    """The first class of ``cls``'s MRO whose own ``para_dict`` declares ``key``, or None."""
+    return next((k for k in cls.__mro__ if key in normalize_para(k.__dict__.get('para_dict'), k.__qualname__)), None)
 
 
 def freeze_parameters(model, model_cfg):
     """Turn off the gradients of the parameters under each prefix of ``model_cfg.FREEZE`` (the optimizer then leaves
-    them out, and the run summary counts them frozen); a prefix naming no parameter (a typo) is a ConfigError."""
+    them out, and the run summary counts them frozen); a prefix naming no parameter (a typo) is a ConfigError.
+
+    A bool FREEZE (scepter's embedders declare one) is scepter's meaning: true freezes the whole model."""
     prefixes = model_cfg.get('FREEZE') or []
     named = dict(model.named_parameters())
+    if prefixes is True:
+        prefixes = sorted({name.split('.')[0] for name in named})
     for prefix in prefixes:
         under = [p for name, p in named.items() if name == prefix or name.startswith(f'{prefix}.')]
         if not under:

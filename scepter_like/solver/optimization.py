@@ -162,6 +162,11 @@ class OptimizerPhases:
     def build(self, index: int, params: list[torch.nn.Parameter], logger: Any = None) -> tuple[Any, Any]:
         """(optimizer, LR scheduler or None) of phase ``index`` over ``params``."""
         owner, scheduler_cfg = self.owners[index], self.schedulers[index]
+        if not params:  # (torch's own word: "optimizer got an empty parameter list")
+            raise ConfigError(
+                f'{owner.path_of("OPTIMIZER")}: every parameter of the model is frozen (MODEL.FREEZE; true freezes'
+                " the whole model; or the model's own freezing), so there is nothing to train; unfreeze a part"
+            )
         optimizer = build_optimizer(self.optimizers[index], params, logger, owner.path_of('OPTIMIZER'))
         scheduler = None
         if scheduler_cfg is not None:
