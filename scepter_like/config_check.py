@@ -36,13 +36,20 @@ def _resolve_model(cfg, model_registries, where):
 
 
 def _resolve_data(cfg, mode):
-    from scepter_like.data.loader import LOADER_PARA_DICT, check_data_keys, check_data_mapping, resolve_loader_keys
+    from scepter_like.data.loader import (
+        LOADER_PARA_DICT,
+        check_data_keys,
+        check_data_mapping,
+        resolve_loader_keys,
+        sampler_class,
+    )
     from scepter_like.data.registry import DATASETS
     from scepter_like.transform.registry import resolve_pipeline
 
     check_data_mapping(cfg, mode)
     loader = resolve_loader_keys(cfg, mode)
     resolve_pipeline(loader.TRANSFORMS, loader.path_of('TRANSFORMS'))
+    sampler_class(loader, mode)
     dataset = Config({k: v for k, v in cfg.items() if k not in LOADER_PARA_DICT}, path=cfg.path)
     check_data_keys(dataset)
     DATASETS.resolve(dataset)

@@ -3,7 +3,8 @@
 A data config names a DATASETS entry and holds the loader keys below beside the
 dataset's own keys, ``TRANSFORMS`` among them: the per-sample pipeline, run on each item
 in the loader's workers (``transformed.py``).  The solver owns the sampler so that it can
-shard, shuffle per epoch and resume mid-epoch.
+shard, shuffle per epoch and resume mid-epoch; scepter's ``SAMPLER`` key picks how
+``.dataloader`` iterates it (``SAMPLER: {NAME: LoopSampler}``: without end).
 """
 
 import logging
@@ -16,7 +17,7 @@ from scepter_like.config import Config
 from scepter_like.data.collate import DictCollate
 from scepter_like.data.datasets import ArrayDataset
 from scepter_like.data.registry import DATASETS
-from scepter_like.data.sampler import ShardedSampler
+from scepter_like.data.sampler import SAMPLERS, ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
 from scepter_like.data.worker_start import start_worker
 from scepter_like.errors import ConfigError, DataError, DistributedError, class_of, suggest
@@ -38,6 +39,11 @@ LOADER_PARA_DICT = {
     'TRANSFORMS': {
         'value': [],
         'description': "scepter's per-sample pipeline: a list of TRANSFORMS configs, applied to each item in order",
+    },
+    'SAMPLER': {
+        'value': None,
+        'description': "scepter's sampler config: {NAME: LoopSampler} makes the train .dataloader endless (pass after"
+        ' pass, for loops that draw next() MAX_STEPS times); null: one pass an iteration',
     },
 }
 
@@ -62,9 +68,15 @@ class DataBundle:
 
     @property
     def dataloader(self):
-        """scepter's name: the torch DataLoader; iterating it yields this rank's whole current pass."""
-        self.sampler.set_window(0, None)
+        """scepter's name: the torch DataLoader; iterating it yields this rank's current pass, the first time after
+        ``resume_at`` from there, and with SAMPLER LoopSampler the passes after it too, without end."""
+        self.sampler.open_pass()
         return self.loader
+
+    def resume_at(self, batch):
+        """The next iteration of ``dataloader`` starts at batch ``batch`` of the current pass (a resumed epoch goes on
+        there; beyond the pass for a LoopSampler)."""
+        self.sampler.resume_at(batch * self.batch_size)
 
     def num_batches(self):
         """Batches in a whole pass on this rank (equal on every rank in train mode)."""
@@ -145,6 +157,20 @@ def resolve_loader_keys(cfg, mode):
                 )
             loader_cfg[key] = fixed
     return loader_cfg
+
+
+def sampler_class(loader_cfg, mode):
+    """The sampler class of a data config's loader keys: ShardedSampler, or the SAMPLERS entry SAMPLER names
+    (LoopSampler only for train data: an eval / test pass has to end)."""
+    if loader_cfg.SAMPLER is None:
+        return ShardedSampler
+    where = loader_cfg.path_of('SAMPLER')
+    cls, sampler_cfg = SAMPLERS.resolve(loader_cfg.SAMPLER, where)
+    if cls.loops and mode != 'train':
+        raise ConfigError(
+            f'{where}: {sampler_cfg.NAME} makes the train loader endless, and {mode} passes end; leave SAMPLER out here'
+        )
+    return cls
 
 
 def check_data_keys(ds_cfg):
@@ -255,7 +281,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         pipeline = build_pipeline(cfg.TRANSFORMS, logger=logger, where=cfg.path_of('TRANSFORMS'))
         dataset = TransformedDataset(dataset, pipeline, seed, source)
     train = mode == 'train'
-    sampler = ShardedSampler(
+    sampler = sampler_class(loader_cfg, mode)(
         len(dataset),
         num_replicas=dist_info.world_size,
         rank=dist_info.rank,

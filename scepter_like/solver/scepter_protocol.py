@@ -21,6 +21,8 @@ from collections.abc import MutableMapping
 
 import torch
 
+from scepter_like.data.loader import DATA_KEYS
+from scepter_like.errors import ConfigError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.description import description_metadata
 from scepter_like.model.loss_aggregators.base import loss_terms
@@ -97,10 +99,46 @@ def ends_at_stop(run_train):
             return run_train(self, *args, **kwargs)
         except StopOwnTrainLoop:
             self.after_all_iter(self.hooks_dict['train'])
+        except StopIteration as error:
+            mode = exhausted_loader(self, error)
+            if mode is None:  # not next() on a loader of the solver's data
+                raise
+            if not self.progress.train_finished():  # a step still to run found no batch
+                raise pass_ended(self, mode) from None
+            self.after_all_iter(self.hooks_dict['train'])  # the steps are done: its next before_iter would end it
         finally:
             self.progress.in_run_train = False
 
     return run
+
+
+def exhausted_loader(solver, error):
+    """The mode whose ``.dataloader`` pass ran out to raise ``error`` (a StopIteration out of ``next()`` on it),
+    or None when it came from elsewhere."""
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_frame.f_globals.get('__name__') != 'torch.utils.data.dataloader':
+        return None
+    dataset = getattr(tb.tb_frame.f_locals.get('self'), '_dataset', None)  # torch's loader iterator
+    return next((m for m, bundle in solver.datas.items() if getattr(bundle, 'dataset', None) is dataset), None)
+
+
+def pass_ended(solver, mode):
+    """The ConfigError of a subclass's own ``run_train`` that drew ``next()`` past the end of ``mode``'s pass
+    (scepter's step loops draw from an endless loader)."""
+    where = solver.cfg.path_of(DATA_KEYS[mode])
+    fix = (
+        f'a loop drawing its steps with next() needs an endless loader: add SAMPLER: {{NAME: LoopSampler}} to {where}'
+        " (scepter's key; passes then follow one another)"
+        if mode == 'train'
+        else f'the {mode} pass ends there: iterate it with a for loop'
+    )
+    return ConfigError(
+        f"{where}: {type(solver).__name__}.run_train asked for a batch after its loader's pass ended"
+        f' ({solver.datas[mode].num_batches()} batches on this rank; step {solver.progress.total_iter + 1} was next);'
+        f' {fix}'
+    )
 
 
 # what scepter's TrainValSolver.construct_metrics sets, and its run_eval reads
@@ -447,8 +485,8 @@ class ScepterProtocol:
                 fn(self)
 
         train, progress = self._mode == 'train', self.progress
-        if stage == 'before_all_iter' and train:
-            progress.start_train_epoch(self.datas['train'].num_batches())
+        if stage == 'before_all_iter' and train:  # .dataloader goes on where the epoch does (a resumed one mid-pass)
+            self.datas['train'].resume_at(progress.start_train_epoch(self.datas['train'].num_batches())[0])
         if stage == 'before_iter':
             if train and progress.train_finished():  # a step past a stop or MAX_STEPS: the loop ends before it
                 raise StopOwnTrainLoop
