@@ -1,5 +1,5 @@
-"""scepter's data idioms after the rename: its SAMPLER key (LoopSampler), and loops of a solver's own that draw
-from ``.dataloader`` (and resume mid-pass)."""
+"""scepter's data idioms after the rename: its SAMPLER key (LoopSampler), loops of a solver's own that draw from
+``.dataloader`` (and resume mid-pass), and ``DATASETS.build`` of a data config with loader keys."""
 
 import numpy as np
 import pytest
@@ -139,3 +139,71 @@ def test_samplers_are_scepters_registry_path_and_other_names_say_what_to_do(tmp_
         with pytest.raises(kind, match=words) as error:
             checked_config(Config(cfg))  # --print-config checks it before any run
         assert str(error.value).startswith(f'SOLVER.{key}.SAMPLER')
+
+
+@pytest.fixture
+def numbers_dataset():
+    """A dataset written scepter's way (BaseDataset, MODE): item i is ``{'x': i}``, N of them."""
+    from scepter_like.data.dataset import DATASETS, BaseDataset
+
+    @DATASETS.register_class('DataNumbers')
+    class Numbers(BaseDataset):
+        para_dict = {'N': {'value': 40, 'description': 'items'}}
+        para_dict.update(BaseDataset.para_dict)
+
+        def __len__(self):
+            return self.cfg.N
+
+        def _get(self, index):
+            return {'x': index}
+
+    yield 'DataNumbers'
+    DATASETS._entries.pop('DataNumbers', None)
+
+
+def test_datasets_build_of_a_data_config_with_loader_keys_gives_scepters_data_object(numbers_dataset):
+    """scepter's ``DATASETS.build(cfg.DATA)`` (a hook building its own data, ValLossHook's) of a config with loader
+    keys gives the DataBundle: ``.dataloader``, ``.dataset``, ``.batch_size`` (was: 'BATCH_SIZE: unknown key');
+    train data where it sits at SOLVER.TRAIN_DATA or writes MODE: train, else eval (in order, no padding)."""
+    from scepter_like.data.dataset import DATASETS
+    from scepter_like.data.loader import DataBundle
+
+    data = {'NAME': numbers_dataset, 'MODE': 'eval', 'BATCH_SIZE': 16}
+    hook_data = DATASETS.build(Config({'DATA': data}, path='SOLVER.TRAIN_HOOKS[2]').DATA)
+    assert isinstance(hook_data, DataBundle) and hook_data.batch_size == 16 and len(hook_data.dataset) == 40
+    assert [b['x'].tolist() for b in hook_data.dataloader] == [[*range(16)], [*range(16, 32)], [*range(32, 40)]]
+    at_train_data = Config({'TRAIN_DATA': {**data, 'MODE': 'eval'}}, path='SOLVER').TRAIN_DATA
+    for cfg in (at_train_data, {**data, 'MODE': 'train'}):
+        assert DATASETS.build(cfg).sampler.shuffle  # train data: shuffled each pass
+    assert not isinstance(DATASETS.build({'NAME': numbers_dataset}), DataBundle)  # no loader key: the dataset
+
+
+def test_a_construct_data_of_scepters_builds_through_datasets_and_trains(tmp_path, next_solver):
+    """diffusion_solver.py's construct_data (``DATASETS.build(self.cfg.TRAIN_DATA)``, ``len(.dataloader)``) builds
+    the data; the run trains as with the solver's own construct_data (was: an error; then no step at all)."""
+    from scepter_like.data.dataset import DATASETS
+
+    @SOLVERS.register_class('DataOwnConstructSolver')
+    class OwnConstruct(NextDrawingSolver):
+        def construct_data(self):  # scepter's, after the rename
+            if self.cfg.have('TRAIN_DATA'):
+                train_data = DATASETS.build(self.cfg.TRAIN_DATA, logger=self.logger)
+                self.datas['train'] = train_data
+                self._epoch_max_iter['train'] = len(train_data.dataloader)
+                self._mode_set.add('train')
+
+    npz = write_blobs(tmp_path / 'b.npz')
+    try:
+        weights = []
+        for name in (next_solver, 'DataOwnConstructSolver'):
+            cfg = blob_solver_cfg(npz, tmp_path / name, NAME=name, MAX_STEPS=9, MAX_EPOCHS=-1, EVAL_DATA=None)
+            cfg['SOLVER']['TRAIN_DATA']['SAMPLER'] = {'NAME': 'LoopSampler'}
+            solver = build_solver(cfg)
+            solver.solve()
+            assert solver.progress.total_iter == 9
+            weights.append(_weights(solver))
+            solver.close()
+        for key, value in weights[0].items():
+            assert torch.equal(value, weights[1][key]), key
+    finally:
+        SOLVERS._entries.pop('DataOwnConstructSolver', None)

@@ -23,7 +23,9 @@ from scepter_like.data.worker_start import start_worker
 from scepter_like.errors import ConfigError, DataError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
+from scepter_like.utils.distributed import current_dist_info
 from scepter_like.utils.file_system import check_local_file_system
+from scepter_like.utils.seed import run_seed
 
 DATA_KEYS = {'train': 'TRAIN_DATA', 'eval': 'EVAL_DATA', 'test': 'TEST_DATA'}  # SOLVER's data config of each mode
 
@@ -257,6 +259,20 @@ def check_data_mapping(cfg, mode):
         raise ConfigError(
             f'SOLVER.{DATA_KEYS[mode]}: a data config is a mapping with NAME (a DATASETS entry), got {cfg!r}'
         )
+
+
+def build_bundle(cfg, logger=None):
+    """scepter's ``DATASETS.build(data_cfg)`` of a data config with loader keys (a ``construct_data`` of a solver's
+    own, a hook building its own data): the DataBundle, with scepter's ``.dataloader`` and ``.dataset``.
+
+    Its mode is the solver's whose data key the config sits at (``SOLVER.TRAIN_DATA``: train),
+    else train where it writes scepter's ``MODE: train`` (scepter's loader shuffles only then),
+    else eval; sharded over the process group and shuffled from ENV.SEED, as the solver's own.
+    """
+    cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
+    mode = next((m for m, key in DATA_KEYS.items() if cfg.path == f'SOLVER.{key}'), None)
+    mode = mode or ('train' if cfg.get('MODE') == 'train' else 'eval')
+    return build_data(cfg, mode, current_dist_info(), run_seed(), logger)
 
 
 def build_data(cfg, mode, dist_info, seed, logger=None):

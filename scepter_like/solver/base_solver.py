@@ -180,6 +180,8 @@ class BaseSolver(HookStages, ScepterProtocol):
         with default_dtype(self.dtype):  # data and parameters are made in SOLVER.DTYPE
             self.construct_data()
             self.construct_model()
+        if 'train' in self.datas:  # the epochs of a pass, whoever built the data (a construct_data of scepter's too)
+            self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'), self.world_size)
         self.construct_metrics()
         self.model_to_device()
         self.init_opti()
@@ -209,8 +211,6 @@ class BaseSolver(HookStages, ScepterProtocol):
                 self.progress.epoch_iters[mode] = self.datas[mode].num_batches()
         where = {mode: self.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
         check_splits_agree(self.datas, where, logger=self.logger)
-        if 'train' in self.datas:
-            self.progress.plan_folds(self.datas['train'].num_batches(), self.cfg.path_of('NUM_FOLDS'), self.world_size)
 
     def construct_model(self) -> None:
         if self.cfg.MODEL is None:

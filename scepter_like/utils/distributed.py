@@ -35,6 +35,14 @@ class DistInfo:
         return self.world_size > 1
 
 
+def current_dist_info():
+    """The DistInfo of this process as it stands (after ``init_distributed``): for what is built away from the
+    solver, which keeps its own."""
+    local_rank = int(os.environ.get('LOCAL_RANK', 0))
+    device = torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu')
+    return DistInfo(rank=get_rank(), world_size=get_world_size(), local_rank=local_rank, device=device)
+
+
 def default_device(local_rank):
     """``cuda:local_rank`` where CUDA is available, else the CPU: the device ENV.DEVICE '' picks."""
     return torch.device('cuda', local_rank) if torch.cuda.is_available() else torch.device('cpu')

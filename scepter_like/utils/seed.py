@@ -5,11 +5,20 @@ import random
 import numpy as np
 import torch
 
+_RUN = {}  # the seed of this process's run, for what is built away from the solver (``run_seed``)
+
 
 def seed_everything(seed):
+    _RUN['seed'] = seed
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
+
+
+def run_seed():
+    """The run's seed (ENV.SEED, the same on every rank; the solver reseeds each rank's torch stream after set-up),
+    or torch's initial seed where nothing seeded a run."""
+    return _RUN.get('seed', torch.initial_seed())
 
 
 def get_rng_state():
