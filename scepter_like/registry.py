@@ -214,6 +214,11 @@ def check_range(value, spec, path):
 
 
 ALIASES = {'LR': 'LEARNING_RATE', 'BS': 'BATCH_SIZE', 'EPOCHS': 'MAX_EPOCHS'}  # the short names users type
+SCEPTER_KEYS = {  # keys scepter's classes declare and this project's do not, each with what does its work here
+    'TRAIN_PRECISION': "scepter's BaseSolver key (its Lightning precision); here a train hook {NAME: BackwardHook,"
+    " USE_AMP: true, AMP_DTYPE: bf16 | fp16} sets mixed precision and SOLVER.DTYPE the parameters' (float32 |"
+    ' float64), on Lightning too (docs/porting_from_scepter.md)',
+}
 
 
 def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: tuple[str, ...] = (NAME_KEY,)) -> Any:
@@ -221,7 +226,11 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
     if strict:
         for key in cfg.keys():
             if key not in para and key not in skip:
-                hint = suggest(key, para) or (f'; did you mean {ALIASES[key]}?' if ALIASES.get(key) in para else '')
+                hint = (
+                    (f'; {key} is {SCEPTER_KEYS[key]}' if key in SCEPTER_KEYS else '')
+                    or suggest(key, para)
+                    or (f'; did you mean {ALIASES[key]}?' if ALIASES.get(key) in para else '')
+                )
                 raise ConfigError(
                     f'{cfg.path_of(key)}: unknown key for {owner}{hint} (its keys: {", ".join(sorted(para)) or "none"})'
                 )

@@ -1063,6 +1063,20 @@ def test_env_use_pl_is_scepters_switch():
         resolve_env(Config({'ENV': {'PL': {'STRATGY': 'ddp'}}, 'SOLVER': {}}).SOLVER)
 
 
+def test_scepters_train_precision_key_points_at_what_sets_the_precision_here():
+    """scepter's BaseSolver declares TRAIN_PRECISION (default 32): the unknown key says what does its work here."""
+    from scepter_like.config_check import checked_config
+
+    cfg = Config({'SOLVER': {'NAME': 'TrainValSolver', 'MODEL': {'NAME': 'MLP'}, 'TRAIN_PRECISION': 16}})
+    with pytest.raises(ConfigError) as e:
+        checked_config(cfg)
+    assert str(e.value).startswith(
+        "SOLVER.TRAIN_PRECISION: unknown key for SOLVERS.TrainValSolver; TRAIN_PRECISION is scepter's BaseSolver key"
+        ' (its Lightning precision); here a train hook {NAME: BackwardHook, USE_AMP: true, AMP_DTYPE: bf16 | fp16}'
+        " sets mixed precision and SOLVER.DTYPE the parameters' (float32 | float64)"
+    )
+
+
 def _hook_list_loop_solver(name):
     """A solver class with scepter's own ``run_train`` loop (stage methods called with the hook list), registered
     as ``name``; its ``run_step_train`` sends this process SIGTERM on the step ``signal_at`` names (0: none)."""
