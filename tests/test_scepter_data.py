@@ -207,3 +207,22 @@ def test_a_construct_data_of_scepters_builds_through_datasets_and_trains(tmp_pat
             assert torch.equal(value, weights[1][key]), key
     finally:
         SOLVERS._entries.pop('DataOwnConstructSolver', None)
+
+
+def test_a_dataset_without_a_para_dict_keeps_its_own_sample_keys():
+    """A dataset that declares no keys of its own takes any (scepter's way): its NUM_SAMPLES or SAMPLES does not
+    read as a misspelt SAMPLER (a loader key now), while BATCH_SZE still reads as BATCH_SIZE."""
+    from scepter_like.data.dataset import DATASETS
+    from scepter_like.data.loader import check_data_keys
+
+    @DATASETS.register_class('DataLenient')
+    class Lenient(torch.utils.data.Dataset):
+        def __init__(self, cfg, logger=None):
+            self.cfg = cfg
+
+    try:
+        check_data_keys(Config({'NAME': 'DataLenient', 'NUM_SAMPLES': 10, 'SAMPLES': 3}, path='SOLVER.TRAIN_DATA'))
+        with pytest.raises(ConfigError, match='BATCH_SZE: unknown key.*did you mean BATCH_SIZE'):
+            check_data_keys(Config({'NAME': 'DataLenient', 'BATCH_SZE': 8}, path='SOLVER.TRAIN_DATA'))
+    finally:
+        DATASETS._entries.pop('DataLenient', None)

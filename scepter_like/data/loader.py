@@ -180,7 +180,8 @@ def check_data_keys(ds_cfg):
     declared words, loader keys included, otherwise.
 
     A dataset that declares no ``para_dict`` takes any key (scepter's way), but not one that
-    reads as a misspelled loader key (``BATCH_SZE``).
+    reads as a misspelled loader key (``BATCH_SZE``); SAMPLER is not among those, since a
+    dataset's own ``SAMPLES`` or ``NUM_SAMPLES`` would read as it.
     """
     name = ds_cfg.get(NAME_KEY)
     if not isinstance(name, str) or name not in DATASETS:
@@ -188,7 +189,7 @@ def check_data_keys(ds_cfg):
     para, strict = declared_params(DATASETS.get(name))
     known = sorted({*para, *LOADER_PARA_DICT})
     for key in ds_cfg.keys():
-        if key != NAME_KEY and key not in para and (strict or suggest(key, LOADER_PARA_DICT)):
+        if key != NAME_KEY and key not in para and (strict or suggest(key, set(LOADER_PARA_DICT) - {'SAMPLER'})):
             raise ConfigError(
                 f'{ds_cfg.path_of(key)}: unknown key for DATASETS.{name} and the data loader{suggest(key, known)}'
                 f' (their keys: {", ".join(known)})'
