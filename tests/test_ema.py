@@ -219,3 +219,38 @@ def test_predict_and_test_answer_with_the_checkpoint_eval_model_in_training_and_
         raw = run.model.state_dict()
         assert not all(torch.equal(raw[k], v) for k, v in torch.load(mid_run, weights_only=True)['eval_model'].items())
         answers_with_eval_model(run, mid_run)
+
+
+@pytest.mark.parametrize(
+    'averages',
+    [
+        [{'NAME': 'EMAHook', 'DECAY': 0.8}, {'NAME': 'SWAHook', 'START_EPOCH': 2}],
+        [{'NAME': 'EMAHook', 'DECAY': 0.8}, {'NAME': 'EMAHook', 'DECAY': 0.5}],
+    ],
+)
+def test_two_averages_leave_the_training_weights_exactly_as_they_were(tmp_path, averages):
+    """Each eval with two averaging hooks restores the training weights bit for bit (two swaps restoring in the
+    order they swapped in left the first average in the model, and training went on from it); the eval runs
+    with the average of the hook added last that has one."""
+    cfg = _linear_cfg(tmp_path, {}, MAX_EPOCHS=4)
+    cfg['SOLVER']['TRAIN_HOOKS'] = [{'NAME': 'BackwardHook'}] + averages
+    solver = build_solver(cfg)
+    hooks = [h for h in solver.hooks_dict['train'] if type(h).__name__ in ('EMAHook', 'SWAHook')]
+    ends, starts, evaluated, expected = [], [], [], []
+    solver.register_callback_on_epoch_end(lambda s: ends.append(_weights(s)))
+    solver.register_callback_on_epoch_begin(lambda s: starts.append(_weights(s)) if s.progress.epoch else None)
+
+    def at_eval(s):
+        if len(evaluated) == s.progress.epoch:  # the pass's first batch
+            evaluated.append(_weights(s))
+            later = hooks[1].averaged_weights(s) if hasattr(hooks[1], 'averaged') else hooks[1].ema
+            expected.append({k: v.clone() for k, v in (later or hooks[0].ema).items()})
+
+    solver.register_stage_callback('before_iter', at_eval, mode='eval')
+    solver.solve()
+
+    assert len(starts) == 3 and len(evaluated) == 4
+    for end, start in zip(ends, starts):
+        assert all(torch.equal(end[k], start[k]) for k in end)
+    for seen, want in zip(evaluated, expected):
+        assert all(torch.equal(seen[k], want[k]) for k in want)

@@ -5,10 +5,16 @@ A hook listed in TRAIN_HOOKS only sees train-mode stages, so the averaging hooks
 test stage tables — swap in after ``before_all_iter``'s hooks, swap back after
 ``after_all_iter``'s hooks.  The metrics (computed before ``after_all_iter``) see the
 averaged weights; everything outside those passes, checkpoints included, sees the raw
-training weights.  ``solver.predict`` runs inside :func:`evaluation_weights`, so it answers with the
-weights evaluation and test use.  A test pass of a file's weights (``test_weights``) pauses the swaps.  A hook
-that swaps puts what it swaps in into a checkpoint as ``eval_model`` (``before_save_checkpoint``),
-so a checkpoint chosen by such an evaluation (the best) carries the weights that were evaluated.
+training weights.  Several averaging hooks share the solver's one swap: it saves the training
+weights once and restores exactly them (two swaps restoring in the order they swapped in would
+leave the first one's average in training), and a pass evaluates one average, that of the
+hook added last that has one (the later ``before_solve``: higher PRIORITY, then later listed).
+``solver.predict`` runs inside :func:`evaluation_weights`, so it answers with the weights
+evaluation and test use.  A test pass of a file's weights (``test_weights``) pauses the swap.
+A hook that swaps puts what it swaps in into a checkpoint as ``eval_model``
+(``before_save_checkpoint``, called in the same order, so the last one with an average has the
+last word), so a checkpoint chosen by such an evaluation (the best) carries the weights that
+were evaluated.
 """
 
 import contextlib
@@ -19,17 +25,20 @@ from scepter_like.solver.hooks.hook import SolverSurface
 
 
 class WeightSwap:
-    """Copies ``weights()`` (``{state-dict key: tensor}``) into ``model`` and restores the originals."""
+    """Copies into ``model`` the weights of the last of ``sources`` (each ``() -> {state-dict key: tensor}``,
+    None or {} while it has none) that has some, and restores the originals."""
 
-    def __init__(self, model, weights):
+    def __init__(self, model):
         self.model = model
-        self.weights = weights
+        self.sources = []
         self.paused = False  # the model holds the weights to evaluate already
         self._saved = None
 
     def swap_in(self, solver=None):
-        weights = None if self.paused else self.weights()
-        if not weights or self._saved is not None:
+        if self.paused or self._saved is not None:
+            return
+        weights = next((w for w in (source() for source in reversed(self.sources)) if w), None)
+        if not weights:
             return
         own = self.model.state_dict()
         self._saved = {k: own[k].clone() for k in weights}
@@ -48,16 +57,22 @@ class WeightSwap:
 
 
 def swap_in_for_eval(solver: SolverSurface, weights):
-    """Run every eval and test pass of ``solver`` with ``weights()`` (None or {} : raw weights)."""
-    swap = WeightSwap(solver.unwrapped_model, weights)
-    for mode in ('eval', 'test'):
-        solver.register_stage_callback('before_all_iter', swap.swap_in, mode=mode)
-        solver.register_stage_callback('after_all_iter', swap.swap_back, mode=mode)
+    """Run every eval and test pass of ``solver`` with ``weights()`` (None or {}: raw weights, or the average of
+    an averaging hook added earlier); returns the solver's one swap."""
+    swaps = weight_swaps(solver)
+    if swaps:
+        swap = swaps[0]
+    else:
+        swap = WeightSwap(solver.unwrapped_model)
+        for mode in ('eval', 'test'):
+            solver.register_stage_callback('before_all_iter', swap.swap_in, mode=mode)
+            solver.register_stage_callback('after_all_iter', swap.swap_back, mode=mode)
+    swap.sources.append(weights)
     return swap
 
 
 def weight_swaps(solver):
-    """The swaps ``swap_in_for_eval`` registered on ``solver``'s test passes."""
+    """The swap ``swap_in_for_eval`` registered on ``solver``'s test passes, in a list (empty: none)."""
     return [
         fn.__self__
         for fn in solver.stage_functions('before_all_iter', 'test')
