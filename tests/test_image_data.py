@@ -366,3 +366,63 @@ def test_16_and_32_bit_grey_images_are_scaled_to_8_bits_not_clipped(tmp_path):
     assert np.asarray(read_image(str(tmp_path / 'g16.png')))[0, :, 0].tolist() == [0, 16, 128, 255]
     Image.fromarray(np.array([[-5, 2**30, 2**31 - 1]], dtype=np.int32)).save(tmp_path / 'g32.tif')
     assert np.asarray(read_image(str(tmp_path / 'g32.tif')))[0, :, 1].tolist() == [0, 128, 255]
+
+
+@pytest.mark.parametrize('backend', ['pillow', 'cv2'])
+def test_a_truncated_jpeg_is_an_error_with_every_backend(tmp_path, backend):
+    """libjpeg pads a JPEG that ends early with grey and only prints a warning, so cv2 returned the padded image."""
+    if backend == 'cv2':
+        pytest.importorskip('cv2')
+    from scepter_like.transform.io import read_image
+
+    path = str(tmp_path / 'full.jpg')
+    noise = np.random.default_rng(0).integers(0, 256, (64, 96, 3), dtype=np.uint8)  # most bytes are pixel data
+    Image.fromarray(noise).save(path, quality=95)
+    data = open(path, 'rb').read()
+    assert read_image(path, backend) is not None
+    trunc, tail = tmp_path / 'trunc.jpg', tmp_path / 'tail.jpg'
+    trunc.write_bytes(data[: len(data) * 2 // 3])
+    tail.write_bytes(data + b'\0' * 16 + b'video after the image')  # a motion photo: the image itself is whole
+    with pytest.raises(
+        DataError, match=rf'^cannot read image {trunc} \((?i:.*truncated.*)\); replace or remove the file$'
+    ):
+        read_image(str(trunc), backend)
+    assert np.array_equal(np.asarray(read_image(str(tail), backend)), np.asarray(read_image(path, backend)))
+
+
+def _turned(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif
+
+
+@pytest.mark.parametrize('backend', ['pillow', 'cv2', 'dataset'])
+def test_every_backend_gives_the_image_as_viewers_show_it(tmp_path, backend):
+    """A phone stores a portrait shot turned, with EXIF orientation 6 (turn 90 degrees clockwise to show):
+    cv2 applied it, pillow (and the image datasets) did not, so the same file trained two ways."""
+    if backend == 'cv2':
+        pytest.importorskip('cv2')
+    from scepter_like.transform.io import read_image
+
+    a = np.zeros((20, 40, 3), np.uint8)
+    a[:, :20] = 255  # shown: 20 high, 40 wide, left half white
+    (tmp_path / 'c').mkdir()
+    path = str(tmp_path / 'c' / 'turned.jpg')
+    Image.fromarray(a).transpose(Image.Transpose.ROTATE_90).save(path, quality=95, exif=_turned(6))
+    if backend == 'dataset':
+        img = DATASETS.build({'NAME': 'ImageFolderDataset', 'DATA_ROOT': str(tmp_path)})[0]['img']
+    else:
+        img = read_image(path, backend)
+    shown = np.asarray(img)
+    assert shown.shape == (20, 40, 3)
+    assert shown[:, :18].min() > 200 and shown[:, 22:].max() < 50
+
+
+def test_a_float_image_is_an_error_not_clipped_to_8_bits(tmp_path):
+    """A 0..1 float TIFF (a microscope's) came out almost black: Pillow clips mode F values to 0..255."""
+    from scepter_like.transform.io import read_image
+
+    path = tmp_path / 'f.tif'
+    Image.fromarray(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4), 'F').save(path)
+    with pytest.raises(DataError, match=rf'^cannot read image {path}: .*32-bit floats \(Pillow mode F\).*16-bit'):
+        read_image(str(path))

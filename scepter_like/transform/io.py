@@ -1,11 +1,15 @@
 """Decoding image files: ``read_image`` (what the image datasets use too) and scepter's Load*FromFile transforms.
 
 A file that cannot be decoded (missing, not an image, truncated) is a DataError naming it;
-truncated images are never padded silently (scepter sets Pillow's ``LOAD_TRUNCATED_IMAGES``).
-16- and 32-bit integer images are scaled to 8 bits by their bit depth (``eight_bits``), not clipped.
+truncated images are never padded silently (scepter sets Pillow's ``LOAD_TRUNCATED_IMAGES``; libjpeg,
+under OpenCV, pads a truncated JPEG with grey and only prints a warning: ``jpeg_complete``).
+Every backend gives the image as viewers show it, its EXIF orientation applied (``upright``).
+16- and 32-bit integer images are scaled to 8 bits by their bit depth (``eight_bits``), not clipped;
+32-bit float images, which carry no range to scale by, are a DataError.
 """
 
 import os
+import re
 
 from scepter_like.errors import DataError
 from scepter_like.transform.backends import BACKENDS, image_backend
@@ -13,6 +17,10 @@ from scepter_like.transform.keys import read_key, transform_name
 from scepter_like.transform.registry import TRANSFORMS
 
 RGB_ORDERS = ('RGB', 'BGR')
+EXIF_ORIENTATION = 0x0112
+# after a JPEG segment or scan, the next marker: 0xFF, fill 0xFFs, then a code that is not a stuffed 0x00 (an 0xFF
+# byte of the scan's data), a restart marker inside the scan (D0-D7) or TEM (01, no length)
+_NEXT_JPEG_MARKER = re.compile(rb'\xff[^\x00\x01\xd0-\xd7\xff]')
 
 
 def read_image(path, backend='pillow', rgb_order='RGB'):
@@ -28,7 +36,7 @@ def read_image(path, backend='pillow', rgb_order='RGB'):
 
     try:
         with Image.open(path) as opened:
-            img = eight_bits(opened)
+            img = eight_bits(upright(opened), path)
             # decodes the whole file: a truncated one fails here
             img = on_white(img) if backend == 'pillow' else img.convert('RGB')
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
@@ -57,13 +65,28 @@ def on_white(img):
     return background
 
 
-def eight_bits(img):
+def upright(img):
+    """``img`` as viewers show it: its EXIF orientation applied (a phone stores a portrait shot turned), as OpenCV's
+    ``imread`` and mmcv's pillow backend do; ``img`` itself when it has none."""
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(img) if img.getexif().get(EXIF_ORIENTATION, 1) != 1 else img
+
+
+def eight_bits(img, path):
     """A 16-bit (``I;16``) or 32-bit integer (``I``) grey image scaled to 8 bits by its bit depth, else ``img``.
 
     Pillow's ``convert`` clips such values at 255 (a 12-bit scan in a 16-bit PNG turns almost white); scaled, they
     are as OpenCV reads them.  An ``I`` image from a PNG holds at most 16 bits; from another file, 31 (signed),
-    negative values are 0.
+    negative values are 0.  A 32-bit float image (``F``, a microscope's TIFF) has no bit depth to scale by (its
+    values may be 0..1 or 0..1000), so it is a DataError rather than clipped to 0..255.
     """
+    if img.mode == 'F':
+        raise DataError(
+            f'cannot read image {path}: its pixels are 32-bit floats (Pillow mode F), which have no fixed range to'
+            " scale to 8 bits; save it as 8- or 16-bit integers scaled by your data's range, or decode it in your"
+            ' own dataset or LoadImageFromFile subclass'
+        )
     if img.mode != 'I' and not img.mode.startswith('I;16'):
         return img
     import numpy as np
@@ -81,7 +104,28 @@ def _read_cv2(path, rgb_order):
     if img is None:
         state = 'no such file' if not os.path.isfile(path) else 'OpenCV cannot decode it'
         raise DataError(f'cannot read image {path} ({state}); replace or remove the file')
+    with open(path, 'rb') as f:
+        data = f.read()
+    if data.startswith(b'\xff\xd8\xff') and not jpeg_complete(data):
+        raise DataError(
+            f'cannot read image {path} (truncated JPEG: no end-of-image marker); replace or remove the file'
+        )
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if rgb_order == 'RGB' else img
+
+
+def jpeg_complete(data):
+    """Whether the JPEG bytes ``data`` reach their end-of-image marker (FF D9).
+
+    Walks the segments by their lengths (an EXIF thumbnail's own FF D9 lies inside one) and each scan's data to the
+    marker after it; bytes after the end (a motion photo's video) do not matter.  libjpeg pads a file that ends
+    early with grey and only prints "Premature end of JPEG file", so OpenCV returns the padded image.
+    """
+    pos = 2  # after the start-of-image marker
+    while (marker := _NEXT_JPEG_MARKER.search(data, pos)) is not None:
+        if data[marker.end() - 1] == 0xD9:
+            return True
+        pos = marker.end() + int.from_bytes(data[marker.end() : marker.end() + 2], 'big')  # past the segment
+    return False
 
 
 def _first_line(error):
