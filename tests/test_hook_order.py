@@ -133,6 +133,35 @@ def test_a_stage_method_the_solver_cannot_call_is_an_error_and_a_misspelled_one_
     ]
 
 
+def test_a_registered_hook_class_that_is_no_hook_is_one_error_naming_its_place(tmp_path):
+    """A plain class registered in HOOKS ended in AttributeError: 'PlainHook' object has no attribute 'implements'."""
+    import pytest
+
+    from scepter_like.errors import ConfigError
+
+    class PlainHook:
+        para_dict = {'PRIORITY': {'value': 10, 'description': 'p'}}
+
+        def __init__(self, cfg, logger=None):
+            self.priority = cfg.PRIORITY
+
+        def after_epoch(self, solver):
+            pass
+
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    try:
+        HOOKS.register_class('OrderPlainHook')(PlainHook)
+        hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'OrderPlainHook'}]
+        with pytest.raises(
+            ConfigError,
+            match=r"^SOLVER\.TRAIN_HOOKS\[1\]: PlainHook does not subclass Hook, .*; subclass scepter_like's Hook"
+            r' \(from scepter_like\.solver\.hooks import Hook\)',
+        ):
+            build_solver(blob_solver_cfg(npz, tmp_path / 'a', hooks))
+    finally:
+        HOOKS._entries.pop('OrderPlainHook', None)
+
+
 @HOOKS.register_class()
 class ScepterPriorityHook(Hook):
     """scepter's way: a para_dict without PRIORITY, and the hook's own default read with cfg.get."""

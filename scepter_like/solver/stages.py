@@ -124,6 +124,7 @@ def build_hooks(cfg, logger):
         places = [f'{cfg.path_of(HOOK_KEYS[mode])}[{index}]' for index in range(len(entries))]
         hooks = [HOOKS.build(entry, logger=logger, where=where) for entry, where in zip(entries, places)]
         for index, hook in enumerate(hooks):
+            check_is_hook(hook, places[index])
             check_stage_methods(hook, places[index], logger)
             keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
         hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
@@ -153,13 +154,24 @@ def warn_hooks_meant_before_the_update(train_hooks, logger):
 CHECKPOINT_STAGES = ('before_save_checkpoint', 'after_load_checkpoint')  # called with (solver, checkpoint)
 
 
+def check_is_hook(hook, where):
+    """A registered hook class that does not subclass Hook lacks what the solver asks of every hook (the stages it
+    does not write, ``implements``): a ConfigError naming its place, not an AttributeError from the stage table."""
+    if not isinstance(hook, Hook):
+        raise ConfigError(
+            f'{where}: {type(hook).__name__} does not subclass Hook, so the solver cannot call it at every stage;'
+            " subclass scepter_like's Hook (from scepter_like.solver.hooks import Hook), as a scepter hook subclasses"
+            " scepter's"
+        )
+
+
 def check_stage_methods(hook, where, logger):
     """A stage method the solver cannot call (a wrong signature) is a ConfigError naming the hook, before any
     step; a method named like a stage but misspelled, which the solver would never call, a warning."""
     cls = type(hook)
     for stage in STAGES:
         method = getattr(hook, stage, None)
-        if method is None or (isinstance(hook, Hook) and not hook.implements(stage)):
+        if method is None or not hook.implements(stage):
             continue
         args = ('solver', 'checkpoint') if stage in CHECKPOINT_STAGES else ('solver',)
         try:
