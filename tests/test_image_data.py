@@ -426,3 +426,31 @@ def test_a_float_image_is_an_error_not_clipped_to_8_bits(tmp_path):
     Image.fromarray(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4), 'F').save(path)
     with pytest.raises(DataError, match=rf'^cannot read image {path}: .*32-bit floats \(Pillow mode F\).*16-bit'):
         read_image(str(path))
+
+
+TOO_MANY = (
+    r'gives 10 class logits and SOLVER\.TRAIN_DATA has 3 classes .*;'
+    r' set SOLVER\.MODEL\.BACKBONE\.OUT_DIM: 3, or name all 10 classes in SOLVER\.TRAIN_DATA\.CLASSES'
+)
+TOO_FEW = (
+    r"gives 3 class logits and SOLVER\.TRAIN_DATA has 4 classes \['class_0', 'class_1', 'class_2', 'class_3'\];"
+    r' set SOLVER\.MODEL\.BACKBONE\.OUT_DIM: 4$'
+)
+
+
+@pytest.mark.parametrize(
+    'logits, classes, message', [(10, None, TOO_MANY), (3, ['class_0', 'class_1', 'class_2', 'class_3'], TOO_FEW)]
+)
+def test_a_classifier_with_other_than_one_logit_per_class_is_one_error(folder, tmp_path, logits, classes, message):
+    """A 10-logit head on a 3-class folder trained without a word (its checkpoint named 3 classes for 10 outputs),
+    and so did CLASSES naming a class the head has no logit for (a class without images)."""
+    from helpers import build_solver
+
+    _, _, data, solver_cfg = split_lacking_a_class(folder, tmp_path)
+    solver_cfg['MODEL']['BACKBONE']['OUT_DIM'] = logits
+    if classes:
+        solver_cfg['TRAIN_DATA']['CLASSES'] = classes
+    with pytest.raises(ConfigError, match=r'^SOLVER\.MODEL\.BACKBONE\.OUT_DIM: the model ' + message):
+        build_solver({'SOLVER': solver_cfg})
+    solver_cfg['MODEL']['BACKBONE']['OUT_DIM'] = len(classes or range(3))
+    build_solver({'SOLVER': solver_cfg})  # one logit per class: no word

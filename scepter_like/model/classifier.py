@@ -9,7 +9,7 @@ outputs, so the log shows them).
 import torch
 from torch import nn
 
-from scepter_like.errors import DataError
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.base import BaseModel
 from scepter_like.model.registry import LOSSES, MODELS
@@ -85,6 +85,30 @@ class Classifier(BaseModel):
         if self.metric is not None and label is not None:
             out.update({k: torch.as_tensor(v) for k, v in self.metric(logits.detach(), label).items()})
         return out
+
+    def check_classes(self, classes, data_where):
+        """A ConfigError when the data's ``classes`` (names in label order) are not as many as the logits.
+
+        More logits than classes train without a word (the extra ones are never a label) and the checkpoint then
+        records names for only some of its outputs; fewer leave a named class out.  Only the part that gives the
+        logits is asked, where it declares its output size (SIZE_KEYS: ClassifierHead's NUM_CLASSES, MLP's
+        OUT_DIM); one logit for two classes (a sigmoid head) is left alone.
+        """
+        last = self._parts[-1] if self._parts else self.backbone
+        key = getattr(last, 'SIZE_KEYS', {}).get('output')
+        cfg = getattr(last, 'cfg', None)
+        if key is None or cfg is None or key not in cfg:
+            return
+        logits, count = cfg[key], len(classes)
+        if logits == count or (logits, count) == (1, 2):
+            return
+        fix = f'set {cfg.path_of(key)}: {count}'
+        if logits > count:
+            fix += f', or name all {logits} classes in {data_where}.CLASSES (in label order)'
+        raise ConfigError(
+            f'{cfg.path_of(key)}: the model gives {logits} class logits and {data_where} has {count} classes'
+            f' {list(classes)}; {fix}'
+        )
 
 
 def missing_labels(key, where, batch):

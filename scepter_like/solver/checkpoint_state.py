@@ -21,6 +21,7 @@ import torch
 from scepter_like.about import __version__
 from scepter_like.data.loader import DATA_KEYS, check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
+from scepter_like.model.classifier import Classifier
 from scepter_like.model.description import check_architecture, describe
 from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
 from scepter_like.solver.hooks.hook import Hook
@@ -245,13 +246,16 @@ def take_data_names(solver, recorded, source):
     their description, or None; a name it lacks: unrecorded), else the train data's, so its checkpoints and
     exports record them.  Data that numbers its classes, or places its columns, otherwise than recorded is a
     ConfigError (``check_splits_agree``; against the train data's, ``construct_data`` has checked the splits
-    already)."""
+    already); a Classifier whose logits are not as many as the train data's classes, too
+    (``Classifier.check_classes``)."""
     recorded = {key: (recorded or {}).get(key) for key in ('classes', 'columns')}
     if any(value is not None for value in recorded.values()):
         where = {mode: solver.cfg.path_of(key) for mode, key in DATA_KEYS.items()}
         check_splits_agree(solver.datas, where, (recorded, source))
     train = solver.datas.get('train')
     model = solver.unwrapped_model
+    if recorded['classes'] is None and getattr(train, 'classes', None) is not None and isinstance(model, Classifier):
+        model.check_classes(train.classes, solver.cfg.path_of(DATA_KEYS['train']))
     model.class_names = recorded['classes'] if recorded['classes'] is not None else getattr(train, 'classes', None)
     model.input_columns = recorded['columns'] if recorded['columns'] is not None else getattr(train, 'columns', None)
 
