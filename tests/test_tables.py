@@ -205,3 +205,46 @@ def test_resuming_on_train_data_of_another_epoch_length_is_a_warning_naming_both
         ' data now makes 2 (its file, BATCH_SIZE or DROP_LAST changed): the epoch goes on at batch 4; batch 4 is'
         ' past the end of an epoch of 2, so the resumed epoch ends without training'
     ]
+
+
+def test_pretrained_weights_refuse_their_columns_or_classes_in_another_order(trained, tmp_path, caplog):
+    """PRETRAINED_MODEL loaded a head trained on other class numbers (a renamed folder: accuracy 0.96 -> 0.27)
+    or features in another order without a word; the same names in another order are now refused, other class
+    names are a warning."""
+    path, weights = str(tmp_path / 'houses.csv'), f'{trained}/checkpoints/checkpoint-epoch-1.pth'
+    cfg = regression_cfg(path, tmp_path / 'tuned', ['rooms', 'area', 'age'])
+    cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = weights
+    with pytest.raises(ConfigError, match=r"^SOLVER\.TRAIN_DATA: its 'x' is read from the columns \['rooms'"):
+        build_solver(cfg)
+    rng = np.random.default_rng(1)
+    rows = [(a, b, 'cat' if a > b else 'dog' if a > 0 else 'eel') for a, b in rng.normal(size=(60, 2))]
+    (tmp_path / 'pets.csv').write_text('a,b,kind\n' + ''.join(f'{a:.3f},{b:.3f},{k}\n' for a, b, k in rows))
+
+    def classify(work_dir, **data_keys):
+        cfg = regression_cfg(str(tmp_path / 'pets.csv'), tmp_path / work_dir, ['a', 'b'])
+        cfg['SOLVER']['TRAIN_DATA'] = {'NAME': 'CsvDataset', 'PATH': str(tmp_path / 'pets.csv'), 'BATCH_SIZE': 16}
+        cfg['SOLVER']['TRAIN_DATA'].update(LABEL_COLUMN='kind', **data_keys)
+        model = cfg['SOLVER']['MODEL']
+        model.update(LABEL_KEY='label', LOSS={'NAME': 'CrossEntropyLoss'})
+        model['BACKBONE'].update(IN_DIM=2, OUT_DIM=3)
+        return cfg
+
+    with build_solver(classify('pets')) as session:
+        session.fit()
+    cfg = classify('reordered', CLASSES=['dog', 'cat', 'eel'])
+    cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = f'{tmp_path}/pets/checkpoints/checkpoint-epoch-1.pth'
+    with pytest.raises(ConfigError) as refused:
+        build_solver(cfg)
+    assert str(refused.value) == (
+        "SOLVER.TRAIN_DATA: its classes ['dog', 'cat', 'eel'] are numbered otherwise than those"
+        f" {tmp_path}/pets/checkpoints/checkpoint-epoch-1.pth (PRETRAINED_MODEL) was trained on ['cat', 'dog', 'eel'];"
+        " give it CLASSES: ['cat', 'dog', 'eel']"
+    )
+    cfg = classify('renamed', CLASSES=['cat', 'dog', 'fish'])
+    cfg['SOLVER']['MODEL']['PRETRAINED_MODEL'] = f'{tmp_path}/pets/checkpoints/checkpoint-epoch-1.pth'
+    (tmp_path / 'pets.csv').write_text((tmp_path / 'pets.csv').read_text().replace('eel', 'fish'))
+    with build_solver(cfg) as session:
+        assert session.model.class_names == ['cat', 'dog', 'fish']
+    assert "was trained on the classes ['cat', 'dog', 'eel'] and SOLVER.TRAIN_DATA has ['cat', 'dog', 'fish']" in (
+        caplog.text
+    )

@@ -146,20 +146,24 @@ class BaseModel(torch.nn.Module):
 
 
 def prepare_model(model, model_cfg, logger):
-    """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE.
+    """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE; returns the
+    description the weights file carries (its class names and table columns: the solver checks the data against
+    them), or None.
 
     The weights are loaded here only when PRETRAINED_MODEL is BaseModel's key: a model class that declares it in
     its own ``para_dict`` loads them itself, scepter's way (LatentDiffusion and the embedders, with their
     IGNORE_KEYS), and a second, strict load here would undo what it left out."""
     owner = _declared_by(type(model), 'PRETRAINED_MODEL')
+    description = None
     if owner in (None, BaseModel):
-        load_pretrained(model, model_cfg, logger)
+        description = load_pretrained(model, model_cfg, logger)
     elif model_cfg.get('PRETRAINED_MODEL'):
         logger.info(
             f'{model_cfg.path_of("PRETRAINED_MODEL")}: {owner.__name__} declares PRETRAINED_MODEL itself and loads it'
             " (scepter's way): the solver does not load it again"
         )
     freeze_parameters(model, model_cfg)
+    return description
 
 
 def _declared_by(cls, key):

@@ -216,7 +216,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         if self.cfg.MODEL is None:
             raise ConfigError(f'{self.cfg.path_of("MODEL")}: the solver needs a MODEL config with a NAME')
         self.model = MODELS.build(self.cfg.MODEL, logger=self.logger, where=self.cfg.path_of('MODEL'))
-        prepare_model(self.model, self.cfg.MODEL, self.logger)
+        self.pretrained_description = prepare_model(self.model, self.cfg.MODEL, self.logger)  # resume checks it
 
     def construct_metrics(self) -> None:
         entries = self.cfg.METRICS or []

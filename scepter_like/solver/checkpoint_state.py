@@ -260,13 +260,46 @@ def take_data_names(solver, recorded, source):
     model.input_columns = recorded['columns'] if recorded['columns'] is not None else getattr(train, 'columns', None)
 
 
+def check_pretrained_names(solver, recorded):
+    """The train data against the class names and table columns PRETRAINED_MODEL's file records (``recorded``: its
+    description, or None).  The same names in another order would have the loaded weights read them crossed,
+    silently: a ConfigError naming both orders and the key that fixes it.  Other class names are most often a
+    fine-tune to new classes, but also a renamed folder: a warning names both lists."""
+    train = solver.datas.get('train')
+    if not recorded or train is None:
+        return
+    source, where = solver.cfg.MODEL.PRETRAINED_MODEL, solver.cfg.path_of(DATA_KEYS['train'])
+    trained, classes = recorded.get('classes'), train.classes
+    if None not in (trained, classes) and list(trained) != list(classes):
+        if sorted(trained) == sorted(classes):
+            raise ConfigError(
+                f'{where}: its classes {list(classes)} are numbered otherwise than those {source} (PRETRAINED_MODEL)'
+                f' was trained on {list(trained)}; give it CLASSES: {list(trained)}'
+            )
+        solver.logger.warning(
+            f'{source} (PRETRAINED_MODEL) was trained on the classes {list(trained)} and {where} has {list(classes)}:'
+            ' its outputs stand for the old classes until training retrains them'
+        )
+    for key, names in (train.columns or {}).items():
+        before = (recorded.get('columns') or {}).get(key)
+        if before is not None and names != before and sorted(names) == sorted(before):
+            raise ConfigError(
+                f'{where}: its {key!r} is read from the columns {names}, otherwise than those {source}'
+                f' (PRETRAINED_MODEL) was trained on {before} (features are matched by place); give it COLUMNS:'
+                f' {{{key}: {before}}}'
+            )
+
+
 def resume(solver):
     """Resume from RESUME_FROM (a path, or 'auto': the newest complete checkpoint); returns the path or None.
 
-    The model takes the train data's class names and columns first (``take_data_names``)."""
+    The model takes the train data's class names and columns first (``take_data_names``); a fresh start checks
+    them against PRETRAINED_MODEL's (``check_pretrained_names``)."""
     take_data_names(solver, None, None)
     path = resume_path(solver)
     if path is None:
+        # a subclass's own construct_model (scepter's) leaves no description
+        check_pretrained_names(solver, getattr(solver, 'pretrained_description', None))
         return None
     solver.restore_state(load_checkpoint_file(path), path)
     progress = solver.progress  # counted from 1, as the log lines count: the next batch's epoch and iter

@@ -354,11 +354,12 @@ def safetensors_ready(state_dict):
 
 
 def load_pretrained(model, model_cfg, logger):
-    """Load MODEL.PRETRAINED_MODEL into ``model`` (strict unless PRETRAINED_STRICT is false), if it names a file."""
+    """Load MODEL.PRETRAINED_MODEL into ``model`` (strict unless PRETRAINED_STRICT is false), if it names a file;
+    returns the model description the file carries (None: none, or no file)."""
     pretrained = model_cfg.get('PRETRAINED_MODEL')
     if not pretrained:
-        return
-    state = load_weights_file(pretrained)
+        return None
+    state, description = load_weights_and_description(pretrained)
     missing, unexpected, shaped = load_state_dict_checked(
         model, state, pretrained, model_cfg.get('PRETRAINED_STRICT', True), model_cfg.path_of('PRETRAINED_STRICT')
     )
@@ -372,6 +373,7 @@ def load_pretrained(model, model_cfg, logger):
             f'{model_cfg.path_of("PRETRAINED_STRICT")} false: {len(shaped)} mis-shaped key(s) of {pretrained} keep'
             f' their fresh values: {", ".join(shaped[:5])}{more}'
         )
+    return description
 
 
 def save_safetensors(state_dict, path, metadata=None):
