@@ -468,18 +468,20 @@ class ExactFieldPINN(PhysicsInformedModel):
             return (x**2).sum(1, keepdim=True) + 0 * u
         if self.cfg.FIELD == 'periodic':  # u = sin(2 pi x) + y
             return torch.sin(2 * math.pi * x[:, :1]) + x[:, 1:2] + 0 * u
+        if self.cfg.FIELD in ('sine', '-sine'):  # an ODE's u(x) = sin x, or the wrong sign's -sin x
+            return (1 if self.cfg.FIELD == 'sine' else -1) * torch.sin(x) + 0 * u
         return torch.sin(x[:, :1]) + 3 * x[:, 1:2] + 0 * u  # 'wave-ish': u(x, t) = sin x + 3 t
 
     def pde_residual(self, x, u, d):
         return d.laplacian() - 4 if self.cfg.FIELD == 'square' else d('x', 'x') + torch.sin(x[:, :1])
 
 
-def losses_of(field, sets, geometry, time=None):
+def losses_of(field, sets, geometry, time=None, in_dim=2):
     model = MODELS.build(
         {
             'NAME': 'ExactFieldPINN',
             'FIELD': field,
-            'NETWORK': {'NAME': 'MLP', 'IN_DIM': 2, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1},
+            'NETWORK': {'NAME': 'MLP', 'IN_DIM': in_dim, 'HIDDEN_DIMS': [4], 'OUT_DIM': 1},
         }
     )
     data = point_sets(sets, geometry=geometry, time=time)
@@ -545,6 +547,49 @@ def test_periodic_and_initial_conditions():
     )
     assert set(timed) == {'loss_pde', 'loss_start_0', 'loss_start_1'}
     assert all(v.item() < 1e-9 for v in timed.values()), timed
+
+
+def test_an_ode_states_its_initial_derivative_on_a_boundary_set_at_a_face():
+    """DeepXDE's OperatorBC u'(0) = 1 on a TimeDomain: without TIME, InitialDerivative on FACES [x_low] is du/dx
+    itself; Neumann there takes the outward normal, -du/dx (the same VALUE 1 would train u = -sin x)."""
+    ode = {'NAME': 'Interval', 'LOW': 0, 'HIGH': 6.28}
+    conditions = [
+        {'NAME': 'Dirichlet', 'VALUE': 0},
+        {'NAME': 'InitialDerivative', 'VALUE': 1},  # u'(0) = 1
+        {'NAME': 'Neumann', 'VALUE': -1},  # du/dn = -u'(0) at x_low
+    ]
+    start = {'KIND': 'boundary', 'COUNT': 1, 'FACES': ['x_low'], 'CONDITIONS': conditions}
+    right = losses_of('sine', {'start': start}, ode, in_dim=1)
+    assert set(right) == {'loss_start_0', 'loss_start_1', 'loss_start_2'}
+    assert all(v.item() < 1e-12 for v in right.values()), right
+    wrong = losses_of('-sine', {'start': start}, ode, in_dim=1)
+    assert wrong['loss_start_1'].item() == pytest.approx(4.0) and wrong['loss_start_2'].item() == pytest.approx(4.0)
+    with pytest.raises(
+        ConfigError,
+        match=r'^SOLVER\.TRAIN_DATA\.SETS\.start\.FACES: without TIME an InitialDeri.*'
+        r'FACES: \[x_low\]',
+    ):
+        point_sets({'start': {**start, 'FACES': []}}, geometry=ode)  # both ends: no one start
+    with pytest.raises(
+        ConfigError,
+        match=r'^SOLVER\.TRAIN_DATA\.SETS\.start\.KIND: an initial set .* for an ODE whose'
+        r' time is the coordinate x, make it a boundary set at the start, FACES: \[x_low\], with'
+        r' Dirichlet .* and InitialDerivative \(du/dx = g; Neumann would be the outward -du/dx\)$',
+    ):
+        point_sets({'start': {**start, 'KIND': 'initial', 'FACES': [], 'CONDITIONS': conditions[:1]}}, geometry=ode)
+    with pytest.raises(
+        ConfigError,
+        match=r'CONDITIONS\[1\]\.NAME: an InitialDerivative condition belongs on a boundary'
+        r" set \(the problem has no TIME: an ODE, whose time is the coordinate x, states u'\(x0\) = g"
+        r" on a boundary set at that face, FACES: \[x_low\]\); 'start' is a set of KIND initial$",
+    ):
+        point_sets({'start': {**start, 'KIND': 'initial', 'FACES': []}}, geometry=ode)
+    with pytest.raises(
+        ConfigError,
+        match=r'CONDITIONS\[1\]\.NAME: an InitialDerivative condition belongs on an initial'
+        r' set; .start. is a set of KIND boundary$',
+    ):
+        point_sets({'start': start}, geometry=ode, time=[0, 1])  # with TIME, du/dt belongs at t0
 
 
 # -- cached derivatives ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ A point set of ``PointSets`` lists its ``CONDITIONS``, each a ``CONDITIONS`` ent
     CONDITIONS: [{NAME: Robin, A: 1.0, B: 2.0, VALUE: 0}]       # A u + B du/dn = g
     CONDITIONS: [{NAME: Periodic, AXIS: x}]                     # u on the x faces equal (DERIVATIVE_ORDER 1: du/dx)
     CONDITIONS: [{NAME: InitialValue, VALUE: '-sin(pi * x)'}]   # u(x, t0) = g
-    CONDITIONS: [{NAME: InitialDerivative, VALUE: 0}]           # du/dt(x, t0) = g
+    CONDITIONS: [{NAME: InitialDerivative, VALUE: 0}]           # du/dt(x, t0) = g; an ODE (no TIME): du/dx at FACES
 
 ``VALUE`` is a number or an expression of the coordinates (``expressions.py``), evaluated
 once per draw on the data side; ``COMPONENT`` picks the network output (0).  Each condition
@@ -20,7 +20,10 @@ the batch (its values, a periodic image), computed when the points are drawn; an
 output ``u`` at the set's points, their cached derivatives ``d`` (``model/derivatives.py``),
 the batch and ``field`` (the network as a function of points, for a periodic image).
 Conditions needing derivatives make the set's points require gradients; those needing
-normals are allowed on boundary sets only (an ``error:`` line otherwise).
+normals are allowed on boundary sets only (an ``error:`` line otherwise).  An ODE has no
+TIME (its time is the coordinate ``x``): its initial conditions sit on a boundary set at
+``FACES: [x_low]``, where InitialDerivative is du/dx itself, not the outward normal
+derivative Neumann takes (-du/dx at x_low).
 """
 
 from scepter_like.data.expressions import Expression
@@ -59,12 +62,24 @@ class Condition:
         self.term = cfg.TERM or term
         self.component = cfg.COMPONENT
         self.needs_grad = self.NEEDS_GRAD
-        if kind not in self.SET_KINDS:
-            why = ' (it needs outward normals, which only boundary points have)' if self.NEEDS_NORMALS else ''
+        kinds, why = self.placement()
+        if kind not in kinds:
             raise ConfigError(
-                f'{cfg.path_of("NAME")}: {_a(cfg.NAME)} condition belongs on {_a(" or ".join(self.SET_KINDS))}'
+                f'{cfg.path_of("NAME")}: {_a(cfg.NAME)} condition belongs on {_a(" or ".join(kinds))}'
                 f' set{why}; {point_set!r} is a set of KIND {kind}'
             )
+
+    def placement(self):
+        """``(kinds, why)``: the kinds of point set it may be given to on its domain, and the reason the error
+        line gives ('' for none)."""
+        return (
+            self.SET_KINDS,
+            ' (it needs outward normals, which only boundary points have)' if self.NEEDS_NORMALS else '',
+        )
+
+    def check_faces(self, faces, where):
+        """A ConfigError when its set's ``FACES`` (names, e.g. ``['x_low']``; [] for all of the boundary) do not
+        suit it; ``where`` is the set's config path."""
 
     def value_key(self):
         return batch_key(self.term, 'value')
@@ -133,14 +148,45 @@ class InitialValueCondition(DirichletCondition):
 
 @CONDITIONS.register_class('InitialDerivative')
 class InitialDerivativeCondition(ValueCondition):
-    """du/dt(x, t0) = g, on an initial set (a wave equation's second initial condition)."""
+    """du/dt(x, t0) = g, on an initial set (a wave equation's second initial condition).
+
+    Without TIME (an ODE, DeepXDE's OperatorBC u'(t0) = g on a TimeDomain) there is no initial set: the
+    condition goes on a boundary set drawn on the faces of one axis (``FACES: [x_low]``) and is du/d<axis> = g
+    there, the plain derivative, whatever the side (Neumann's outward normal derivative is -du/dx at x_low).
+    """
 
     para_dict = {}  # the inherited keys, and only those: a misspelt key is an error
     SET_KINDS = ('initial',)
     NEEDS_GRAD = True
 
+    def __init__(self, cfg, logger=None, **where):
+        super().__init__(cfg, logger, **where)
+        self.axis = 't'  # without TIME: the axis of the set's FACES (check_faces)
+
+    def placement(self):
+        if self.domain.time is not None:
+            return super().placement()
+        first = self.domain.names[0]
+        return ('boundary',), (
+            f" (the problem has no TIME: an ODE, whose time is the coordinate {first}, states u'({first}0) = g on a"
+            f' boundary set at that face, FACES: [{first}_low])'
+        )
+
+    def check_faces(self, faces, where):
+        if self.domain.time is not None:
+            return
+        axes = sorted({face.split('_')[0] for face in faces})
+        if len(axes) != 1:
+            first = self.domain.names[0]
+            raise ConfigError(
+                f'{where}.FACES: without TIME an InitialDerivative is the derivative along one axis at its face(s);'
+                f" draw the set on the faces of one axis, e.g. FACES: [{first}_low] (u'({first}0) = g), got"
+                f' {list(faces)}'
+            )
+        self.axis = axes[0]
+
     def residual(self, u, d, batch, field):
-        return d('t', component=self.component) - batch[self.value_key()]
+        return d(self.axis, component=self.component) - batch[self.value_key()]
 
 
 def normal_derivative(d, batch, point_set, component):
@@ -215,6 +261,14 @@ class PeriodicCondition(Condition):
         there = Derivatives(field(partner), partner)
         return d(self.axis, component=self.component) - there(self.axis, component=self.component)
 
+    def check_faces(self, faces, where):
+        """A periodic condition needs the set drawn on the faces of its AXIS only."""
+        if list(faces) != [self.cfg.AXIS]:
+            raise ConfigError(
+                f'{self.cfg.path_of("AXIS")}: a periodic condition pairs the two faces of {self.cfg.AXIS};'
+                f' draw its set there only: {where}.FACES: [{self.cfg.AXIS}]'
+            )
+
 
 @CONDITIONS.register_class('Observation')
 class ObservationCondition(Condition):
@@ -229,13 +283,3 @@ class ObservationCondition(Condition):
 
     def residual(self, u, d, batch, field):
         return u[:, self.components()] - batch[batch_key(self.point_set, 'values')]
-
-
-def check_periodic_faces(conditions, faces, where):
-    """Periodic conditions need the set drawn on the faces of their AXIS only."""
-    for condition in conditions:
-        if isinstance(condition, PeriodicCondition) and list(faces) != [condition.cfg.AXIS]:
-            raise ConfigError(
-                f'{condition.cfg.path_of("AXIS")}: a periodic condition pairs the two faces of {condition.cfg.AXIS};'
-                f' draw its set there only: {where}.FACES: [{condition.cfg.AXIS}]'
-            )

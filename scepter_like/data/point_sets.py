@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from scepter_like.config import Config
-from scepter_like.data.conditions import batch_key, check_periodic_faces
+from scepter_like.data.conditions import batch_key
 from scepter_like.data.datasets import ArrayDataset, reject_nonfinite
 from scepter_like.data.domain import Domain, time_interval
 from scepter_like.data.geometry import Box
@@ -127,9 +127,12 @@ class PointSet:
         self.conditions = self._build_conditions()
         self.faces = self._faces()
         if self.kind == 'initial' and domain.time is None:
+            first = domain.names[0]
             raise ConfigError(
                 f'{cfg.path_of("KIND")}: an initial set lies at the first time, and the problem has none; give the'
-                ' data a TIME: [t0, t1], or make the set a boundary one'
+                f' data a TIME: [t0, t1], or, for an ODE whose time is the coordinate {first}, make it a boundary set'
+                f' at the start, FACES: [{first}_low], with Dirichlet (u = g there) and InitialDerivative'
+                f' (du/d{first} = g; Neumann would be the outward -du/d{first})'
             )
         if self.kind == 'observations':
             self.fixed = self._observations()
@@ -181,7 +184,8 @@ class PointSet:
                 f'{self.cfg.path_of("FACES")}: {bad} name no faces; choose from {list(index)}'
                 f'{suggest(bad[0], list(index))}'
             )
-        check_periodic_faces(self.conditions, faces, self.cfg.path)
+        for condition in self.conditions:
+            condition.check_faces(faces, self.cfg.path)
         return sorted({face for name in faces for face in index[name]}) or None
 
     def _observations(self):
