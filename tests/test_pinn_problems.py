@@ -427,6 +427,38 @@ def test_bad_time_domain_and_observation_files(tmp_path):
         point_sets({'d': {'KIND': 'observations', 'FILE': str(empty)}}, geometry={'NAME': 'Interval'}, time=[0, 1])
 
 
+def test_a_header_naming_the_coordinates_in_another_order_is_an_error_and_one_naming_none_a_warning(tmp_path, caplog):
+    """`time,x,u` (time first) was read as (x, t, u) silently: a header naming a coordinate (time for t, any case)
+    in another column is the order error; one whose coordinate columns name none of them a warning."""
+    sets = lambda path: {'d': {'KIND': 'observations', 'FILE': str(path)}}  # noqa: E731
+    for header in ['time,x,u', 'Time,X,u', 'u,x,t', 'x,u,t']:
+        path = tmp_path / 'obs.csv'
+        path.write_text(f'{header}\n0.0,0.5,1.0\n')
+        with pytest.raises(
+            DataError,
+            match=r'SETS\.d\.FILE: .* has the columns \[.*\]; a row must hold the coordinates in'
+            r" the domain's order \['x', 't'\] first",
+        ):
+            point_sets(sets(path), geometry={'NAME': 'Interval'}, time=[0, 1])
+    for header, warned in [('x,t,u', False), ('X,Time,T', False), ('pos,tt,u', True), ('a,b,c', True)]:
+        path = tmp_path / 'obs.csv'
+        path.write_text(f'{header}\n0.5,0.0,1.0\n')
+        caplog.clear()
+        with caplog.at_level('WARNING', logger='scepter_like'):
+            data = point_sets(sets(path), geometry={'NAME': 'Interval'}, time=[0, 1])
+        torch.testing.assert_close(data.take([0])['d.x'], torch.tensor([[0.5, 0.0]]))
+        messages = [r.getMessage() for r in caplog.records]
+        assert messages == (
+            [
+                f'SOLVER.TRAIN_DATA.SETS.d.FILE: {path} has the columns {header.split(",")}, which do not name the'
+                " coordinates ['x', 't']; its columns are read in the domain's order ['x', 't'] first, then the"
+                ' value(s): check the file holds them so'
+            ]
+            if warned
+            else []
+        ), header
+
+
 def test_npz_observations_of_another_orientation_and_sets_that_are_not_mappings(tmp_path):
     x, u = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]), np.array([[1.0], [2.0], [3.0]])
     for arrays, message in [

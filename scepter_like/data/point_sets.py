@@ -41,7 +41,7 @@ import torch
 from scepter_like.config import Config
 from scepter_like.data.conditions import batch_key
 from scepter_like.data.datasets import ArrayDataset, reject_nonfinite
-from scepter_like.data.domain import Domain, time_interval
+from scepter_like.data.domain import TIME_NAME, Domain, time_interval
 from scepter_like.data.geometry import Box
 from scepter_like.data.registry import CONDITIONS, DATASETS, GEOMETRIES
 from scepter_like.data.sampling import METHODS, unit_points
@@ -348,11 +348,7 @@ def _read_text_table(path, dim, where, names):
     if rows and number_or_none(rows[0][1][0]) is None:
         (first, header), rows = rows[0], rows[1:]  # a header line
         layout += f' (line {first} was read as that header: {dict(lines)[first].strip()[:120]!r})'
-        if set(names) <= set(header) and header[:dim] != list(names):  # it names the coordinates elsewhere
-            raise DataError(
-                f'{where}: {path} has the columns {header}; a row must hold the coordinates in the'
-                f" domain's order {list(names)} first, then the value(s)"
-            )
+        _check_header(header, names, where, path)
     table = []
     for n, cells in rows:
         numbers = [number_or_none(cell) for cell in cells]
@@ -368,6 +364,27 @@ def _read_text_table(path, dim, where, names):
     if not table:
         raise DataError(f'{where}: {path} holds no rows of numbers; {layout}')
     return np.asarray(table, dtype=np.float64)
+
+
+HEADER_ALIASES = {'time': TIME_NAME}  # header words read as the coordinate they name
+
+
+def _check_header(header, names, where, path):
+    """A header naming a coordinate in another column than the domain's place for it is a DataError (the rows
+    would be read with the columns swapped); one whose coordinate columns name nothing the domain knows gets a
+    warning giving the order the columns are read in."""
+    names = list(names)
+    said = [HEADER_ALIASES.get(word.lower(), word) for word in header]
+    if any(word in names and names.index(word) != column for column, word in enumerate(said)):
+        raise DataError(
+            f'{where}: {path} has the columns {header}; a row must hold the coordinates in the'
+            f" domain's order {names} first, then the value(s)"
+        )
+    if [word.lower() for word in said[: len(names)]] != names:
+        logging.getLogger(__name__).warning(
+            f'{where}: {path} has the columns {header}, which do not name the coordinates {names}; its columns are'
+            f" read in the domain's order {names} first, then the value(s): check the file holds them so"
+        )
 
 
 def read_observations(path, dim, columns, where, names):
