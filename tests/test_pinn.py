@@ -321,7 +321,7 @@ def test_an_unsigned_error_metric_keeps_the_least_as_best_and_early_stopping_wat
     assert 'CheckpointHook keeps the least relative_l2 as best' in res.stdout
 
 
-def test_lbfgs_on_mini_batched_point_sets_warns_before_the_first_step(tmp_path):
+def test_lbfgs_on_mini_batched_or_resampled_point_sets_warns_before_the_first_step(tmp_path):
     common = [
         '--cfg', POISSON_CFG, 'SOLVER.MAX_STEPS=1', 'SOLVER.TRAIN_DATA.SETS.pde.COUNT=64',
         'SOLVER.TRAIN_DATA.SETS.bc.COUNT=16', 'SOLVER.EVAL_DATA.RESOLUTION=[5,5]', 'SOLVER.EVAL_HOOKS=[]',
@@ -333,6 +333,15 @@ def test_lbfgs_on_mini_batched_point_sets_warns_before_the_first_step(tmp_path):
     assert 'OPTIMIZER_PHASES[0].OPTIMIZER: LBFGS keeps curvature pairs from step to step, and an epoch here is 4' in (
         res.stdout
     )
+    res = run_cli(  # a fresh draw every 10 passes: each a different loss, as the mini-batches are
+        'run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "c"}', 'SOLVER.TRAIN_DATA.SETS.bc.RESAMPLE_EVERY=10'
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (
+        'OPTIMIZER_PHASES[0].OPTIMIZER: LBFGS keeps curvature pairs from step to step, and the points are drawn anew'
+        ' every 10 pass(es), each a different loss: the pairs mix them and the steps can diverge; train it on the'
+        ' full batch of one draw (no RESAMPLE_EVERY on the point sets)'
+    ) in res.stdout
     res = run_cli('run_train.py', *common, f'SOLVER.WORK_DIR={tmp_path / "b"}')  # full batch: nothing to say
     assert res.returncode == 0 and 'curvature pairs' not in res.stdout
     assert re.search(r'network +MLP +[\d,]+ +\[1, 1\]', res.stdout)  # the summary's sample forward takes eval points

@@ -470,6 +470,12 @@ class PointSets(torch.utils.data.Dataset):
         if any([s.set_pass(pass_index) for s in self.sets]):
             self._batches = {}
 
+    @property
+    def resample_every(self):
+        """The fewest passes a set keeps one draw for (0: every set keeps its draw all run), for the optimizer's
+        check: L-BFGS's curvature pairs would mix the losses of different draws."""
+        return min((s.cfg.RESAMPLE_EVERY for s in self.sets if s.fixed is None and s.cfg.RESAMPLE_EVERY), default=0)
+
     def set_named(self, name, where='SET'):
         for s in self.sets:
             if s.name == name:

@@ -247,7 +247,7 @@ class BaseSolver(HookStages, ScepterProtocol):
         if cfg.OPTIMIZER is None and self.updater.active and backward_hook and 'train' in self.datas:
             raise ConfigError('BackwardHook needs SOLVER.OPTIMIZER; add an optimizer config')
         train = self.progress if 'train' in self.datas else None
-        self.updater.set_up(self.train_parameters(), self.device, train)
+        self.updater.set_up(self.train_parameters(), self.device, train, self.datas.get('train'))
 
     # -- what hooks read (docs/extending.md, "The hook surface") --------------------------------------
     optimizer = state_view('updater', 'optimizer', 'The optimizer of the current phase.')

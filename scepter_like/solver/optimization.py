@@ -179,10 +179,16 @@ class OptimizerPhases:
         return value if kind == 'step' else value * epoch_steps
 
     def check(
-        self, progress: TrainingProgress, settings: UpdateSettings, params: list[torch.nn.Parameter], logger: Any = None
+        self,
+        progress: TrainingProgress,
+        settings: UpdateSettings,
+        params: list[torch.nn.Parameter],
+        logger: Any = None,
+        resample_every: int = 0,
     ) -> None:
         """Every phase builds and starts after the one before (one past the run's end is a warning); closure
-        optimizers fit the loop.
+        optimizers fit the loop and the train data (``resample_every``: the passes the data keeps one draw of
+        points for, 0 for all run).
 
         Builds each phase's optimizer and scheduler once and drops them, so a bad later phase
         fails before training, not thousands of steps in.
@@ -196,12 +202,17 @@ class OptimizerPhases:
             optimizer, _ = self.build(index, params, logger)
             if takes_closure(optimizer):
                 opt_cfg = self._check_closure(index, settings)
+                changes = {}  # what makes the loss differ from step to step: the key that does it -> how
                 if epoch_steps > 1:
+                    changes['BATCH_SIZE'] = f'an epoch here is {epoch_steps} mini-batches'
+                if resample_every > 0:
+                    changes['RESAMPLE_EVERY'] = f'the points are drawn anew every {resample_every} pass(es)'
+                if changes:
                     (logger or logging.getLogger(__name__)).warning(
-                        f'{opt_cfg.path}: {opt_cfg.NAME} keeps curvature pairs from'
-                        f' step to step, and an epoch here is {epoch_steps} mini-batches, each a different loss:'
-                        ' the pairs mix them and the steps can diverge; train it on the full batch (no BATCH_SIZE'
-                        " on the point sets), as DeepXDE's L-BFGS does"
+                        f'{opt_cfg.path}: {opt_cfg.NAME} keeps curvature pairs from step to step, and'
+                        f' {" and ".join(changes.values())}, each a different loss: the pairs mix them and the steps'
+                        f' can diverge; train it on the full batch of one draw (no {" or ".join(changes)} on the'
+                        " point sets), as DeepXDE's L-BFGS does"
                     )
             if index == 0:
                 continue
@@ -318,15 +329,23 @@ class WeightUpdater:
         self._params = [p for group in optimizer.param_groups for p in group['params']] if optimizer else []
         self.takes_closure = optimizer is not None and takes_closure(optimizer)
 
-    def set_up(self, params: list[torch.nn.Parameter], device: torch.device, progress: TrainingProgress | None) -> None:
+    def set_up(
+        self,
+        params: list[torch.nn.Parameter],
+        device: torch.device,
+        progress: TrainingProgress | None,
+        train_data: Any = None,
+    ) -> None:
         """Phase 0's optimizer and scheduler over ``params`` (every phase checked against ``progress``, the train
-        data's, when there is train data), the GradScaler under fp16 and the loss aggregator."""
+        data's, and ``train_data``, a DataBundle, when there is train data), the GradScaler under fp16 and the loss
+        aggregator."""
         self._trainable = params
         self._device_type = device.type
         autocast = self.settings.autocast_dtype
         if self.cfg.OPTIMIZER is not None:
             if progress is not None:
-                self.phases.check(progress, self.settings, params, self.logger)
+                resample_every = getattr(getattr(train_data, 'dataset', None), 'resample_every', 0)
+                self.phases.check(progress, self.settings, params, self.logger, resample_every)
             self.use_phase(0, progress)
             if autocast is torch.float16:
                 self.scaler = torch.amp.GradScaler('cuda')
