@@ -277,6 +277,21 @@ def test_the_resume_line_promises_the_cut_off_evaluation_only_when_one_is_due(ev
     assert evaluated == ([1, 2, 3] if eval_interval == 1 else [2, 3])
 
 
+@pytest.mark.parametrize('eval_interval', [1, 2])
+def test_a_step_checkpoint_at_an_epochs_last_step_resumes_at_the_next_epoch(eval_interval, blobs, tmp_path, capsys):
+    """STEP_INTERVAL 6 saves after step 6, the last of epoch 1, before the epoch is marked finished: the run goes on
+    at epoch 2, iter 1 (or epoch 1's evaluation first), not at 'epoch 1, iter 7' of an epoch of 6."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'STEP_INTERVAL': 6}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'run', hooks=hooks, MAX_EPOCHS=1, EVAL_INTERVAL=eval_interval)
+    assert train(tmp_path, cfg) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    step_6 = tmp_path / 'run' / 'checkpoints' / 'checkpoint-step-6.pth'
+    words = [f'SOLVER.RESUME_FROM={step_6}', f'SOLVER.WORK_DIR={tmp_path / "more"}', 'SOLVER.MAX_EPOCHS=2']
+    assert train(tmp_path, cfg, *words) == 0, capsys.readouterr().err
+    goes_on = 'the evaluation of epoch 1 first' if eval_interval == 1 else 'goes on at epoch 2, iter 1'
+    assert re.search(rf'resumed from \S+checkpoint-step-6.pth after step 6: {goes_on}\n', capsys.readouterr().out)
+
+
 def test_resume_from_a_run_folder_and_a_longer_schedule_says_what_happens(blobs, tmp_path, capsys):
     cfg = blob_solver_cfg(
         blobs, tmp_path / 'first', hooks=[{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}], MAX_EPOCHS=2,

@@ -303,9 +303,11 @@ def resume(solver):
         return None
     solver.restore_state(load_checkpoint_file(path), path)
     progress = solver.progress  # counted from 1, as the log lines count: the next batch's epoch and iter
-    if progress.epoch_finished and solver.eval_due():  # its evaluation was cut off
+    # a step checkpoint written after an epoch's last step is not yet finished: that epoch has no batch left
+    ended = progress.epoch_finished or progress.iters['train'] >= progress.epoch_iters['train']
+    if ended and solver.eval_due():  # its evaluation was cut off
         goes_on = f'the evaluation of epoch {progress.epoch + 1} first'
-    elif progress.epoch_finished:  # no evaluation due after it (EVAL_INTERVAL)
+    elif ended:  # no evaluation due after it (EVAL_INTERVAL)
         goes_on = f'goes on at epoch {progress.epoch + 2}, iter 1'
     else:
         goes_on = f'goes on at epoch {progress.epoch + 1}, iter {progress.iters["train"] + 1}'
