@@ -55,8 +55,14 @@ def test_a_train_run_without_optimizer_is_an_error(blobs, tmp_path, capsys):
 def test_eval_data_without_metrics_warns_that_it_reports_nothing(blobs, tmp_path, caplog):
     build_solver(blob_solver_cfg(blobs, tmp_path / 'a', METRICS=[]))
     assert (
-        'SOLVER.EVAL_DATA is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation reports' in caplog.text
+        'SOLVER.EVAL_DATA is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation reports nothing; add'
+        ' METRICS, e.g. [{NAME: AccuracyMetric}]\n' in caplog.text  # the Classifier's own suggestion
     )
+    caplog.clear()
+    cfg = blob_solver_cfg(blobs, tmp_path / 'r', METRICS=[])
+    cfg['SOLVER']['MODEL']['LOSS'] = {'NAME': 'MSELoss'}  # a regression: no accuracy to report
+    build_solver(cfg)
+    assert 'reports nothing; add METRICS, e.g. [{NAME: MSEMetric, KEYS: [logits, label]}]\n' in caplog.text
     caplog.clear()
     build_solver(blob_solver_cfg(blobs, tmp_path / 'b'))
     assert 'reports nothing' not in caplog.text

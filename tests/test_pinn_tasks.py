@@ -324,6 +324,26 @@ def rar_cfg(work, steps, **rar):
     return cfg
 
 
+def test_eval_data_without_metrics_suggests_the_field_error_for_a_pinn(tmp_path, caplog):
+    """Not AccuracyMetric (a classifier's): the relative L2 error against u_exact."""
+    cfg = rar_cfg(tmp_path / 'run', 1)
+    cfg['SOLVER'].update(MODEL=yaml.safe_load(open(POISSON))['SOLVER']['MODEL'], EVAL_DATA={'NAME': 'GridPoints',
+                         'GEOMETRY': {'NAME': 'Rectangle'}, 'RESOLUTION': [3, 3], 'BATCH_SIZE': 9})  # fmt: skip
+    build_solver(cfg)
+    assert (
+        'SOLVER.EVAL_DATA is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation reports nothing; add'
+        ' METRICS, e.g. [{NAME: RelativeL2Error, KEYS: [u, u_exact]}]\n'  # u_exact: PoissonPINN's exact solution
+    ) in caplog.text
+    caplog.clear()
+    cfg['SOLVER']['MODEL']['NAME'] = 'SlopedResidualPINN'  # no exact_solution: a reference file gives u_exact
+    build_solver(cfg)
+    assert (
+        'add METRICS, e.g. [{NAME: RelativeL2Error, KEYS: [u, u_exact]}] with a reference u_exact, as'
+        ' SlopedResidualPINN has no exact_solution: EVAL_DATA: {NAME: NpzDataset, PATH: ref.npz} holding x and'
+        ' u_exact, and EXTRA_KEYS: [u_exact]\n'
+    ) in caplog.text
+
+
 def sizes_seen(solver, steps):
     seen = []
     solver.register_callback_on_iter_end(lambda s: seen.append(len(s.step.batch['pde.x'])))

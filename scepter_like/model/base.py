@@ -73,6 +73,11 @@ class BaseModel(torch.nn.Module):
         self.logger = logger
         self._probe_data = {}  # register_probe's, until taken (probe_data, or the solver's for ProbeDataHook)
 
+    def metrics_hint(self):
+        """The METRICS an evaluation of this model would start from, as YAML: the warning about EVAL_DATA without
+        METRICS suggests it (None: a regression's and a classifier's, for the user to choose)."""
+        return None
+
     # -- scepter's probe API: what a forward hands to ProbeDataHook ----------------------------------------
     def register_probe(self, probe_data):
         """Keep ``{name: value}`` (a tensor, array, number, text, ProbeImage or ProbeData) until the solver takes

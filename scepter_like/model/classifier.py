@@ -12,6 +12,7 @@ from torch import nn
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.base import BaseModel
+from scepter_like.model.losses import MSELoss
 from scepter_like.model.registry import LOSSES, MODELS
 
 _ACTIVATIONS = {'': None, 'softmax': lambda x: torch.softmax(x, dim=1), 'sigmoid': torch.sigmoid}
@@ -58,6 +59,12 @@ class Classifier(BaseModel):
                 if isinstance(module, _NORMS):
                     module.train(False)
         return self
+
+    def metrics_hint(self):
+        """Accuracy on class labels; a regression (the Classifier with an MSELoss) compares its logits and labels."""
+        if isinstance(self.loss, MSELoss):
+            return '[{NAME: MSEMetric, KEYS: [logits, label]}]'
+        return '[{NAME: AccuracyMetric}]'
 
     def forward(self, **batch):
         children = self._modules  # one dict lookup each, not a walk through nn.Module.__getattr__

@@ -152,6 +152,16 @@ class PhysicsInformedModel(BaseModel):
         """The reference solution at ``x``, or None when there is none."""
         return None
 
+    def metrics_hint(self):
+        """The field's relative L2 error against u_exact: the exact solution's, or a reference file's."""
+        hint = '[{NAME: RelativeL2Error, KEYS: [u, u_exact]}]'
+        if type(self).exact_solution is PhysicsInformedModel.exact_solution:
+            hint += (
+                f' with a reference u_exact, as {type(self).__name__} has no exact_solution: EVAL_DATA: {{NAME:'
+                ' NpzDataset, PATH: ref.npz} holding x and u_exact, and EXTRA_KEYS: [u_exact]'
+            )
+        return hint
+
     # -- the field and its residuals -----------------------------------------------------------
     def field(self, x):
         """The field at points ``x`` ``[N, dim]``: the network (after Fourier features) and output_transform."""

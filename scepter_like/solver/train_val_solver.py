@@ -84,9 +84,12 @@ class TrainValSolver(BaseSolver):
         cfg = self.cfg
         check_distinct_names(self.metrics, cfg.METRICS)
         if cfg.EVAL_DATA is not None and not entries and not cfg.EVAL_HOOKS and not self.runs_own_pass('eval'):
+            hint = getattr(self.unwrapped_model, 'metrics_hint', lambda: None)() or (
+                '[{NAME: MSEMetric, KEYS: [pred, target]}] for a regression, [{NAME: AccuracyMetric}] for a classifier'
+            )
             self.logger.warning(
                 f'{cfg.path_of("EVAL_DATA")} is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation'
-                ' reports nothing; add METRICS, e.g. [{NAME: AccuracyMetric}]'
+                f' reports nothing; add METRICS, e.g. {hint}'
             )
         self.eval_data = None
         self._extras_hide_outputs_checked = False

@@ -176,6 +176,9 @@ class MeshModel(BaseModel):
             out['target'] = target
         return out
 
+    def metrics_hint(self):
+        return '[{NAME: MeshRMSEMetric, KEYS: [pred, target]}]'
+
     def describe(self):
         """BaseModel's description with the statistics the buffers hold (as loaded, e.g. from a checkpoint)."""
         desc = super().describe()
