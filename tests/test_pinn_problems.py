@@ -754,10 +754,15 @@ def test_residuals_of_the_wrong_shape_and_components_the_network_lacks_are_error
     for slip, shape in [('broadcast', r'\(6, 6\)'), ('mean', r'\(\)'), ('system', r'residual 1 .* \(1, 6\)')]:
         with pytest.raises(ModelError, match=rf'SlipPINN\.pde_residual: .*{shape} for 6 points; a residual holds one'):
             slip_model(slip)(**batch)
-    with pytest.raises(ModelError, match=r'component 1 is out of range: the network gives 1 output\(s\)'):
+    with pytest.raises(ModelError, match=r'^SlipPINN\.pde_residual: component 1 is out of range: the network gives 1'
+                       r' output\(s\), counted from 0 \(NETWORK\.OUT_DIM\)$'):  # fmt: skip
         slip_model('component')(**batch)
-    with pytest.raises(ModelError, match=r"^no coordinate 'T': the coordinates are \['x', 'y'\]$"):
+    with pytest.raises(
+        ModelError, match=r"^SlipPINN\.pde_residual: no coordinate 'T': the coordinates are \['x', 'y'\]$"
+    ):
         slip_model('name')(**batch)  # the user's naming mistakes: one error line (exit 2), as a COMPONENT's is
+    with pytest.raises(ModelError, match=r'^SlipPINN\.pde_residual: component 1 is out of range'):
+        slip_model('component').residual(batch['pde.x'], ['x', 'y'])  # residual-based refinement's call too
     assert issubclass(ModelError, UserError) and issubclass(ModelError, ValueError)
     wall = {'KIND': 'boundary', 'COUNT': 4, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 0, 'COMPONENT': 1}]}
     with pytest.raises(ConfigError, match=r'CONDITIONS\[0\]\.COMPONENT: \[1\] names outputs the network lacks'):

@@ -193,7 +193,15 @@ class PhysicsInformedModel(BaseModel):
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
             u = self.field(x)
-            return self.pde_residual(x, u, Derivatives(u, x, coordinates))
+            return self._pde_residual(x, u, Derivatives(u, x, coordinates))
+
+    def _pde_residual(self, x, u, d):
+        """``pde_residual``, a ModelError of its derivatives (an output or coordinate there is none of, such as
+        ``d('x', component=1)`` of a network of one output) named after it, as a residual's wrong shape is."""
+        try:
+            return self.pde_residual(x, u, d)
+        except ModelError as e:
+            raise ModelError(f'{type(self).__name__}.pde_residual: {e}') from None
 
     def forward(self, problem=None, **batch):
         if not self.training:
@@ -218,7 +226,7 @@ class PhysicsInformedModel(BaseModel):
         for point_set, x, u in self._fields(problem, batch):
             d = Derivatives(u, x, problem.coordinates)
             if point_set.kind == 'interior':
-                add_terms(losses, point_set.name, self.pde_residual(x, u, d), len(x), type(self).__name__)
+                add_terms(losses, point_set.name, self._pde_residual(x, u, d), len(x), type(self).__name__)
             for condition in point_set.conditions:
                 condition.check_components(u.shape[1])
                 losses[f'loss_{condition.term}'] = mean_square(condition.residual(u, d, batch, self.field))
