@@ -185,6 +185,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def own_logger_restored():
+    """Runs in this process give the ``scepter_like`` logger a console handler on the test's captured output (and
+    tests set its level); put the logger back as it was after every test, so no later test logs into a closed
+    capture or under another test's level."""
+    logger = logging.getLogger('scepter_like')
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
 @pytest.fixture
 def digits_args(tmp_path):
     """Overrides that make the digits job short and write into tmp_path."""

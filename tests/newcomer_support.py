@@ -1,25 +1,12 @@
-"""What the newcomer tests (test_python_api.py, test_newcomer_*.py) share."""
+"""What the newcomer tests (test_python_api.py, test_newcomer_*.py, test_tables.py) share: tool mains run in this process
+and their one error line (conftest puts the logger back after every test)."""
 
 import importlib.util
-import logging
 import os
 
-import pytest
 from conftest import TOOLS
 
 from scepter_like.cli import run
-
-
-@pytest.fixture(autouse=True)
-def own_logger_restored():
-    """In-process runs give the ``scepter_like`` logger a console handler on the test's captured stdout;
-    put the logger back as it was, so no later test logs into a closed capture."""
-    logger = logging.getLogger('scepter_like')
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
 
 
 def run_cli(main, *argv):

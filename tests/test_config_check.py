@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from newcomer_support import own_logger_restored  # noqa: F401  (build_solver adds a console handler)
 
 from scepter_like.cli import read_config
 from scepter_like.config import Config

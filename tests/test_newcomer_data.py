@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import REPO
 from helpers import blob_solver_cfg
-from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
+from newcomer_support import one_error_line, tool_main
 
 from scepter_like.cli import run
 

@@ -18,7 +18,7 @@ import torch
 import yaml
 from conftest import REPO
 from helpers import blob_solver_cfg, build_solver, write_blobs
-from newcomer_support import one_error_line, own_logger_restored, tool_main  # noqa: F401
+from newcomer_support import one_error_line, tool_main
 
 from scepter_like.cli import run
 from scepter_like.solver.hooks.hook import Hook

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import DIGITS_CFG, REPO, tool_env
 from helpers import blob_solver_cfg, build_solver, write_blobs
-from newcomer_support import own_logger_restored, run_cli, tool_main  # noqa: F401
+from newcomer_support import run_cli, tool_main
 
 
 @pytest.fixture(scope='module')

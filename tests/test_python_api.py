@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import DIGITS_CFG
 from helpers import blob_solver_cfg, write_blobs
-from newcomer_support import own_logger_restored, tool_main  # noqa: F401
+from newcomer_support import tool_main
 
 from scepter_like.cli import run
 from scepter_like.errors import ConfigError, UserError

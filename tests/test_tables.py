@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from newcomer_support import one_error_line, own_logger_restored, run_cli, tool_main  # noqa: F401
+from newcomer_support import one_error_line, run_cli, tool_main
 
 from scepter_like import build_solver
 from scepter_like.errors import ConfigError, DataError
@@ -199,7 +199,8 @@ def test_resuming_on_train_data_of_another_epoch_length_is_a_warning_naming_both
         build_solver(regression_cfg(path, tmp_path / 'run', TRAIN_HOOKS=hooks), ['SOLVER.RESUME_FROM=auto']),
     ):
         pass
-    notes = [r.getMessage() for r in caplog.records if 'batches per epoch' in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+    notes = [message for message in warnings if 'batches per epoch' in message]
     assert notes == [
         f'{tmp_path}/run/checkpoints/checkpoint-step-3.pth was saved with 4 train batches per epoch and the train'
         ' data now makes 2 (its file, BATCH_SIZE or DROP_LAST changed): the epoch goes on at batch 4; batch 4 is'
