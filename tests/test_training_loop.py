@@ -241,6 +241,29 @@ def test_a_per_step_warmup_keeps_its_length_in_steps_across_a_resume_with_other_
     assert lrs[0][0] == pytest.approx(lr_at_end) and lrs[1][0] > lrs[0][0]  # it goes on rising from there
 
 
+def test_a_resume_with_another_batch_size_keeps_the_position_in_samples(tmp_path, caplog):
+    """One process, batch 8 cut after 6 of 12 steps (48 samples), resumed with batch 16 and ACCU_STEP 2: the epoch
+    goes on at batch 3 (the 48th sample), so every sample of it is trained once; the open accumulation group's
+    rest (batch 3) steps alone, then batches 4 and 5 are one group."""
+    import ckpt_support  # noqa: F401  (registers RecordingNpzDataset)
+
+    npz, record = write_blobs(tmp_path / 'b96.npz', n=96), tmp_path / 'served.txt'
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'STEP_INTERVAL': 6}]
+    cfg = blob_solver_cfg(npz, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None, MAX_STEPS=6)
+    cfg['SOLVER']['TRAIN_DATA'].update(NAME='RecordingNpzDataset', RECORD=str(record), BATCH_SIZE=8)
+    build_solver(cfg).solve()
+    cfg['SOLVER'].update(MAX_STEPS=0, ACCU_STEP=2, RESUME_FROM='auto')
+    cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 16
+    resumed = build_solver(cfg)
+    resumed.solve()
+    assert 'was saved with global batch 8 and this run has 16' in caplog.text
+    assert 'the epoch continues at batch 3 (batch 6 of global size 8 then, 16 now)' in caplog.text
+    assert (resumed.progress.total_iter, resumed.progress.optimizer_steps) == (9, 8)
+    batches = [line.split() for line in record.read_text().splitlines()]
+    served = [int(i) for batch in batches if len(batch) > 1 for i in batch]  # (set-up reads sample 0 alone)
+    assert sorted(served) == list(range(96))
+
+
 def test_warmup_func_null_is_no_warmup_as_in_scepter(blobs, tmp_path):
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_FUNC': None, 'WARMUP_START_LR': 0.02}]
     cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2)

@@ -114,11 +114,8 @@ def restore_training_state(solver, ckpt, source):
     ):
         if note is not None:
             solver.logger.warning(note)
-    progress = dict(ckpt['solver'])
-    world = ckpt['meta'].get('world_size', 1)
-    if world != solver.world_size:
-        progress['iter'] = _map_position(solver, ckpt, source)
-    elif ckpt['meta'].get('train_batches', 0) not in (0, _train_batches(solver)):
+    progress = dict(ckpt['solver'], iter=_map_position(solver, ckpt, source))
+    if _same_cuts(solver, ckpt['meta']) and ckpt['meta'].get('train_batches', 0) not in (0, _train_batches(solver)):
         solver.logger.warning(_epoch_length_note(solver, ckpt, source))
     solver.progress.load_state_dict(progress)
     solver.epoch_outputs = defaultdict(dict, {m: dict(v) for m, v in progress['epoch_outputs'].items()})
@@ -217,17 +214,30 @@ def _epoch_length_note(solver, ckpt, source):
     )
 
 
+def _same_cuts(solver, meta):
+    """Whether this run cuts the epoch into the global batches the checkpoint's run did (``meta``: its ``meta``;
+    a global batch of 0: no train data then, or written before it was recorded)."""
+    return meta.get('world_size', 1) == solver.world_size and meta.get('global_batch', 0) in (0, _global_batch(solver))
+
+
 def _map_position(solver, ckpt, source):
-    """The train batch to continue at when the world size changed: the same number of samples
-    into the epoch (rounded down, so none is skipped), in this run's global batches."""
+    """The train batch to continue at: the checkpoint's, or, when the global batch (per-rank batch x world size)
+    changed, the same number of samples into the epoch (rounded down, so none is skipped) in this run's batches."""
     progress, meta = ckpt['solver'], ckpt['meta']
-    old_batch, new_batch = meta.get('global_batch', 0), _global_batch(solver)
+    old_world, old_batch, new_batch = meta.get('world_size', 1), meta.get('global_batch', 0), _global_batch(solver)
+    if _same_cuts(solver, meta):
+        return progress['iter']
     position = progress['iter'] * old_batch // new_batch if old_batch and new_batch else progress['iter']
+    if old_world != solver.world_size:
+        change = (
+            f'was saved with {old_world} processes and this run has {solver.world_size}: model, optimizer and'
+            ' counters resume exactly, but the data order and random streams change'
+        )
+    else:  # the shards interleave one permutation: the same samples in other cuts
+        change = f'was saved with global batch {old_batch} and this run has {new_batch}: the samples stay in order'
     solver.logger.warning(
-        f'{source} was saved with {meta.get("world_size", 1)} processes and this run has {solver.world_size}:'
-        ' model, optimizer and counters resume exactly, but the data order and random streams change;'
-        f' the epoch continues at batch {position} (batch {progress["iter"]} of global size {old_batch} then,'
-        f' {new_batch} now)'
+        f'{source} {change}; the epoch continues at batch {position} (batch {progress["iter"]} of global size'
+        f' {old_batch} then, {new_batch} now)'
     )
     return position
 
