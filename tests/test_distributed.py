@@ -10,6 +10,7 @@ into the work dir.
 import glob
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -371,6 +372,30 @@ def noise_data(tmp_path_factory):
     return tmp, npz, solver, load(tmp / 'probe-single' / 'rank0.pt')
 
 
+def two_nodes(cfg, cwds, name, overrides=((), ())):
+    """tools/run_train.py under two torchrun agents on 127.0.0.1 (``--nnodes=2``, one process each), node ``n``
+    started in ``cwds[n]`` with ``overrides[n]``; returns (exit codes, agents' stderr, each worker's (stdout, stderr)).
+    """
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        log_dir = os.path.join(cwds[node], f'{name}{node}-logs')
+        launcher = ['--nnodes=2', f'--node_rank={node}', '--master_addr=127.0.0.1', f'--master_port={port}']
+        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=1', *launcher]
+        cmd += ['--log-dir', log_dir, '--redirects', '3', RUN_TRAIN, '--cfg', cfg, '--import', PROBE, *overrides[node]]
+        procs.append(
+            subprocess.Popen(cmd, cwd=cwds[node], env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        )
+    try:
+        results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    logs = [rank_logs(os.path.join(cwds[node], f'{name}{node}-logs')).get(0, ('', '')) for node in (0, 1)]
+    return [p.returncode for p in procs], [err.decode(errors='replace') for _, err in results], logs
+
+
 @pytest.fixture(scope='module')
 def multinode(noise_data):
     """One run serves the multi-node, FSDP and uneven-data tests (each torchrun costs seconds):
@@ -384,21 +409,8 @@ def multinode(noise_data):
         probe_hook(tmp / 'probe-mn'),
     ]
     cfg = blob_cfg(tmp, 'multinode', npz, hooks, PARALLEL='fsdp')
-    port = free_port()
-    procs = []
-    for node in (0, 1):
-        launcher = ['--nnodes=2', f'--node_rank={node}', '--master_addr=127.0.0.1', f'--master_port={port}']
-        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=1', *launcher]
-        cmd += ['--log-dir', str(tmp / f'node{node}-logs'), '--redirects', '3', RUN_TRAIN, '--cfg', cfg]
-        cmd += ['--import', PROBE] + (['SOLVER.CODE_SNAPSHOT=false'] if node else [])  # a key rank 0 alone reads
-        procs.append(subprocess.Popen(cmd, cwd=tmp, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    try:
-        results = [p.communicate(timeout=TIMEOUT) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    logs = [rank_logs(str(tmp / f'node{node}-logs')).get(0, ('', '')) for node in (0, 1)]
+    # SOLVER.CODE_SNAPSHOT: a key rank 0 alone reads
+    codes, agent_stderr, logs = two_nodes(cfg, (tmp, tmp), 'node', ([], ['SOLVER.CODE_SNAPSHOT=false']))
     step5 = tmp / 'multinode' / 'checkpoints' / 'checkpoint-step-5.pth'
     args = [
         f'SOLVER.WORK_DIR={tmp / "resumed"}',
@@ -407,8 +419,8 @@ def multinode(noise_data):
     ]
     resumed = torchrun(cfg, args, tmp, 'resumed') if step5.exists() else None
     return {
-        'codes': [p.returncode for p in procs],
-        'agent_stderr': [err.decode(errors='replace') for _, err in results],
+        'codes': codes,
+        'agent_stderr': agent_stderr,
         'logs': logs,
         'ranks': [load(tmp / 'probe-mn' / f'rank{r}.pt') for r in (0, 1)],
         'last': tmp / 'multinode' / 'checkpoints' / 'checkpoint-last.pth',
@@ -463,6 +475,41 @@ def test_fsdp_resume_is_exact(multinode):
     assert_state_equal(ref['model'], got['model'])
     for i, state in ref['optimizer']['state'].items():
         assert_state_equal(state, got['optimizer']['state'][i])
+
+
+def test_final_test_weights_are_one_file_on_every_node(tmp_path):
+    """Two nodes, each with its own WORK_DIR (the same relative path in its own folder): the best checkpoint rank 0
+    names is missing on node 1, then (node 0's checkpoints copied over, but an older best) other bytes there.
+    Either way every rank stops with one error line before testing, instead of rank 1 failing alone or testing
+    other weights than rank 0 (the all-reduced accuracy a mix of two models)."""
+    npz = write_noise(tmp_path / 'noise.npz', n=96)
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'CheckpointHook', 'STEP_INTERVAL': 5, 'SAVE_BEST_BY': '+accuracy', 'SAVE_LAST': True},
+        {'NAME': 'DistSamplerHook'},
+    ]
+    cfg = blob_cfg(tmp_path, 'apart', npz, hooks, WORK_DIR='work')
+    nodes = (tmp_path / 'node0', tmp_path / 'node1')
+    for node in nodes:
+        node.mkdir()
+    best = os.path.join('work', 'checkpoints', 'checkpoint-best.pth')
+    codes, agents, logs = two_nodes(cfg, nodes, 'fresh')
+    assert codes == [1, 1] and 'exitcode  : 2' in agents[0] + agents[1], agents
+    for _, err in logs:
+        lines = error_lines(err)
+        want = f'the test weights (best): checkpoint {best} does not exist on rank(s) [1]; put WORK_DIR on a'
+        assert len(lines) == 1 and want in lines[0], err[-2000:]
+    folder = nodes[1] / 'work' / 'checkpoints'
+    shutil.copytree(nodes[0] / 'work' / 'checkpoints', folder)
+    shutil.copyfile(folder / 'checkpoint-step-5.pth', folder / 'checkpoint-best.pth')  # node 1's older best
+    resume = [f'SOLVER.RESUME_FROM={os.path.join("work", "checkpoints", "checkpoint-step-5.pth")}']
+    codes, agents, logs = two_nodes(cfg, nodes, 'copied', (resume, resume))
+    assert codes == [1, 1], agents
+    assert 'resumed from' in logs[0][0]
+    for _, err in logs:
+        lines = error_lines(err)
+        want = f'the test weights (best): checkpoint {best} holds other bytes on rank(s) [1] than on rank 0'
+        assert len(lines) == 1 and want in lines[0], err[-2000:]
 
 
 def test_fsdp_final_test_with_the_best_checkpoint(noise_data, tmp_path):

@@ -40,6 +40,7 @@ from scepter_like.utils.checkpoint import (
 from scepter_like.utils.distributed import all_gather_object, broadcast_object
 from scepter_like.utils.launch_env import launcher_jobs
 from scepter_like.utils.seed import get_rng_state, set_rng_state
+from scepter_like.utils.shared_file import check_every_rank_reads
 
 FORMAT_VERSION = 1
 
@@ -376,7 +377,7 @@ def resume_path(solver):
     A restarted job (``restarted``) with RESUME_FROM empty resumes as with ``auto``.
 
     Rank 0 decides, so every rank resumes from the same file or none starts fresh alone;
-    a file some rank cannot see is a ConfigError.
+    a file some rank cannot see, or sees with other bytes, is a ConfigError (``check_every_rank_reads``).
     """
     folder = os.path.join(solver.work_dir, CHECKPOINT_DIR)
     resume_from = solver.resume_from or ('auto' if broadcast_object(solver.is_main and restarted(folder)) else '')
@@ -389,15 +390,5 @@ def resume_path(solver):
             return None
     else:
         path = resolve_checkpoint(resume_from, where=solver.cfg.path_of('RESUME_FROM'))  # a run's folder: its latest
-    missing = [r for r, seen in enumerate(all_gather_object(os.path.isfile(path))) if not seen]
-    if missing:
-        raise ConfigError(
-            f'{solver.cfg.path_of("RESUME_FROM")}: checkpoint {path} does not exist'
-            + (
-                f' on rank(s) {missing}; put WORK_DIR on a filesystem every node sees'
-                if len(missing) < solver.world_size
-                else ''
-            )
-            + '; fix the path'
-        )
+    check_every_rank_reads(path, f'{solver.cfg.path_of("RESUME_FROM")}: checkpoint')
     return path

@@ -8,7 +8,9 @@ checkpoint's evaluation weights are loaded (the EMA or SWA average at that time,
 run evaluated with it), else its weights; either way exactly the file's weights are tested:
 the averaging hooks' swaps pause meanwhile.  The weights training ended with
 are back afterwards, so the hooks' end-of-run work (a last checkpoint, an export) sees them.
-Under FSDP the file's full tensors are cut to each rank's shard, as a resume does.
+Under FSDP the file's full tensors are cut to each rank's shard, as a resume does.  Every rank reads the file
+from its own disk: one some rank lacks, or holds other bytes of, is a ConfigError on every rank
+(``check_every_rank_reads``), so no rank tests other weights than the others.
 A test line of the run's metrics.jsonl names the weights it ran with (``weights``: ``last`` or the
 file's path in WORK_DIR); a file outside WORK_DIR (another run's) is tested without a line.
 """
@@ -28,6 +30,7 @@ from scepter_like.utils.checkpoint import (
     weights_in,
 )
 from scepter_like.utils.distributed import broadcast_object
+from scepter_like.utils.shared_file import check_every_rank_reads
 
 TEST_WITH = ('best', 'last')
 
@@ -43,11 +46,11 @@ def test_weights_path(solver, weights):
     """The file whose weights a test with ``weights`` ('best', 'last' or a path) uses; None: the model's own."""
     if weights == 'last':
         return None
-    if weights != 'best':
-        return resolve_checkpoint(weights)
-    path = best_checkpoint_of(solver)
+    path = resolve_checkpoint(weights) if weights != 'best' else best_checkpoint_of(solver)
     if path is None:
         solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
+        return None
+    check_every_rank_reads(path, f'the test weights ({weights}): checkpoint')  # rank 0 named it; each rank reads it
     return path
 
 
