@@ -4,8 +4,9 @@
 A ``UserError`` ends the command with ``error: ...`` on stderr and exit status 2 (the
 traceback only with ``--debug``).  An exception a user's component raised (an IMPORTS
 module, a dataset, a model, a hook ...) keeps its traceback, after a first line
-``error: <component> raised ...``, and exit status 1.  The process group is always torn
-down.
+``error: <component> raised ...``, and exit status 1.  Under torchrun the line is also the
+worker's error file, so torchrun's summary names the rank where the failure began
+(``utils.torchrun_error``).  The process group is always torn down.
 """
 
 import argparse
@@ -21,6 +22,7 @@ from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_refe
 from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest, user_message
 from scepter_like.utils.distributed import destroy_distributed, lost_peer
 from scepter_like.utils.imports import import_user_modules
+from scepter_like.utils.torchrun_error import record_error
 
 EXIT_USER_ERROR = 2
 
@@ -139,15 +141,21 @@ def _rank_prefix():
     return f'[rank {rank}] ' if rank not in (None, '', '0') else ''
 
 
+def _say_error(line, after_peer=False):
+    """``line`` on stderr (after the rank prefix) and in torchrun's error file, so that its summary names the rank
+    where the failure began (``after_peer``: this process stopped because another one did; ``torchrun_error``)."""
+    print(f'{_rank_prefix()}{line}', file=sys.stderr, flush=True)
+    record_error(line, after_peer)
+
+
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return f'{type(error).__name__}: {lines[0]}' if lines else type(error).__name__
+
+
 def _report_component(component, error):
     """A first line naming the component that raised ``error``, then its traceback; the exit status (1)."""
-    lines = str(error).strip().splitlines()
-    first = f': {lines[0]}' if lines else ''
-    print(
-        f'{_rank_prefix()}error: {component} raised {type(error).__name__}{first} (its traceback follows)',
-        file=sys.stderr,
-        flush=True,
-    )
+    _say_error(f'error: {component} raised {_first_line(error)} (its traceback follows)')
     traceback.print_exception(error)
     return 1
 
@@ -167,11 +175,7 @@ def _report_lost_peer(error, debug):
     if debug:
         traceback.print_exception(error)
     said = re.sub(r'^\[[^\]]*\]\s*', '', str(error).strip()).split('. ')[0].splitlines()  # gloo's source place off
-    print(
-        f'{_rank_prefix()}error: {PEER_FAILURES[lost_peer(error)]} ({said[0] if said else type(error).__name__})',
-        file=sys.stderr,
-        flush=True,
-    )
+    _say_error(f'error: {PEER_FAILURES[lost_peer(error)]} ({said[0] if said else type(error).__name__})', True)
     return 1
 
 
@@ -191,7 +195,7 @@ def run(main, argv=None):
     except UserError as e:
         if debug:
             traceback.print_exc()
-        print(f'{_rank_prefix()}error: {user_message(e)}', file=sys.stderr, flush=True)
+        _say_error(f'error: {user_message(e)}')
         status = EXIT_USER_ERROR
     except Preempted as e:  # a stop in training was logged by the solver (with how to resume)
         if e.checkpoint is None:  # a stop during set-up: said here
@@ -205,6 +209,7 @@ def run(main, argv=None):
         if lost_peer(e):
             status = _report_lost_peer(e, debug)
         elif (component := raising_component(e)) is None:  # the toolkit's own failure: the plain traceback
+            record_error(_first_line(e))
             raise
         else:
             status = _report_component(component, e)

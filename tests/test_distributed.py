@@ -595,6 +595,46 @@ def test_ddp_accumulation_all_reduces_once_per_optimizer_step(noise_data, tmp_pa
     assert_state_equal(ranks[0]['weights'], ranks[1]['weights'])
 
 
+ONE_RANK_FAILS = """
+import sys
+
+import torch
+import torch.distributed as dist
+from scepter_like.cli import run
+from scepter_like.errors import ConfigError
+from scepter_like.utils.distributed import init_distributed
+
+
+def main(argv):
+    init_distributed(backend='gloo', timeout_s=60, device='cpu')
+    dist.all_reduce(torch.ones(1))
+    if dist.get_rank() == 1:
+        raise ConfigError('SOLVER.X: rank 1 alone finds it wrong; fix it')
+    dist.all_reduce(torch.ones(1))  # rank 0 waits for rank 1 here, in vain
+
+
+sys.exit(run(main, []))
+"""
+
+
+def test_torchrun_names_the_rank_whose_error_stopped_the_job(tmp_path):
+    """Rank 1 raises a user error, rank 0 then loses its peer; both have exited when torchrun looks (a slow
+    monitor), which saw them in rank order within one second and called rank 0 the root cause.  Each writes its
+    line to torchrun's error file: rank 1's second rounded down, rank 0's (a bystander) rounded up."""
+    job = tmp_path / 'job.py'
+    job.write_text(ONE_RANK_FAILS)
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
+    cmd += ['--monitor-interval=2', str(job)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=tool_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    others, root = proc.stderr.split('Root Cause (first observed failure):')
+    assert 'rank      : 1 (local_rank: 1)' in root and 'exitcode  : 2' in root, proc.stderr[-3000:]
+    assert 'traceback : error: SOLVER.X: rank 1 alone finds it wrong; fix it' in root, proc.stderr[-3000:]
+    assert (
+        'rank      : 0 (local_rank: 0)' in others and 'traceback : error: another process of the job stopped' in others
+    )
+
+
 # -- bad input: one error line per process, exit 2 -------------------------------------------------
 
 
