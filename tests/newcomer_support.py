@@ -1,5 +1,5 @@
-"""What the newcomer tests (test_python_api.py, test_newcomer_*.py, test_tables.py) share: tool mains run in this process
-and their one error line (conftest puts the logger back after every test)."""
+"""What the newcomer tests (test_python_api.py, test_newcomer_*.py, test_tables.py) share: tool mains run in this
+process and their one error line (conftest puts the logger back after every test)."""
 
 import importlib.util
 import os
