@@ -71,15 +71,70 @@ class CrossEntropyLoss(nn.Module):
 LOSSES.register_class('CrossEntropy')(CrossEntropyLoss)  # scepter's name for it, as its YAMLs write it
 
 
-@LOSSES.register_class()
-class MSELoss(nn.Module):
+class PairLoss(nn.Module):
+    """A mean over a prediction and a target of as many values (aligned by ``same_shape``): ``self.loss(p, t)``."""
+
     para_dict = {}
 
     def __init__(self, cfg, logger=None):
         super().__init__()
 
     def forward(self, prediction, target):
-        return F.mse_loss(prediction, same_shape(prediction, target, 'MSELoss'))
+        return self.loss(prediction, same_shape(prediction, target, type(self).__name__))
+
+
+@LOSSES.register_class()
+class MSELoss(PairLoss):
+    para_dict = {}
+    loss = staticmethod(F.mse_loss)
+
+
+@LOSSES.register_class()
+class L1Loss(PairLoss):
+    """Mean absolute error: less pulled by outliers than MSELoss."""
+
+    para_dict = {}
+    loss = staticmethod(F.l1_loss)
+
+
+@LOSSES.register_class()
+class HuberLoss(PairLoss):
+    """Squared below DELTA, absolute above it (torch's ``huber_loss``): MSE near the target, robust far from it."""
+
+    para_dict = {'DELTA': {'value': 1.0, 'description': 'where the loss turns from squared to absolute', 'min': 0}}
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.delta = cfg.DELTA
+
+    def loss(self, prediction, target):
+        return F.huber_loss(prediction, target, delta=self.delta)
+
+
+@LOSSES.register_class()
+class BCEWithLogitsLoss(PairLoss):
+    """Binary cross entropy of logits against 0 / 1 targets of the same shape: a binary classifier of one output,
+    or several independent labels per sample (multi-label); POS_WEIGHT weighs the positives (one value, or one per
+    output), as torch's ``pos_weight``."""
+
+    para_dict = {
+        'POS_WEIGHT': {
+            'value': None,
+            'type': (int, float, list, type(None)),
+            'description': 'weight of the positive targets: one number, or one per output (null: 1)',
+        }
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.pos_weight = cfg.POS_WEIGHT
+        self._pos_weight = None  # POS_WEIGHT as a tensor where the logits are, made at the first forward
+
+    def loss(self, logits, target):
+        weight = self._pos_weight
+        if self.pos_weight is not None and (weight is None or weight.device != logits.device):
+            weight = self._pos_weight = torch.as_tensor(self.pos_weight, dtype=logits.dtype, device=logits.device)
+        return F.binary_cross_entropy_with_logits(logits, target.to(logits.dtype), pos_weight=weight)
 
 
 def same_shape(prediction, target, who):
