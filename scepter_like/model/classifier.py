@@ -12,7 +12,7 @@ from torch import nn
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.registry import METRICS
 from scepter_like.model.base import BaseModel
-from scepter_like.model.losses import MSELoss
+from scepter_like.model.losses import HuberLoss, L1Loss, MSELoss
 from scepter_like.model.registry import LOSSES, MODELS
 
 _ACTIVATIONS = {'': None, 'softmax': lambda x: torch.softmax(x, dim=1), 'sigmoid': torch.sigmoid}
@@ -61,8 +61,9 @@ class Classifier(BaseModel):
         return self
 
     def metrics_hint(self):
-        """Accuracy on class labels; a regression (the Classifier with an MSELoss) compares its logits and labels."""
-        if isinstance(self.loss, MSELoss):
+        """Accuracy on class labels; a regression (the Classifier with MSELoss, L1Loss or HuberLoss) compares its
+        logits and labels."""
+        if isinstance(self.loss, (MSELoss, L1Loss, HuberLoss)):
             return '[{NAME: MSEMetric, KEYS: [logits, label]}]'
         return '[{NAME: AccuracyMetric}]'
 
