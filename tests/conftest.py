@@ -185,6 +185,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def torchrun_pair(*args, options=(), cwd=REPO, timeout=120):
+    """``python -m torch.distributed.run`` with 2 processes on a free port, torchrun's ``options``, then ``args``."""
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
+    cmd += [*options, *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.fixture(autouse=True)
 def own_logger_restored():
     """Runs in this process give the ``scepter_like`` logger a console handler on the test's captured output (and

@@ -5,15 +5,13 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import yaml
 from compile_support import COMPILED_GRAPHS, COUNTING_BACKEND
-from conftest import REPO, free_port, run_cli, run_tool, tool_env
+from conftest import REPO, run_cli, run_tool, tool_env, torchrun_pair
 from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
@@ -138,9 +136,7 @@ def test_statistics_come_from_the_training_split_only(tiny_manifest):
 
 def test_statistics_are_identical_on_two_ranks(tiny_manifest, tmp_path):
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run'))
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
-    cmd += [os.path.join(REPO, 'tests', 'mesh_stats_probe.py'), cfg, str(tmp_path)]
-    res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=120)
+    res = torchrun_pair(os.path.join(REPO, 'tests', 'mesh_stats_probe.py'), cfg, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
@@ -554,10 +550,9 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
     cfg['SOLVER']['TRAIN_DATA']['BATCH_SIZE'] = 1
     cfg['SOLVER']['COMPILE'] = {'ENABLED': True, 'BACKEND': 'aot_eager', 'DYNAMIC': True}  # one graph for all sizes
     path = write_config(tmp_path / 'cfg.yaml', cfg)
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
-    cmd += ['--log-dir', str(tmp_path / 'logs'), '--redirects', '3']
-    cmd += [os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', path, '--import', probe]
-    res = subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=240)
+    options = ['--log-dir', tmp_path / 'logs', '--redirects', '3']
+    run_train = os.path.join(REPO, 'tools', 'run_train.py')
+    res = torchrun_pair(run_train, '--cfg', path, '--import', probe, options=options, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     logs = [open(f).read() for f in sorted(glob.glob(str(tmp_path / 'logs' / '*' / 'attempt_0' / '*' / 'stdout.log')))]
     assert len(logs) == 2

@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import free_port, tool_env
+from conftest import torchrun_pair
 from sklearn.metrics import precision_recall_fscore_support
 
 from scepter_like.errors import DataError
@@ -57,10 +56,7 @@ def test_f1_metric_refuses_labels_outside_the_classes():
 def test_f1_metric_under_two_process_torchrun_with_an_empty_rank(tmp_path):
     out = tmp_path / 'f1.json'
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'class_metric_worker.py')
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
-    proc = subprocess.run(
-        [*cmd, worker, str(out)], env=tool_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    proc = torchrun_pair(worker, out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     sys.path.insert(0, os.path.dirname(worker))
     from class_metric_worker import scores

@@ -4,13 +4,12 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, free_port, run_cli, run_tool, tool_env
+from conftest import REPO, run_cli, run_tool, torchrun_pair
 
 from scepter_like.config import Config
 from scepter_like.data import DATASETS
@@ -223,10 +222,7 @@ def test_field_metrics_of_one_output_of_a_system_are_named_by_it():
 def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
     out = tmp_path / 'metrics.json'
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'field_metric_worker.py')
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}']
-    proc = subprocess.run(
-        [*cmd, worker, str(out)], env=tool_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    proc = torchrun_pair(worker, out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     sys.path.insert(0, os.path.dirname(worker))
     from field_metric_worker import field
