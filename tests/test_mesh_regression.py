@@ -571,7 +571,10 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
     'change, message',
     [
         ({'stage': np.full(4, 0.5, np.float32)}, r'stage must be one number'),
-        ({'edges': np.array([[0, 1, 1], [1, 2, 0]])}, r'1 edge\(s\) are listed twice \(e\.g\. in both directions\)'),
+        (
+            {'edges': np.array([[0, 1, 1], [1, 2, 0]])},
+            r'edges: 1 edge\(s\) are listed twice \(e\.g\. in both directions\)',
+        ),
         ({'edges': np.array([[0.0, 1.0], [1.0, 2.0]])}, r'edges must be integer vertex indices; got float64'),
         (
             {'target': np.array([[0.0], [np.nan], [1.0], [2.0]])},
@@ -584,7 +587,7 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
         ({'edges': np.zeros((2, 0), np.int64)}, r'edges is \[2, 0\]: the mesh has no edges'),
         (
             {'edges': np.array([[0, 1, 2, 3], [1, 2, 3, 3]])},
-            r'1 edge\(s\) join a vertex to itself, the first at column 3 ',
+            r'edges: 1 edge\(s\) join a vertex to itself, the first at column 3 ',
         ),
     ],
 )
@@ -602,18 +605,27 @@ def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
 
 def test_inference_features_holding_nan_and_edge_indices_of_another_layout_are_one_data_error():
     """run_inference's other layout (features, edge_index named by batch key) is checked as a sample file is: an
-    [E, 2] edge_index would be read as two edges, and an index past the vertices fail inside the model."""
+    [E, 2] edge_index would be read as two edges, and an index past the vertices fail inside the model; an edge
+    without its reverse, one listed twice or a self-loop give another prediction without a word."""
+    from scepter_like.solver.predict import predict
+
     model = MODELS.build({'NAME': 'MeshGraphNet', 'HIDDEN': 4, 'PROCESSOR_BLOCKS': 1, 'STATS': identity_stats(5, 1)})
     features = np.zeros((3, 5), np.float32)
-    edges = np.array([[0, 1], [1, 2]])
+    edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
     model.inputs_from_arrays({'features': features, 'edge_index': edges}, 'x.npz')  # as given: fine
     for bad, message in (
-        (np.array([[0, 1], [1, 2], [2, 0]]), r'must be \[2, E\] vertex indices below 3; got \[3, 2\]: transpose it$'),
-        (np.array([[0, 1], [1, 3]]), r'must be \[2, E\] vertex indices below 3$'),
-        (edges.astype(np.float32), r'must be integer vertex indices; got float32$'),
+        (edges.T, r'edge_index must be \[2, E\] vertex indices below 3; got \[4, 2\]: transpose it$'),
+        (np.array([[0, 1], [1, 3]]), r'edge_index must be \[2, E\] vertex indices below 3$'),
+        (edges.astype(np.float32), r'edge_index must be integer vertex indices; got float32$'),
+        (edges[:, ::2], r'edge_index: 2 edge\(s\) lack their reverse, the first at column 0 \(0-based: 0 -> 1 without'),
+        (np.concatenate([edges, edges[:, :1]], 1), r'edge_index: 1 edge\(s\) are listed more than once .* column 4 '),
+        (np.concatenate([edges, [[2], [2]]], 1), r'edge_index: 1 edge\(s\) join a vertex to itself'),
     ):
-        with pytest.raises(DataError, match=rf'^x\.npz: edge_index {message}'):
+        with pytest.raises(DataError, match=rf'^x\.npz: {message}'):
             model.inputs_from_arrays({'features': features, 'edge_index': bad}, 'x.npz')
+        with pytest.raises(DataError, match=rf'^predict input: {message}'):  # solver.predict's path
+            predict(model, {'features': features, 'edge_index': torch.from_numpy(np.array(bad))}, 1, 'cpu')
+    assert predict(model, {'features': features, 'edge_index': edges}, 1, 'cpu')['pred'].shape == (3, 1)
     features[2, 4] = np.nan
     with pytest.raises(DataError, match=r'^x\.npz: features: NaN or inf in 1 row\(s\), the first at row 2 '):
         model.inputs_from_arrays({'features': features, 'edge_index': edges}, 'x.npz')

@@ -142,7 +142,8 @@ class BaseModel(torch.nn.Module):
         return MODELS.build({'NAME': desc['architecture'], **desc['config']})
 
     def inputs_from_arrays(self, arrays, source='the input'):
-        """The batch keys ``forward`` takes, from the arrays of an input file (``run_inference --input``).
+        """The batch keys ``forward`` takes, from the arrays of an input file (``run_inference --input``) or of
+        ``predict`` (``solver.predict``), which may already be named by batch key.
 
         The default takes the arrays as they are (named by batch key); a model whose users hold
         samples in another layout (MeshModel: the dataset's sample files) converts them here.

@@ -108,10 +108,11 @@ def solver_predict(solver, inputs, batch_size):
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, datas=None):
     """Outputs of ``model`` for ``inputs`` (a dict of arrays), ``batch_size`` samples at a time.
 
-    Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut them).  DataFrame inputs
-    are ordered by name, by the columns the model was trained on (``BaseModel.input_columns``), else those of
-    ``datas`` (the solver's, mode -> DataBundle) where they read a table (the splits agree on them:
-    ``check_splits_agree``).
+    The inputs go through the model's ``inputs_from_arrays`` first, as run_inference's do: a model checks (and may
+    convert) them there.  Under INPUT_BATCHING 'whole' the inputs are one batch (``batch_size`` does not cut
+    them).  DataFrame inputs are ordered by name, by the columns the model was trained on
+    (``BaseModel.input_columns``), else those of ``datas`` (the solver's, mode -> DataBundle) where they read a
+    table (the splits agree on them: ``check_splits_agree``).
     """
     columns = getattr(model, 'input_columns', None) or next(
         (bundle.columns for bundle in (datas or {}).values() if bundle.columns), None
@@ -119,6 +120,9 @@ def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, 
     if batch_size < 1:
         raise DataError(f'predict batch_size must be at least 1, got {batch_size}')
     whole = input_batching(model) == 'whole'
+    convert = getattr(getattr(model, 'module', model), 'inputs_from_arrays', None)
+    if convert is not None and isinstance(inputs, dict):  # the model's checks (MeshModel: a graph's edges)
+        inputs = convert(inputs, 'predict input')
     tensors = as_tensors(inputs, not whole, columns)
     for key, tensor in tensors.items():  # NaN in gives NaN out (argmax: class 0), which training refuses too
         reject_nonfinite(tensor, f'predict input {key!r}')

@@ -72,18 +72,7 @@ def sample_from_arrays(arrays, source, need_target=True):
     n = len(points)
     if points.ndim != 2 or points.shape[1] != 3:
         raise DataError(f'{source}: points must be [V, 3]; got {points.shape}')
-    check_edge_index(edges, n, f'{source}: edges')
-    if not edges.size:  # MeshGraphNet would pass no messages on it, and its statistics would hold no edge
-        raise DataError(f'{source}: edges is [2, 0]: the mesh has no edges; give its edges')
-    loops = np.flatnonzero(edges[0] == edges[1])
-    if loops.size:  # a message from a vertex to itself is no neighbourhood information
-        raise DataError(
-            f'{source}: {loops.size} edge(s) join a vertex to itself, the first at column {loops[0]} (0-based);'
-            ' give each edge between two vertices'
-        )
-    twice = edges.shape[1] - np.unique(np.sort(edges, axis=0), axis=1).shape[1]
-    if twice:  # PyG's edge_index lists both directions; the reverse is added here, so each would count twice
-        raise DataError(f'{source}: {twice} edge(s) are listed twice (e.g. in both directions); give each edge once')
+    check_graph_edges(edges, n, f'{source}: edges', both_directions=False)
     if np.asarray(arrays['stage']).size != 1:
         raise DataError(f"{source}: stage must be one number (the sample's phase); got {np.shape(arrays['stage'])}")
     coefficients = finite_float32(arrays['coefficients'], f'{source}: coefficients').reshape(-1)
@@ -99,10 +88,49 @@ def sample_from_arrays(arrays, source, need_target=True):
     return sample
 
 
+def check_graph_edges(edges, n, where, both_directions):
+    """A DataError unless ``edges`` are the edges of a mesh of ``n`` vertices as the model takes them: [2, E] integer
+    vertex indices below ``n`` (``check_edge_index``), at least one, none from a vertex to itself, none twice; and
+    with ``both_directions`` (a model input, PyG's ``edge_index``) each with its reverse, else (a sample file's
+    ``edges``, whose reverse the dataset adds) each once.  Each is an input the model takes without a word but
+    predicts something else from: one-way edges halve the messages, a duplicate counts twice."""
+    edges = check_edge_index(edges, n, where).astype(np.int64)
+    if not edges.size:  # MeshGraphNet would pass no messages on it, and its statistics would hold no edge
+        raise DataError(f'{where} is [2, 0]: the mesh has no edges; give its edges')
+    loops = np.flatnonzero(edges[0] == edges[1])
+    if loops.size:  # a message from a vertex to itself is no neighbourhood information
+        raise DataError(
+            f'{where}: {loops.size} edge(s) join a vertex to itself, the first at column {loops[0]} (0-based);'
+            ' give each edge between two vertices'
+        )
+    if not both_directions:
+        twice = edges.shape[1] - np.unique(np.sort(edges, axis=0), axis=1).shape[1]
+        if twice:  # PyG's edge_index lists both directions; the reverse is added here, so each would count twice
+            raise DataError(f'{where}: {twice} edge(s) are listed twice (e.g. in both directions); give each edge once')
+        return
+    keys = edges[0] * n + edges[1]
+    _, first = np.unique(keys, return_index=True)
+    if len(first) < len(keys):
+        column = np.setdiff1d(np.arange(len(keys)), first)[0]
+        raise DataError(
+            f'{where}: {len(keys) - len(first)} edge(s) are listed more than once in the same direction, the first'
+            f' at column {column} (0-based); give each direction of each edge once'
+        )
+    lacking = np.flatnonzero(~np.isin(edges[1] * n + edges[0], keys))
+    if lacking.size:
+        a, b = edges[:, lacking[0]]
+        raise DataError(
+            f'{where}: {lacking.size} edge(s) lack their reverse, the first at column {lacking[0]} (0-based: {a} -> {b}'
+            f' without {b} -> {a}); the model takes both directions of every edge (edges listed once e:'
+            ' np.concatenate([e, e[::-1]], 1))'
+        )
+
+
 def check_edge_index(edges, n, where):
-    """A DataError unless ``edges`` is [2, E] integer vertex indices below ``n``: an [E, 2] array would be read as
-    two edges, silently, and an index past the vertices (or a float one) fails deep inside the model."""
-    edges = np.asarray(edges)
+    """``edges`` as a numpy array; a DataError unless it is [2, E] integer vertex indices below ``n``: an [E, 2]
+    array would be read as two edges, silently, and an index past the vertices (or a float one) fails deep inside
+    the model."""
+    edges = edges.cpu().numpy() if isinstance(edges, torch.Tensor) else np.asarray(edges)
     if edges.ndim != 2 or edges.shape[0] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
         turned = edges.ndim == 2 and edges.shape[1] == 2 and edges.shape[0] != 2
         raise DataError(
@@ -111,6 +139,7 @@ def check_edge_index(edges, n, where):
         )
     if edges.size and not np.issubdtype(edges.dtype, np.integer):
         raise DataError(f'{where} must be integer vertex indices; got {edges.dtype}')
+    return edges
 
 
 def finite_float32(array, where):

@@ -22,7 +22,7 @@ from scepter_like.errors import ConfigError, DataError
 from scepter_like.model.base import BaseModel
 from scepter_like.model.networks import ACTIVATIONS, check_whole_sizes
 from scepter_like.model.registry import MODELS
-from tasks.mesh_regression.dataset import check_edge_index, graph_item, sample_from_arrays
+from tasks.mesh_regression.dataset import check_graph_edges, graph_item, sample_from_arrays
 from tasks.mesh_regression.stats import NormStats, load_stats
 
 COORDINATES = 3  # the first three feature columns are the vertex coordinates
@@ -202,12 +202,14 @@ class MeshModel(BaseModel):
         """A sample file of the dataset (points, coefficients, stage, edges, optional target) as the batch of one graph.
 
         Arrays already named by batch key (``features``, ``edge_index``) pass as they are, once their features
-        are found finite (as a sample file's arrays are).
+        are found finite and their ``edge_index`` holds both directions of every edge, once, and no self-loop (as
+        the dataset makes it from a sample file's ``edges``): ``check_graph_edges``.
         """
         if 'features' in arrays:
             reject_nonfinite(arrays['features'], f'{source}: features')
             if 'edge_index' in arrays:
-                check_edge_index(arrays['edge_index'], len(arrays['features']), f'{source}: edge_index')
+                n = len(arrays['features'])
+                check_graph_edges(arrays['edge_index'], n, f'{source}: edge_index', both_directions=True)
             return arrays
         return graph_item(sample_from_arrays(arrays, source, need_target=False))
 
