@@ -585,6 +585,14 @@ def test_nonfinite_loss_on_one_rank_skips_on_both_with_graphs_compiled(resume_ma
         ({'stage': np.float64(np.nan)}, r'stage: NaN or inf in 1 row\(s\)'),
         ({'coefficients': np.array([1e39, 0.0])}, r'coefficients: NaN or inf .* row 0 '),  # beyond float32
         ({'edges': np.zeros((2, 0), np.int64)}, r'edges is \[2, 0\]: the mesh has no edges'),
+        (  # per-vertex values, flattened, would be every vertex's features
+            {'coefficients': np.zeros((4, 2))},
+            r"coefficients must be \[N\], the sample's N numbers .*; got \(4, 2\)",
+        ),
+        (  # UTM metres at 5 cm spacing: float32 steps by 0.5 there
+            {'points': np.array([[4.5e6 + 0.05 * i, 5.2e6, 0.0] for i in range(4)])},
+            r'points: in float32, .* 3 of 3 edge\(s\) change length by more than 1 % \(3 become zero: .* subtract one',
+        ),
         (
             {'edges': np.array([[0, 1, 2, 3], [1, 2, 3, 3]])},
             r'edges: 1 edge\(s\) join a vertex to itself, the first at column 3 ',
@@ -599,6 +607,7 @@ def test_a_malformed_sample_is_one_data_error_naming_it(change, message):
         'edges': np.array([[0, 1, 2], [1, 2, 3]]), 'target': np.zeros((4, 1), np.float32),
     }  # fmt: skip
     sample_from_arrays(arrays, 's.npz')  # as given: fine
+    sample_from_arrays({**arrays, 'points': np.arange(12.0).reshape(4, 3) * 0.05 + 100.0}, 's.npz')  # float64: fine
     with pytest.raises(DataError, match=rf'^s\.npz: {message}'):
         sample_from_arrays({**arrays, **change}, 's.npz')
 

@@ -75,9 +75,14 @@ def sample_from_arrays(arrays, source, need_target=True):
     check_graph_edges(edges, n, f'{source}: edges', both_directions=False)
     if np.asarray(arrays['stage']).size != 1:
         raise DataError(f"{source}: stage must be one number (the sample's phase); got {np.shape(arrays['stage'])}")
-    coefficients = finite_float32(arrays['coefficients'], f'{source}: coefficients').reshape(-1)
+    if np.ndim(arrays['coefficients']) > 1:  # flattened, per-vertex values would become every vertex's features
+        raise DataError(
+            f"{source}: coefficients must be [N], the sample's N numbers (its PCA coefficients, the same on every"
+            f' vertex); got {np.shape(arrays["coefficients"])}: per-vertex features are not read'
+        )
+    coefficients = finite_float32(arrays['coefficients'], f'{source}: coefficients')
     stage = np.full((n, 1), finite_float32(arrays['stage'], f'{source}: stage')[0], dtype=np.float32)
-    points = finite_float32(points, f'{source}: points')
+    points = check_float32_points(points, finite_float32(points, f'{source}: points'), edges, f'{source}: points')
     features = np.concatenate([points, np.broadcast_to(coefficients, (n, len(coefficients))), stage], 1)
     sample = {'features': features, 'edges': edges.astype(np.int64)}
     if 'target' in arrays:
@@ -140,6 +145,27 @@ def check_edge_index(edges, n, where):
     if edges.size and not np.issubdtype(edges.dtype, np.integer):
         raise DataError(f'{where} must be integer vertex indices; got {edges.dtype}')
     return edges
+
+
+def check_float32_points(points, cast, edges, where):
+    """``cast`` (``points`` in float32, the precision of the features and of the model); a DataError where the cast
+    changed an edge's length by more than 1 %: float32 holds about 7 significant digits, so coordinates far from
+    the origin (UTM metres, 4.5e6, at 5 cm spacing) merge distinct vertices, and centring by the statistics comes
+    after the cast, too late to restore them."""
+    if points.dtype == np.float32:
+        return cast
+    exact, rounded = np.asarray(points, dtype=np.float64), cast.astype(np.float64)
+    length = np.linalg.norm(exact[edges[1]] - exact[edges[0]], axis=1)
+    changed = np.abs(np.linalg.norm(rounded[edges[1]] - rounded[edges[0]], axis=1) - length) > 0.01 * length
+    if changed.any():
+        merged = int((changed & (cast[edges[1]] == cast[edges[0]]).all(1)).sum())
+        raise DataError(
+            f'{where}: in float32, the precision the model computes in, {changed.sum()} of {len(length)} edge(s)'
+            f' change length by more than 1 % ({merged} become zero: distinct vertices merge); the coordinates reach'
+            f' {np.abs(exact).max():.4g} from the origin, the shortest edge is {length.min():.3g}: subtract one'
+            ' origin (the same for every sample, e.g. a corner of the site) from points before saving them'
+        )
+    return cast
 
 
 def finite_float32(array, where):
