@@ -338,18 +338,48 @@ def test_manifest_naming_a_missing_file_is_one_error_line(tiny_manifest, tmp_pat
     assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), name, 'missing file')
 
 
-def test_sample_wider_than_the_statistics_is_one_error_line(tiny_manifest, tmp_path):
-    """The val samples carry one PCA coefficient more than the training statistics know."""
+def test_test_samples_wider_than_the_statistics_are_one_error_line_before_training(tiny_manifest, tmp_path):
+    """The test samples carry one PCA coefficient more than the training statistics know: refused before training
+    (stats.json is written when it starts), not by the model after the last epoch."""
     folder = copy_dataset(tiny_manifest, tmp_path)
     for line in (folder / 'manifest.csv').read_text().splitlines()[1:]:
         *_, split, name = line.split(',')
-        if split == 'val':
+        if split == 'test':
             with np.load(folder / name) as f:
                 arrays = dict(f)
             arrays['coefficients'] = np.append(arrays['coefficients'], np.float32(0.5))
             np.savez(folder / name, **arrays)
-    cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(folder / 'manifest.csv', tmp_path / 'run'))
-    assert_one_error_line(run_cli('run_train.py', '--cfg', cfg), 'normalisation statistics', '6 per vertex')
+    cfg = mesh_config(folder / 'manifest.csv', tmp_path / 'run')
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'], SPLIT='test')
+    res = run_cli('run_train.py', '--cfg', write_config(tmp_path / 'cfg.yaml', cfg))
+    assert_one_error_line(
+        res, "SOLVER.TEST_DATA: its features have 7 value(s) per vertex, the training data's 6 (x, y, z, pca_c1"
+    )
+    assert not (tmp_path / 'run' / 'stats.json').exists()
+
+
+def test_eval_samples_that_training_reads_too_are_said_in_a_warning(tiny_manifest, tmp_path):
+    """A val file listed as a training row too, or EVAL_DATA reading the train split: its rmse is no measure of
+    unseen meshes (a fit check may want it: a warning)."""
+    from tasks.mesh_regression.dataset import shared_samples
+
+    folder = copy_dataset(tiny_manifest, tmp_path)
+    lines = (folder / 'manifest.csv').read_text().splitlines()
+    val = next(line for line in lines if line.split(',')[3] == 'val').split(',')
+    leaked = ','.join(['subject999', *val[1:3], 'train', val[4]])
+    (folder / 'manifest.csv').write_text('\n'.join([*lines, leaked]) + '\n')
+    data = {'NAME': 'MeshDataset', 'MANIFEST': str(folder / 'manifest.csv')}
+    train, other = DATASETS.build(data), DATASETS.build(dict(data, SPLIT='val'))
+    assert shared_samples(train, other) == f'1 file(s) (the first: {os.path.realpath(folder / val[4])})'
+    assert shared_samples(train, DATASETS.build(dict(data, SPLIT='test'))) == ''
+
+    cfg = mesh_config(tiny_manifest, tmp_path / 'run')
+    cfg['SOLVER']['EVAL_DATA']['SPLIT'] = 'train'
+    res = run_cli('run_train.py', '--cfg', write_config(tmp_path / 'cfg.yaml', cfg))
+    assert res.returncode == 0, res.stderr[-3000:]
+    warnings = [line for line in res.stdout.splitlines() if 'with TRAIN_DATA: its rmse measures the fit' in line]
+    assert len(warnings) == 1 and 'SOLVER.EVAL_DATA shares 4 file(s) (the first: ' in warnings[0], res.stdout[-2000:]
+    assert 'and 2 subject(s) (the first: subject' in warnings[0]
 
 
 def test_eval_targets_of_another_width_are_one_error_line_and_a_refused_run_writes_no_statistics(

@@ -187,6 +187,20 @@ def graph_item(sample, with_edges=True):
     return item
 
 
+def shared_samples(train, other):
+    """What the MeshDataset ``other`` shares with ``train``: a text naming how many files and subjects (those of one
+    manifest folder) and the first of each, '' when none.  A shared sample's mesh is in the training statistics
+    and the training loss, so its error is no measure of meshes the model never saw."""
+    said = []
+    for kind in ('file', 'subject'):
+        mine = set(getattr(train, f'{kind}s', ()))
+        both = [x for x in dict.fromkeys(getattr(other, f'{kind}s', ())) if x in mine]
+        if both:
+            first = both[0] if kind == 'file' else both[0][1]
+            said.append(f'{len(both)} {kind}(s) (the first: {first})')
+    return ' and '.join(said)
+
+
 def generation_spec(cfg):
     """The GenerationSpec of the data config's GENERATE mapping (its keys: the spec's fields, upper case)."""
     fields = {f.upper(): f for f in generate.GenerationSpec.__dataclass_fields__}
@@ -251,6 +265,8 @@ class MeshDataset(torch.utils.data.Dataset):
             raise DataError(f'{cfg.MANIFEST}: no samples in split {cfg.SPLIT!r}; fix {cfg.path_of("SPLIT")}')
         root = os.path.dirname(os.path.abspath(cfg.MANIFEST))
         self.rows = rows
+        self.files = [os.path.realpath(os.path.join(root, row['file'])) for row in rows]
+        self.subjects = [(root, row['subject']) for row in rows]  # a subject name is one manifest folder's
         self.samples = []
         for number, row in enumerate(rows):
             where = f'{cfg.MANIFEST} row {number + 1} ({row["subject"]}, phase {row["phase"]}) '

@@ -3,7 +3,9 @@
 Before the model is built, the statistics of TRAIN_DATA are computed on rank 0, sent to
 every rank (identical everywhere), put into the model config as ``MODEL.STATS`` (so the
 run's config records them too) and, when training starts (once the run may use WORK_DIR),
-written to ``WORK_DIR/stats.json``.  Eval / test targets of another width are an error.  The log shows,
+written to ``WORK_DIR/stats.json``.  Eval / test features or targets of another width are an error, there
+before training; eval / test samples (files, or subjects of one manifest folder) that TRAIN_DATA holds too a
+warning.  The log shows,
 beside them, the eval / test RMSE of predicting the training mean: the figure to beat.
 A resumed checkpoint's (or PRETRAINED_MODEL's) normaliser buffers replace the model's, so
 those are then the run's statistics: where they differ from TRAIN_DATA's, one warning says by
@@ -18,6 +20,7 @@ from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.train_val_solver import TrainValSolver
+from tasks.mesh_regression.dataset import shared_samples
 from tasks.mesh_regression.stats import STATS_FILE, mean_baseline_rmse, save_stats, shared_stats
 
 
@@ -45,19 +48,30 @@ class MeshRegressionSolver(TrainValSolver):
         stats = shared_stats(dataset)
         self._unsaved_stats = (stats, path)  # written by before_solve, once the run may use WORK_DIR
         self.logger.info(f'normalisation statistics from {stats.samples} training samples ({stats.vertices} vertices)')
-        width = len(stats.target_mean)
+        widths = (
+            ('features', 'features', stats.n_features, 'PCA modes'),
+            ('target', 'targets', stats.n_target, 'target channels'),
+        )
         for mode in ('eval', 'test'):
             samples = getattr(self.datas[mode].dataset, 'samples', None) if mode in self.datas else None
-            if samples:
-                other = next((s['target'].shape for s in samples if s['target'].shape[-1] != width), None)
+            if not samples:
+                continue
+            where = self.cfg.path_of(DATA_KEYS[mode])
+            for key, name, width, same in widths:  # before training, not when the test after it reaches them
+                other = next((s[key].shape[-1] for s in samples if s[key].shape[-1] != width), None)
                 if other is not None:
                     raise DataError(
-                        f'{self.cfg.path_of(DATA_KEYS[mode])}: its targets have {other[-1]} value(s) per vertex, the'
-                        f" training data's {width}; give it targets of the same channels"
+                        f"{where}: its {name} have {other} value(s) per vertex, the training data's {width}"
+                        + (f' ({", ".join(stats.feature_names)})' if key == 'features' else '')
+                        + f'; give it samples of the same {same}'
                     )
-                self.logger.info(
-                    f'{mode} rmse of predicting the training mean: {mean_baseline_rmse(samples, stats):.4f}'
+            shared = shared_samples(dataset, self.datas[mode].dataset)
+            if shared:  # a warning: evaluating on training samples on purpose (a fit check) is no mistake
+                self.logger.warning(
+                    f'{where} shares {shared} with TRAIN_DATA: its rmse measures the fit, not how the model does on'
+                    ' meshes it never saw; split by subject, never by sample'
                 )
+            self.logger.info(f'{mode} rmse of predicting the training mean: {mean_baseline_rmse(samples, stats):.4f}')
         return stats
 
     def set_up(self):
