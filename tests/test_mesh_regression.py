@@ -358,6 +358,24 @@ def test_test_samples_wider_than_the_statistics_are_one_error_line_before_traini
     assert not (tmp_path / 'run' / 'stats.json').exists()
 
 
+def test_a_manifest_stage_other_than_the_files_is_one_data_error(tiny_manifest, tmp_path):
+    """The model reads the file's stage (run_inference has no manifest): a manifest that says another is wrong
+    somewhere, not a column to ignore; a value rounded to six decimals, as generate writes it, agrees."""
+    folder = copy_dataset(tiny_manifest, tmp_path)
+    lines = (folder / 'manifest.csv').read_text().splitlines()
+    row = lines[1].split(',')
+    with np.load(folder / row[4]) as f:
+        held = float(f['stage'])
+    data = {'NAME': 'MeshDataset', 'MANIFEST': str(folder / 'manifest.csv'), 'SPLIT': row[3]}
+    for stage, agrees in ((f'{held:.6f}', True), (f'{held + 0.25:.6f}', False), ('', False)):
+        (folder / 'manifest.csv').write_text('\n'.join([lines[0], ','.join([*row[:2], stage, *row[3:]])]) + '\n')
+        if agrees:
+            DATASETS.build(data)
+            continue
+        with pytest.raises(DataError, match=rf"row 1 \({row[0]}, phase {row[1]}\) has stage '{stage}', but its file"):
+            DATASETS.build(data)
+
+
 def test_eval_samples_that_training_reads_too_are_said_in_a_warning(tiny_manifest, tmp_path):
     """A val file listed as a training row too, or EVAL_DATA reading the train split: its rmse is no measure of
     unseen meshes (a fit check may want it: a warning)."""

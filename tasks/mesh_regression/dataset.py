@@ -1,7 +1,7 @@
 """MeshDataset: the samples of one split of a mesh manifest, as per-vertex features and targets.
 
 The manifest is a CSV with one row per sample (subject, phase, stage, split, file; file
-paths relative to the manifest).  Each sample file is an ``.npz`` with ``points`` [V, 3]
+paths relative to the manifest; its stage must be the file's).  Each sample file is an ``.npz`` with ``points`` [V, 3]
 (mean-shape coordinates), ``coefficients`` [N] (the subject's PCA coefficients),
 ``stage``, ``edges`` [2, E] (undirected mesh edges) and ``target`` [V, D].  An item is
 ``{'features': [V, 3 + N + 1], 'target': [V, D], 'edge_index': [2, 2E]}`` (both edge
@@ -91,6 +91,22 @@ def sample_from_arrays(arrays, source, need_target=True):
             raise DataError(f'{source}: target must be [V, D] with V = {n} points; got {target.shape}')
         sample['target'] = finite_float32(target, f'{source}: target')
     return sample
+
+
+def check_manifest_stage(row, sample, where):
+    """A DataError unless the manifest row's stage is its file's (which the features hold, and run_inference reads
+    without a manifest): two values for one sample mean one is wrong, and training would take the file's silently.
+    Agreement is to 1e-6 (relative beyond 1), as a CSV may hold the value rounded to six decimals."""
+    held = float(sample['features'][0, -1])
+    try:
+        stage = float(row['stage'])
+    except (TypeError, ValueError):
+        stage = None
+    if stage is None or not abs(stage - held) <= 1e-6 * max(1.0, abs(held)):
+        raise DataError(
+            f'{where}has stage {row["stage"]!r}, but its file {row["file"]} holds stage {held:.7g}, the value the'
+            ' model reads; make the two agree'
+        )
 
 
 def check_graph_edges(edges, n, where, both_directions):
@@ -271,6 +287,7 @@ class MeshDataset(torch.utils.data.Dataset):
         for number, row in enumerate(rows):
             where = f'{cfg.MANIFEST} row {number + 1} ({row["subject"]}, phase {row["phase"]}) '
             self.samples.append(load_sample(os.path.join(root, row['file']), where))
+            check_manifest_stage(row, self.samples[-1], where)
         first = self.samples[0]
         for row, sample in zip(rows, self.samples):
             for key in ('features', 'target'):
