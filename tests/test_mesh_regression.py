@@ -363,16 +363,18 @@ def test_a_manifest_stage_other_than_the_files_is_one_data_error(tiny_manifest, 
     somewhere, not a column to ignore; a value rounded to six decimals, as generate writes it, agrees."""
     folder = copy_dataset(tiny_manifest, tmp_path)
     lines = (folder / 'manifest.csv').read_text().splitlines()
-    row = lines[1].split(',')
+    number, row = next((n, line.split(',')) for n, line in enumerate(lines) if ',val,' in line)
     with np.load(folder / row[4]) as f:
         held = float(f['stage'])
-    data = {'NAME': 'MeshDataset', 'MANIFEST': str(folder / 'manifest.csv'), 'SPLIT': row[3]}
+    data = {'NAME': 'MeshDataset', 'MANIFEST': str(folder / 'manifest.csv'), 'SPLIT': 'val'}
     for stage, agrees in ((f'{held:.6f}', True), (f'{held + 0.25:.6f}', False), ('', False)):
-        (folder / 'manifest.csv').write_text('\n'.join([lines[0], ','.join([*row[:2], stage, *row[3:]])]) + '\n')
+        lines[number] = ','.join([*row[:2], stage, *row[3:]])
+        (folder / 'manifest.csv').write_text('\n'.join(lines) + '\n')
         if agrees:
             DATASETS.build(data)
             continue
-        with pytest.raises(DataError, match=rf"row 1 \({row[0]}, phase {row[1]}\) has stage '{stage}', but its file"):
+        # the row's number in the manifest (its header line 0), not in the val split
+        with pytest.raises(DataError, match=rf"row {number} \({row[0]}, phase {row[1]}\) has stage '{stage}', but"):
             DATASETS.build(data)
 
 

@@ -276,7 +276,8 @@ class MeshDataset(torch.utils.data.Dataset):
     def __init__(self, cfg, logger=None):
         self.collate_fn = COLLATES.get(cfg.COLLATE, cfg.path_of('COLLATE'))
         ensure_generated(cfg, logger)
-        rows = [r for r in read_manifest(cfg.MANIFEST) if r['split'] == cfg.SPLIT]
+        numbered = [(n, r) for n, r in enumerate(read_manifest(cfg.MANIFEST), 1) if r['split'] == cfg.SPLIT]
+        rows = [r for _, r in numbered]
         if not rows:
             raise DataError(f'{cfg.MANIFEST}: no samples in split {cfg.SPLIT!r}; fix {cfg.path_of("SPLIT")}')
         root = os.path.dirname(os.path.abspath(cfg.MANIFEST))
@@ -284,8 +285,8 @@ class MeshDataset(torch.utils.data.Dataset):
         self.files = [os.path.realpath(os.path.join(root, row['file'])) for row in rows]
         self.subjects = [(root, row['subject']) for row in rows]  # a subject name is one manifest folder's
         self.samples = []
-        for number, row in enumerate(rows):
-            where = f'{cfg.MANIFEST} row {number + 1} ({row["subject"]}, phase {row["phase"]}) '
+        for number, row in numbered:  # the row's number in the manifest, not in its split
+            where = f'{cfg.MANIFEST} row {number} ({row["subject"]}, phase {row["phase"]}) '
             self.samples.append(load_sample(os.path.join(root, row['file']), where))
             check_manifest_stage(row, self.samples[-1], where)
         first = self.samples[0]
