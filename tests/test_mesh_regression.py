@@ -508,6 +508,27 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
         np.testing.assert_array_equal(z['pred'], outputs[0]['pred'])
 
 
+def test_evaluation_and_inference_with_a_config_take_the_checkpoints_statistics_without_a_stats_json(
+    tiny_manifest, trained_mesh, tmp_path
+):
+    """A WORK_DIR without stats.json (another folder, a copied checkpoint): the checkpoint's normaliser buffers,
+    which its description holds, serve, as they do without --cfg."""
+    cfg, work = trained_mesh
+    lines = [json.loads(line) for line in (work / 'metrics.jsonl').read_text().splitlines()]
+    evaluated = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
+    elsewhere = f'SOLVER.WORK_DIR={tmp_path / "eval"}'
+    res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', work, elsewhere)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / 'eval' / 'metrics.json').read_text())['eval']['rmse'] == evaluated
+    sample = split_files(tiny_manifest, 'val')[0]
+    for args in ([], ['--cfg', cfg, elsewhere]):
+        out = tmp_path / f'y{len(args)}.npz'
+        res = run_cli('run_inference.py', '--checkpoint', work, '--input', sample, '--output', out, *args)
+        assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(tmp_path / 'y0.npz') as alone, np.load(tmp_path / 'y3.npz') as configured:
+        np.testing.assert_array_equal(alone['pred'], configured['pred'])
+
+
 def test_checkpoint_of_another_architecture_is_one_error_line(trained_mesh, tmp_path):
     """AGGREGATION changes no weight shape: without the description check the weights would load silently."""
     cfg, work = trained_mesh

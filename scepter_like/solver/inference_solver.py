@@ -72,12 +72,13 @@ def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):
     """A set-up solver of ``inference_config(cfg, data_modes)`` holding the model weights of ``weights``."""
     # a bad file fails before anything is built
     state, description = load_weights_and_description(weights, eval_weights=True)
+    saved = {} if description is None else parse_description(description, weights)
     solver = SOLVERS.build(inference_config(cfg, data_modes).SOLVER, logger=logger)
+    solver.weights_description = saved  # what a solver may build its model from (MeshRegressionSolver: statistics)
     solver.set_up_pre()
     solver.set_up()
     fix = 'give the config of the run that wrote it, or leave out --cfg to build the model the file describes'
     check_architecture(description, solver.unwrapped_model, weights, fix)
-    saved = {} if description is None else parse_description(description, weights)
     take_data_names(solver, saved, weights)  # export writes them again
     load_state_dict_checked(solver.unwrapped_model, state, weights)
     logger.info(f'loaded model weights from {weights}')

@@ -11,7 +11,8 @@ A resumed checkpoint's (or PRETRAINED_MODEL's) normaliser buffers replace the mo
 those are then the run's statistics: where they differ from TRAIN_DATA's, one warning says by
 how much, and MODEL.STATS and stats.json take the loaded ones.
 A model config that already gives STATS or STATS_FILE keeps its own.  Without
-TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR/stats.json``.
+TRAIN_DATA (``tools/run_eval.py``) the model reads the training run's ``WORK_DIR/stats.json``, else the
+statistics the checkpoint's description holds (``weights_description``, set by ``build_solver_with_weights``).
 """
 
 import os
@@ -37,10 +38,13 @@ class MeshRegressionSolver(TrainValSolver):
                 model_cfg['STATS'] = self._training_stats(bundle.dataset, saved).to_dict()
             elif bundle is None and os.path.isfile(saved):  # evaluation: the training run's statistics
                 model_cfg['STATS_FILE'] = saved
+            elif bundle is None and getattr(self, 'weights_description', {}).get('stats'):
+                model_cfg['STATS'] = self.weights_description['stats']  # those the evaluated weights were trained with
             else:
                 raise ConfigError(
-                    f'{self.cfg.path_of("MODEL")}: normalisation statistics come from TRAIN_DATA (a MeshDataset)'
-                    f' or {saved}; set MODEL.STATS_FILE to the stats.json of the training run'
+                    f'{self.cfg.path_of("MODEL")}: normalisation statistics come from TRAIN_DATA (a MeshDataset),'
+                    f' {saved} or the description of the checkpoint evaluated; set MODEL.STATS_FILE to the'
+                    ' stats.json of the training run'
                 )
         super().construct_model()
 
