@@ -246,9 +246,10 @@ def run_blocks(blocks, h, e, src, dst, inv_degree):
 class MeshGraphNet(MeshModel):
     """Encoder, PROCESSOR_BLOCKS message-passing blocks with residuals, decoder (Pfaff et al. 2021).
 
-    Edge inputs are the normalised coordinate difference of the two vertices and its
-    length (with EDGE_FEATURES 'standardised', each column then standardised by the training
-    edges' statistics); node inputs the normalised per-vertex features.
+    Edge inputs are the difference of the two vertices' per-axis-normalised coordinates and
+    its length, not the physical length PhysicsNeMo's examples use (with EDGE_FEATURES
+    'standardised', each column then standardised by the training edges' statistics); node
+    inputs the normalised per-vertex features.
 
     With PROCESSOR_CHECKPOINT_SEGMENTS = S > 0 the blocks run in S segments whose
     activations are not kept for backward but recomputed there (activation checkpointing,
@@ -269,8 +270,9 @@ class MeshGraphNet(MeshModel):
         'ACTIVATION': {'value': 'relu', 'description': 'relu | silu | gelu | tanh', 'choices': list(ACTIVATIONS)},
         'EDGE_FEATURES': {
             'value': 'raw',
-            'description': "'raw' (normalised coordinate differences and length) | 'standardised' (then each"
-            " column by the training edges' mean and standard deviation, as PhysicsNeMo's examples)",
+            'description': "'raw' (differences of the per-axis-normalised coordinates, and their length) |"
+            " 'standardised' (then each column by the training edges' mean and standard deviation; PhysicsNeMo's"
+            ' examples standardise differences and lengths of the physical positions instead)',
             'choices': ['raw', 'standardised'],
         },
         'PROCESSOR_CHECKPOINT_SEGMENTS': {

@@ -6,7 +6,7 @@ one for all channels (``target_scale``, the RMS of the centred target over every
 so the normalised loss weighs channels as the physical RMSE does) or each channel's own
 standard deviation (``target_std``).  Edges (for MeshGraphNet's EDGE_FEATURES
 'standardised'): per column of its edge inputs (the difference of the two vertices'
-normalised coordinates, in both directions, and its length), the mean and standard
+per-axis-normalised coordinates, in both directions, and its length), the mean and standard
 deviation over every training edge.  A constant column gets scale 1.
 
 ``target_std`` and the edge statistics are absent from a ``stats.json`` written before
