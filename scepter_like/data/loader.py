@@ -276,6 +276,9 @@ def build_bundle(cfg, logger=None):
     return build_data(cfg, mode, current_dist_info(), run_seed(), logger)
 
 
+DATASETS.bundle_with(LOADER_PARA_DICT, build_bundle)
+
+
 def build_data(cfg, mode, dist_info, seed, logger=None):
     """Build the DataBundle of ``cfg`` (a data config) for ``mode`` on this rank."""
     check_data_mapping(cfg, mode)

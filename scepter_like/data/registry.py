@@ -14,13 +14,20 @@ from scepter_like.registry import Registry
 class DataRegistry(Registry):
     """DATASETS builds a dataset from its own keys; from a data config holding loader keys too (scepter's
     ``DATASETS.build(cfg.TRAIN_DATA)``), the loader's DataBundle, with ``.dataloader`` and ``.dataset``, as
-    scepter's builds its data object (``loader.build_bundle``)."""
+    scepter's builds its data object.  data/loader.py hands over its builder (``bundle_with``) when it is imported,
+    as components register themselves: this registry does not import the loader that imports it."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self._bundle = (frozenset(), None)  # (the loader keys, the builder of a config holding one)
+
+    def bundle_with(self, loader_keys, builder):
+        self._bundle = (frozenset(loader_keys), builder)
 
     def build(self, cfg, logger=None, *, where=None, **kwargs):
-        from scepter_like.data.loader import LOADER_PARA_DICT, build_bundle  # the loader builds its datasets here
-
-        if hasattr(cfg, 'keys') and not kwargs and any(key in LOADER_PARA_DICT for key in cfg.keys()):
-            return build_bundle(cfg, logger)
+        keys, builder = self._bundle
+        if builder is not None and hasattr(cfg, 'keys') and not kwargs and not keys.isdisjoint(cfg.keys()):
+            return builder(cfg, logger)
         return super().build(cfg, logger, where=where, **kwargs)
 
 
