@@ -249,6 +249,13 @@ def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
     res = run_tool('run_search.py', *search_cmd(base, space)[1:], 'SOLVER.MAX_EPOCHS=3', 'SOLVER.LR_SCHEDULER.T_MAX=3')
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'the grid has 2 point(s): running 2 trial(s), not 20' in res.stdout
+    # a trial's warnings reach the console (its log file has them too): 1e-6 is below the config's warmup start
+    warned = [line for line in res.stdout.splitlines() if 'WARMUP_START_LR' in line]
+    assert warned == [
+        '[search] trial 1 warning: SOLVER.TRAIN_HOOKS[2].WARMUP_START_LR: the warmup starts at 0.0002, above the'
+        " optimizer's learning rate 1e-06 it warms up to, so it warms down: training starts at 200x the rate asked"
+        ' for; set WARMUP_START_LR below the learning rate (e.g. 1e-07, a tenth of it) or WARMUP_EPOCHS: 0'
+    ]
     good, bad = load_study(base).get_trials()
     assert good.state.name == 'COMPLETE' and max(good.intermediate_values) == 3
     assert bad.state.name == 'PRUNED' and bad.params['SOLVER.OPTIMIZER.LEARNING_RATE'] == 1.0e-6

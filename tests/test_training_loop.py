@@ -218,6 +218,23 @@ def test_a_warmup_that_takes_the_whole_run_is_named(blobs, tmp_path, caplog):
     }
 
 
+def test_a_warmup_that_starts_above_the_learning_rate_is_named(blobs, tmp_path, caplog):
+    """WARMUP_START_LR is a rate, not a fraction: above a low LEARNING_RATE (a search's low trials) the warmup
+    warms down, and the first epoch trains at a multiple of the rate asked for."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'WARMUP_EPOCHS': 1, 'WARMUP_START_LR': 0.2}]
+    lrs = []
+    with caplog.at_level(logging.INFO):
+        solver = build_solver(blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2))
+        solver.register_callback_on_epoch_begin(lambda s: lrs.append(s.optimizer.param_groups[0]['lr']))
+        solver.solve()
+    assert lrs == pytest.approx([0.2, 0.1])  # what it warns about
+    assert [r.getMessage() for r in caplog.records if 'warms down' in r.getMessage()] == [
+        "SOLVER.TRAIN_HOOKS[1].WARMUP_START_LR: the warmup starts at 0.2, above the optimizer's learning rate 0.1 it"
+        ' warms up to, so it warms down: training starts at 2x the rate asked for; set WARMUP_START_LR below the'
+        ' learning rate (e.g. 0.01, a tenth of it) or WARMUP_EPOCHS: 0'
+    ]
+
+
 def test_a_per_step_warmup_keeps_its_length_in_steps_across_a_resume_with_other_batches(blobs, tmp_path):
     """Resumed on another world size (here: another batch size) the epoch has other step counts; the warmup, fixed
     in optimizer steps when the run began, goes on where it was instead of restarting lower."""

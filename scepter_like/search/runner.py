@@ -19,6 +19,7 @@ import math
 import os
 import re
 import socket
+import sys
 import time
 import warnings
 
@@ -259,7 +260,7 @@ class Search:
         trial.set_user_attr('work_dir', work_dir)
         trial.set_user_attr('worker', worker_name())
         print(f'[search] trial {trial.number} started -> {work_dir}', flush=True)
-        logger = _trial_logger()
+        logger = _trial_logger(trial.number)
         solver = None
         try:
             values = self.space.suggest(trial)
@@ -336,9 +337,17 @@ class _Lock:
             self.f.close()  # closing drops the flock
 
 
-def _trial_logger():
-    """The trials' logger: INFO goes to each run's log file only (the solver adds it), not the console."""
+def _trial_logger(number):
+    """The trials' logger: INFO goes to each run's log file only (the solver adds it); a WARNING also to the console,
+    as one ``[search] trial N warning:`` line (a trial's errors the runner prints itself)."""
     logger = logging.getLogger('scepter_like.search.trial')
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    for handler in [h for h in logger.handlers if getattr(h, '_trial_warnings', False)]:  # the worker's last trial's
+        logger.removeHandler(handler)
+    console = logging.StreamHandler(sys.stdout)
+    console._trial_warnings = True
+    console.addFilter(lambda record: record.levelno == logging.WARNING)
+    console.setFormatter(logging.Formatter(f'[search] trial {number} warning: %(message)s'))
+    logger.addHandler(console)
     return logger

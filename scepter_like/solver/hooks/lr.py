@@ -81,20 +81,36 @@ class LrHook(Hook):
             self.sched_lrs = _scheduled_lrs(sched, optimizer)
             base = getattr(sched, 'base_lrs', self.sched_lrs)[0]
             self.start_ratio = self.warmup_start_lr / base if base else 1.0
-            epochs = solver.progress.max_epochs  # a warmup as long: a sweep over the rate would sweep nothing
-            if 'train' in solver.datas and 0 < epochs <= self.warmup_epochs:
-                solver.logger.warning(
-                    f'{self.cfg.path_of("WARMUP_EPOCHS")}: the warmup of {self.warmup_epochs} epoch(s) takes the whole'
-                    f' run ({epochs} epoch(s)): the learning rate stays in it, from WARMUP_START_LR'
-                    f" {self.warmup_start_lr:g}, and never reaches the optimizer's {base:g}; lower WARMUP_EPOCHS (0: no"
-                    ' warmup) or train longer'
-                )
+            if 'train' in solver.datas:
+                self._check_warmup(solver, base)
         if 'train' in solver.datas and self._warmup_steps is None:  # (a resume on another world size keeps it)
             batches = solver.datas['train'].num_batches() / solver.progress.num_folds
             self._warmup_steps = round(
                 self.warmup_epochs * math.ceil(batches / solver.updater.settings.accumulate_steps)
             )
         self._apply(solver)
+
+    def _check_warmup(self, solver: SolverSurface, base):
+        """Warnings for a warmup that would not do what it is for: one that starts above the rate it warms up to
+        (the run's first epochs train faster than asked, where a search over the rate sweeps something else), and
+        one that lasts the whole run (the rate never reaches the optimizer's)."""
+        if not self.warmup_epochs:
+            return
+        if self.start_ratio > 1:
+            solver.logger.warning(
+                f'{self.cfg.path_of("WARMUP_START_LR")}: the warmup starts at {self.warmup_start_lr:g}, above the'
+                f" optimizer's learning rate {base:g} it warms up to, so it warms down: training starts at"
+                f' {self.start_ratio:.3g}x the rate asked for; set WARMUP_START_LR below the learning rate (e.g.'
+                f' {base / 10:g}, a tenth of it) or WARMUP_EPOCHS: 0'
+            )
+        epochs = solver.progress.max_epochs  # a warmup as long: a sweep over the rate would sweep nothing
+        if 0 < epochs <= self.warmup_epochs:
+            solver.logger.warning(
+                f'{self.cfg.path_of("WARMUP_EPOCHS")}: the warmup of {self.warmup_epochs} epoch(s) takes the whole'
+                f' run ({epochs} epoch(s)): the learning rate stays in it, from WARMUP_START_LR'
+                f" {self.warmup_start_lr:g}, and never reaches the optimizer's {base:g}; lower WARMUP_EPOCHS (0: no"
+                ' warmup) or train longer'
+            )
 
     def _check_plateau_mode(self, solver: SolverSurface, sched: ReduceLROnPlateau):
         """A ConfigError when ReduceLROnPlateau's MODE goes against the direction the metric reporting
