@@ -235,6 +235,30 @@ def test_a_warmup_that_starts_above_the_learning_rate_is_named(blobs, tmp_path, 
     ]
 
 
+def test_a_per_step_schedule_shorter_than_an_epoch_is_named(blobs, tmp_path, caplog):
+    """SET_BY_EPOCH false reads T_MAX in optimizer steps: T_MAX 3 meant as epochs cycles the rate every 3 steps of
+    a 4-step epoch for the whole run; a length of the run's steps, or a schedule by epoch, says nothing."""
+    warned = {}
+    for t_max, by_epoch in ((3, False), (12, False), (3, True)):
+        hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'LrHook', 'SET_BY_EPOCH': by_epoch, 'WARMUP_EPOCHS': 0}]
+        cfg = blob_solver_cfg(blobs, tmp_path / f'w{t_max}{by_epoch}', hooks=hooks, MAX_EPOCHS=3, EVAL_DATA=None)
+        cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'CosineAnnealingLR', 'T_MAX': t_max}
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            build_solver(cfg).solve()
+        warned[t_max, by_epoch] = [r.getMessage() for r in caplog.records if 'counts optimizer steps' in r.getMessage()]
+    assert warned == {
+        (3, False): [
+            'CosineAnnealingLR (SOLVER.LR_SCHEDULER): T_MAX 3 counts optimizer steps here'
+            ' (SOLVER.TRAIN_HOOKS[1].SET_BY_EPOCH false), fewer than one epoch of 4: the schedule runs its course'
+            " every 3 step(s) through the run's 12; if T_MAX meant epochs, give it in steps (3 epochs: 12) or set"
+            ' SET_BY_EPOCH: true'
+        ],
+        (12, False): [],
+        (3, True): [],
+    }
+
+
 def test_a_per_step_warmup_keeps_its_length_in_steps_across_a_resume_with_other_batches(blobs, tmp_path):
     """Resumed on another world size (here: another batch size) the epoch has other step counts; the warmup, fixed
     in optimizer steps when the run began, goes on where it was instead of restarting lower."""

@@ -16,7 +16,13 @@ or optimizer steps of the whole run, still applies while it lasts.
 import math
 import warnings
 
-from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
+    MultiStepLR,
+    ReduceLROnPlateau,
+    StepLR,
+)
 
 from scepter_like.errors import ConfigError
 from scepter_like.registry import BUILT_FROM
@@ -29,6 +35,14 @@ from scepter_like.solver.hooks.hook import (
     unknown_eval_metric,
 )
 from scepter_like.solver.hooks.registry import HOOKS
+
+# the schedulers whose length a config gives (T_MAX: 3): its key there and the scheduler's attribute
+_LENGTH_KEYS = {
+    CosineAnnealingLR: ('T_MAX', 'T_max'),
+    CosineAnnealingWarmRestarts: ('T_0', 'T_0'),
+    StepLR: ('STEP_SIZE', 'step_size'),
+    MultiStepLR: ('MILESTONES', 'milestones'),  # a Counter of steps: its last one
+}
 
 
 @HOOKS.register_class()
@@ -75,19 +89,21 @@ class LrHook(Hook):
                     f'{self.cfg.path_of("PLATEAU_METRIC")}: ReduceLROnPlateau needs an eval metric: {why}'
                 )
             self._check_plateau_mode(solver, sched)
-        if self.sched_lrs is None:  # fresh start (a resume restores these)
+        fresh = self.sched_lrs is None  # (a resume restores these)
+        if fresh:
             # from the scheduler when there is one: a solver's own load_checkpoint (scepter's) restores it but not
             # this hook, and the optimizer it restores holds warmed-up rates
             self.sched_lrs = _scheduled_lrs(sched, optimizer)
             base = getattr(sched, 'base_lrs', self.sched_lrs)[0]
             self.start_ratio = self.warmup_start_lr / base if base else 1.0
-            if 'train' in solver.datas:
-                self._check_warmup(solver, base)
-        if 'train' in solver.datas and self._warmup_steps is None:  # (a resume on another world size keeps it)
+        if 'train' in solver.datas:
             batches = solver.datas['train'].num_batches() / solver.progress.num_folds
-            self._warmup_steps = round(
-                self.warmup_epochs * math.ceil(batches / solver.updater.settings.accumulate_steps)
-            )
+            epoch_steps = math.ceil(batches / solver.updater.settings.accumulate_steps)  # optimizer steps
+            if fresh:
+                self._check_warmup(solver, base)
+                self._check_schedule_length(solver, sched, epoch_steps)
+            if self._warmup_steps is None:  # (a resume on another world size keeps it)
+                self._warmup_steps = round(self.warmup_epochs * epoch_steps)
         self._apply(solver)
 
     def _check_warmup(self, solver: SolverSurface, base):
@@ -111,6 +127,27 @@ class LrHook(Hook):
                 f" {self.warmup_start_lr:g}, and never reaches the optimizer's {base:g}; lower WARMUP_EPOCHS (0: no"
                 ' warmup) or train longer'
             )
+
+    def _check_schedule_length(self, solver: SolverSurface, sched, epoch_steps):
+        """A warning when the scheduler steps per optimizer step and its length is shorter than one epoch of a run of
+        several: a length written in epochs (T_MAX: 3), read as steps, cycles or decays the rate every few steps."""
+        key, attr = next((names for cls, names in _LENGTH_KEYS.items() if isinstance(sched, cls)), (None, None))
+        epochs = solver.progress.max_epochs
+        if self.by_epoch or key is None or epochs < 2:
+            return
+        length = getattr(sched, attr)
+        length = max(length, default=0) if key == 'MILESTONES' else length
+        if length >= epoch_steps:
+            return
+        steps = epochs * epoch_steps
+        if solver.progress.max_steps > 0:
+            steps = min(steps, math.ceil(solver.progress.max_steps / solver.updater.settings.accumulate_steps))
+        solver.logger.warning(
+            f'{getattr(sched, BUILT_FROM, "LR_SCHEDULER")}: {key} {length} counts optimizer steps here'
+            f' ({self.cfg.path_of("SET_BY_EPOCH")} false), fewer than one epoch of {epoch_steps}: the schedule runs'
+            f" its course every {length} step(s) through the run's {steps}; if {key} meant epochs, give it in steps"
+            f' ({length} epochs: {length * epoch_steps}) or set SET_BY_EPOCH: true'
+        )
 
     def _check_plateau_mode(self, solver: SolverSurface, sched: ReduceLROnPlateau):
         """A ConfigError when ReduceLROnPlateau's MODE goes against the direction the metric reporting
