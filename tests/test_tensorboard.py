@@ -5,6 +5,8 @@ import glob
 import pytest
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
+from scepter_like.utils.metrics_log import read_metrics
+
 
 def _events(log_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -34,12 +36,12 @@ def test_scalars_lr_and_metrics_at_the_expected_steps(tmp_path, caplog):
     assert f'tensorboard --logdir {log_dir}' in caplog.text
     assert solver.hooks_dict['train'][1].writer is None  # closed
     ev = _events(log_dir)
-    # every 4 steps, plus the end of each epoch (steps 6 and 12)
-    assert [s for s, _ in ev['train/loss']] == [4, 6, 8, 12]
-    bounds = [(0, 4), (4, 6), (6, 8), (8, 12)]
+    # every 4 steps of an epoch (as LogHook counts), plus the end of each epoch (steps 6 and 12)
+    assert [s for s, _ in ev['train/loss']] == [4, 6, 10, 12]
+    bounds = [(0, 4), (4, 6), (6, 10), (10, 12)]
     for (_step, value), (a, b) in zip(ev['train/loss'], bounds):
         assert value == pytest.approx(sum(losses[a:b]) / (b - a), rel=1e-5)
-    assert [s for s, _ in ev['train/lr']] == [4, 6, 8, 12]
+    assert [s for s, _ in ev['train/lr']] == [4, 6, 10, 12]
     assert ev['train/lr'][0][1] == pytest.approx(0.1)
     assert [s for s, _ in ev['eval/accuracy']] == [6, 12]
     assert ev['eval/accuracy'][-1][1] == pytest.approx(solver.epoch_outputs['eval']['accuracy'])
@@ -58,14 +60,27 @@ def test_error_run_leaves_closed_readable_events(tmp_path):
         solver.solve()
     assert solver.hooks_dict['train'][1].writer is None
     ev = _events(tmp_path / 'w' / 'tensorboard')
-    assert [s for s, _ in ev['train/loss']] == [4, 6, 8, 12]
+    assert [s for s, _ in ev['train/loss']] == [4, 6, 10, 12]
     assert [s for s, _ in ev['eval/accuracy']] == [6]
+
+
+def test_the_same_log_interval_gives_loghooks_points_of_metrics_jsonl(tmp_path):
+    """With LogHook's LOG_INTERVAL, TensorBoard's train points are metrics.jsonl's (MLflow's, W&B's): same steps,
+    same means, same lr (it counted the interval across epochs: steps 4, 6, 8, 12 against LogHook's 4, 6, 10, 12)."""
+    cfg = _cfg(tmp_path, MAX_EPOCHS=2)
+    cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'LogHook', 'LOG_INTERVAL': 4})
+    build_solver(cfg).solve()
+    ev = _events(tmp_path / 'w' / 'tensorboard')
+    train = [r for r in read_metrics(tmp_path / 'w' / 'metrics.jsonl') if r['kind'] == 'train']
+    for name in ('loss', 'lr'):
+        assert [s for s, _ in ev[f'train/{name}']] == [r['step'] for r in train] == [4, 6, 10, 12]
+        assert [v for _, v in ev[f'train/{name}']] == pytest.approx([r['values'][name] for r in train], rel=1e-6)
 
 
 def test_log_and_tensorboard_hooks_listed_in_eval_hooks_log_the_pass_and_write_no_train_scalars(tmp_path, caplog):
     """scepter's configs list LogHook (and TensorboardLogHook) in EVAL_HOOKS too: the eval pass's scalars once went
     out as train records (metrics.jsonl, train/* in a second event file)."""
-    from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
+    from scepter_like.utils.metrics_log import METRICS_FILE
 
     cfg = _cfg(tmp_path, MAX_EPOCHS=2)
     solver_cfg = cfg['SOLVER']
@@ -76,7 +91,7 @@ def test_log_and_tensorboard_hooks_listed_in_eval_hooks_log_the_pass_and_write_n
     with caplog.at_level('INFO'):
         solver.solve()
     ev = _events(tmp_path / 'w' / 'tensorboard')  # one event file
-    assert [s for s, _ in ev['train/accuracy']] == [s for s, _ in ev['train/loss']] == [4, 6, 8, 12]
+    assert [s for s, _ in ev['train/accuracy']] == [s for s, _ in ev['train/loss']] == [4, 6, 10, 12]
     assert [s for s, _ in ev['eval/accuracy']] == [6, 12]
     train_records = [r for r in read_metrics(tmp_path / 'w' / METRICS_FILE) if r['kind'] == 'train']
     assert [(r['step'], r['iter']) for r in train_records] == [(4, 4), (6, 6), (10, 4), (12, 6)]

@@ -90,6 +90,13 @@ class TrainingProgress:
         self.train_start = self.iters['train']
         return start + self.iters['train'], start + self.train_stop
 
+    def log_interval_ends(self, interval: int) -> bool:
+        """Whether the train step just done ends a LOG_INTERVAL: counted within the epoch when the epoch has at
+        least that many steps, across epochs otherwise (full-batch training: one step an epoch).  LogHook's lines
+        and TensorboardLogHook's points both end here, so the same interval gives them the same steps."""
+        long_epoch = self.epoch_iters['train'] >= interval
+        return interval > 0 and (self.iters['train'] if long_epoch else self.total_iter) % interval == 0
+
     def steps_left(self) -> int:
         """Train steps left in the run, from the current step on (for ETAs)."""
         left = self.epoch_iters['train'] - self.iters['train']

@@ -113,7 +113,7 @@ class LogHook(Hook):
         if done == progress.epoch_iters[mode]:  # an epoch's last batch: the pass's last batch may be short
             bundle = solver.datas[mode]
             self._short += bundle.batch_size - bundle.batch_samples(progress.fold_window(bundle.num_batches())[1] - 1)
-        if (done if self._per_epoch else progress.total_iter) % self.interval == 0:
+        if progress.log_interval_ends(self.interval):
             self._write_line(solver)
 
     def after_all_iter(self, solver: SolverSurface):

@@ -1,7 +1,8 @@
 """TensorboardLogHook: train scalars, learning rates and eval / test metrics as TensorBoard events.
 
 Per step it only adds the step's scalar outputs to running sums on their device (like
-LogHook); every LOG_INTERVAL train steps (and at the end of each epoch) it reads them
+LogHook); every LOG_INTERVAL train steps, counted as LogHook counts them (within each epoch
+at least that long, across shorter ones), and at the end of each epoch it reads them
 once — one all-reduce under DDP, so every rank takes part — and rank 0 writes their
 means as ``train/{name}`` plus ``train/lr`` (``train/lr_group{i}`` for further param
 groups) at the train step count.  Eval and test metrics go out as ``eval/{metric}`` /
@@ -69,7 +70,7 @@ class TensorboardLogHook(Hook):
 
     def after_iter(self, solver: SolverSurface):
         self._scalars.add(solver.step.outputs)
-        if self.interval > 0 and solver.progress.total_iter % self.interval == 0:
+        if solver.progress.log_interval_ends(self.interval):  # LogHook's steps (metrics.jsonl's) for the same interval
             self._write_train(solver)
 
     def after_all_iter(self, solver: SolverSurface):
