@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import DIGITS_CFG, TOOLS, run_tool, tool_env
+from conftest import DIGITS_CFG, TOOLS, run_cli, run_tool, tool_env
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
@@ -180,6 +180,45 @@ def test_best_config_reproduces_the_best_trial(two_worker_search):
     assert res.returncode == 0, res.stderr[-3000:]
     rerun = eval_lines(base / 'space' / 'best_run')[-1]['values']['accuracy']
     assert rerun == best.value == eval_lines(best.user_attrs['work_dir'])[-1]['values']['accuracy']
+
+
+# -- a study continues only from the config its trials trained from -----------------------------------
+@pytest.mark.slow
+def test_a_study_refuses_another_config_and_its_best_config_is_the_best_trials_own(tmp_path):
+    cfg, base = tmp_path / 'cfg.yaml', tmp_path / 'w'
+    cfg.write_text(f'_BASE_: {DIGITS_CFG}\nSOLVER:\n  MAX_EPOCHS: 1\n')
+    space = write_space(tmp_path / 'space.yaml', PRUNER='none')
+    args = ['--cfg', cfg, '--space', space, f'SOLVER.WORK_DIR={base}', *SHORT[1:]]
+    res = run_cli('run_search.py', *args, '--trials', '1')
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (trial,) = load_study(base).get_trials()
+    own = Config(cfg_file=os.path.join(trial.user_attrs['work_dir'], 'config.yaml')).to_dict()
+    best = Config(cfg_file=str(base / 'space' / 'best_config.yaml')).to_dict()
+    assert best['SOLVER'].pop('WORK_DIR') == str(base / 'space' / 'best_run')
+    own['SOLVER'].pop('WORK_DIR')
+    assert best == own  # the trial's config.yaml, every default as it ran
+    cfg.write_text(f'_BASE_: {DIGITS_CFG}\nSOLVER:\n  MAX_EPOCHS: 2\n')  # the file edited: trials would train 2 epochs
+    res = run_cli('run_search.py', *args, '--trials', '2')
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("error: study 'space' in sqlite:///") and 'was started from another config' in line
+    assert line.endswith('start a new study with --study NAME')
+    assert len(load_study(base).get_trials()) == 1
+
+
+@pytest.mark.slow
+def test_a_metric_or_direction_the_runs_contradict_ends_the_search_at_its_first_trial(tmp_path):
+    for name, changes, message in (
+        ('dir', {'DIRECTION': 'minimize'}, 'DIRECTION: minimize, but its metric says more accuracy is better'),
+        ('metric', {'METRIC': 'acc'}, "METRIC: no eval metric is called 'acc'"),
+    ):
+        space, base = write_space(tmp_path / f'{name}.yaml', **changes), tmp_path / name
+        res = run_cli('run_search.py', *search_cmd(base, space)[1:], '--trials', '3', '--workers', '1')
+        assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f'error: {name}.yaml: {message}') and line.endswith('--study NAME'), line
+        (trial,) = load_study(base, name).get_trials()  # the first trial met it; no other ran
+        assert trial.state.name == 'FAIL' and message in trial.user_attrs['error']
 
 
 # -- killed mid-trial, the same command completes the study ---------------------------------------

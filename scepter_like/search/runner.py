@@ -14,6 +14,8 @@ one file lock, so a study on this machine gets exactly N.
 
 import argparse
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import os
@@ -70,6 +72,11 @@ class SignalledStop(KeyboardInterrupt):
     def __init__(self, preempted):
         super().__init__(str(preempted))
         self.preempted = preempted
+
+
+class SearchSettingsError(ConfigError):
+    """The search's own settings do not fit the runs (METRIC no eval metric of theirs, DIRECTION against it): every
+    trial would meet the same mistake, so the first trial that does ends the search with it."""
 
 
 class Search:
@@ -155,18 +162,34 @@ class Search:
         )
 
     def _check_same_search(self):
-        """A study continues only with the space and overrides it began with."""
+        """A study continues only with the space, overrides and base config it began with: trials trained from
+        another config (an edited ``--cfg`` or ``_BASE_`` file, another file) would join a study they do not
+        belong to, and its best trial would mislead."""
         overrides = sorted(o for o in self.base_overrides if not o.upper().startswith('SOLVER.WORK_DIR='))
-        mine = {'space': self.space.fingerprint(), 'overrides': overrides}
+        mine = {'space': self.space.fingerprint(), 'overrides': overrides, 'config': self._config_fingerprint()}
         for key, value in mine.items():
             found = self.study.user_attrs.get(key)
             if found is None:
                 self.study.set_user_attr(key, value)
+            elif key == 'config' and found != value:
+                raise ConfigError(
+                    f'study {self.study_name!r} in {self.storage_url} was started from another config: --cfg'
+                    f' {self.args.cfg} (with its _BASE_ files and the overrides) differs from the one its trials'
+                    ' trained from; restore that config, or start a new study with --study NAME'
+                )
             elif found != value:
                 raise ConfigError(
                     f'study {self.study_name!r} in {self.storage_url} was started with other {key}'
                     f' ({found}); continue it with those, or start a new study with --study NAME'
                 )
+
+    def _config_fingerprint(self):
+        """sha256 of the resolved base config (``--cfg``, its _BASE_ files, the overrides; WORK_DIR aside): what
+        every trial trains from before its sampled values."""
+        data = self.cfg.to_dict()
+        data.get('SOLVER', {}).pop('WORK_DIR', None)
+        text = json.dumps(data, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def _open_tracking(self):
         """The study's parent in each tracker hook of the config; its ids live in the study, so every worker
@@ -228,8 +251,11 @@ class Search:
             lock.release()  # the trial exists (RUNNING): the next worker may count it
             return self.run_trial(trial)
 
+        self.settings_error = None
         try:
             self.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+            if self.settings_error is not None:  # the search's settings are wrong: no trial can go well
+                raise self.settings_error
         except KeyboardInterrupt as e:  # the trial was failed (Ctrl-C, a stop signal); queue it again, as a dead one's
             last = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get('worker') == worker_name()]
             if last and last[-1].state == optuna.trial.TrialState.FAIL and 'error' not in last[-1].user_attrs:
@@ -281,6 +307,7 @@ class Search:
                 if isinstance(hook, TrackerHook):  # the objective on the trial's tracked run
                     hook.add_final_values(lambda solver: self._objective_values(solver, reporter))
             solver.set_up()
+            self._check_metric(solver)
             solver.solve()
             value = self._objective(solver, reporter)
             if not math.isfinite(value):
@@ -297,6 +324,8 @@ class Search:
             logger.error(f'trial {trial.number} failed', exc_info=not isinstance(e, UserError))
             trial.set_user_attr('error', message[:500])
             print(f'[search] trial {trial.number} failed: {message}', flush=True)
+            if isinstance(e, SearchSettingsError):  # optuna catches it as the trial's failure; _run_one raises it
+                self.settings_error = e
             raise
         finally:
             if solver is not None:
@@ -304,6 +333,23 @@ class Search:
         metric = self.space.settings['METRIC']
         print(f'[search] trial {trial.number} {metric} {value:.6g} ({time.time() - start:.1f} s)', flush=True)
         return value
+
+    def _check_metric(self, solver):
+        """METRIC is an eval metric of the run, and DIRECTION goes the way its metric says is better (when the metric
+        says: scepter's metrics name theirs only after a pass); raises SearchSettingsError."""
+        from scepter_like.solver.hooks.hook import greater_is_better, unknown_eval_metric
+
+        settings, where = self.space.settings, os.path.basename(self.args.space)
+        metric, direction = settings['METRIC'], settings['DIRECTION']
+        if why := unknown_eval_metric(solver, metric):
+            raise SearchSettingsError(f'{where}: METRIC: {why}; fix it and start a new study with --study NAME')
+        lower = not greater_is_better(solver, metric)
+        if (lower or metric in (solver.metric_names('eval') or ())) and lower != (direction == 'minimize'):
+            right = 'minimize' if lower else 'maximize'
+            raise SearchSettingsError(
+                f'{where}: DIRECTION: {direction}, but its metric says {"less" if lower else "more"} {metric} is'
+                f' better; set DIRECTION: {right} and start a new study with --study NAME'
+            )
 
     def _objective_values(self, solver, reporter):
         """``{'objective': value}``, or nothing when the run gave none (run_trial then says why)."""

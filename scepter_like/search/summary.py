@@ -92,10 +92,12 @@ def write_summary(search, plots=True):
         f' ({space.settings["FROM"]}).\n\n'
     )
     if best is not None:
-        intro += (
-            f'Best: trial {best.number}, {space.settings["METRIC"]} {best.value:.6g}; `{BEST_CONFIG}` reruns it.\n\n'
+        rerun = (
+            f'`{BEST_CONFIG}` reruns it'
+            if write_best_config(search, best)
+            else f'its run left no config.yaml, so no `{BEST_CONFIG}`'
         )
-        write_best_config(search, best)
+        intro += f'Best: trial {best.number}, {space.settings["METRIC"]} {best.value:.6g}; {rerun}.\n\n'
     if plots:
         intro += write_plots(search) + '\n'
     atomic_write_text(os.path.join(search.study_dir, SUMMARY_NAME + '.md'), intro + table)
@@ -122,18 +124,27 @@ def best_trial(study):
 
 
 def write_best_config(search, best):
-    """The best trial's config (base config, overrides, its values) as a YAML to run again."""
-    values = search.space.decode(best.params)
-    cfg = search.trial_config(values, os.path.join(search.study_dir, BEST_RUN_DIR))
+    """The best trial's own ``config.yaml`` (what it trained from) with a new WORK_DIR and no sweep parent, as a YAML
+    to run again; None when the trial's run left no config.yaml."""
+    from scepter_like.config import Config
+    from scepter_like.solver.run_records import CONFIG_FILE
+
+    source = os.path.join(best.user_attrs.get('work_dir', ''), CONFIG_FILE)
+    if not os.path.isfile(source):
+        return None
+    cfg = Config(cfg_file=source)
+    cfg.SOLVER['WORK_DIR'] = os.path.join(search.study_dir, BEST_RUN_DIR)
+    search.tracking.detach(cfg)
     metric = search.space.settings['METRIC']
     path = os.path.join(search.study_dir, BEST_CONFIG)
     head = [
         f'# Best trial {best.number} of study {search.study_name}: {metric} {best.value:.6g}.',
-        f'# Its run: {best.user_attrs.get("work_dir", "")}',
+        f'# Its run: {best.user_attrs.get("work_dir", "")} (this is its config.yaml, with a new WORK_DIR)',
         f'# Run it again: python tools/run_train.py --cfg {path}',
-        *[f'#   {k}: {v!r}' for k, v in values.items()],
+        *[f'#   {k}: {v!r}' for k, v in search.space.decode(best.params).items()],
     ]
     atomic_write_text(path, '\n'.join(head) + '\n' + cfg.dump())
+    return path
 
 
 def write_plots(search):

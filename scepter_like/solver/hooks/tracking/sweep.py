@@ -9,7 +9,7 @@ closes the parent at the end with the sweep's final values and summary files.
 import copy
 import sys
 
-from scepter_like.config import value_text
+from scepter_like.config import apply_overrides, value_text
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.hooks.tracking.base import TrackerHook, one_line
 
@@ -40,6 +40,18 @@ class SweepTracking:
             for prefix, hook, group_id in self.trackers
             for key, value in hook.child_settings(group_id, child_name).items()
         ]
+
+    def detach(self, cfg):
+        """Make ``cfg`` (a child run's config, a Config) a run of its own again: the keys ``child_overrides`` set take
+        the sweep's config's values back (a best trial's config rerun is no child of the study)."""
+        apply_overrides(
+            cfg,
+            [
+                f'{prefix}.{key}={value_text(hook.cfg.get(key))}'
+                for prefix, hook, group_id in self.trackers
+                for key in hook.child_settings(group_id, '')
+            ],
+        )
 
     def close(self, status, values=None, files=()):
         """End every parent (FINISHED / FAILED); a tracker failing here is one warning line on stderr each."""
