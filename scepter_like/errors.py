@@ -101,6 +101,11 @@ class Preempted(Exception):
         return 128 + self.signum
 
 
+class RunPruned(Exception):
+    """A search pruned the run after an evaluation (``PruningHook``): it ends there on purpose, not failed; its
+    metrics.jsonl gets a line of kind ``pruned`` and its log an INFO line saying so."""
+
+
 def suggest(word, candidates, n=3, cutoff=0.6):
     """Return ``"; did you mean X?"`` for the closest candidates (a candidate that differs only in case first:
     ``batch_size`` for BATCH_SIZE), or ``""``."""

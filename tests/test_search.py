@@ -301,4 +301,11 @@ def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
     epochs = max(bad.intermediate_values)
     assert epochs < 3 and len(eval_lines(bad.user_attrs['work_dir'])) == epochs  # it stopped after that evaluation
     assert not eval_lines(bad.user_attrs['work_dir'], 'test')
+    (pruned,) = eval_lines(bad.user_attrs['work_dir'], 'pruned')  # its run says it was pruned, not that it failed
+    assert pruned['reason'].startswith(f'pruned after epoch {epochs}: accuracy ')
+    assert not eval_lines(bad.user_attrs['work_dir'], 'failed')
+    last = (open(os.path.join(bad.user_attrs['work_dir'], 'std_log.txt')).read().strip().splitlines())[-1]
+    assert (
+        'INFO' in last and f'the run ends here, pruned by the search (not failed): pruned after epoch {epochs}' in last
+    )
     assert f'pruned after epoch {epochs}' in (base / 'space' / 'search_summary.md').read_text()

@@ -315,8 +315,7 @@ class Search:
         except Preempted as e:  # a stop signal ends the search, not this trial alone (optuna catches Exceptions)
             print(f'[search] trial {trial.number} stopped by a signal: the search stops here', flush=True)
             raise SignalledStop(e) from None
-        except RunPruned as e:
-            logger.info(f'search trial {trial.number} {e}; the run stops here')
+        except RunPruned as e:  # its log and metrics.jsonl say so as the solver closes
             print(f'[search] trial {trial.number} {e} ({time.time() - start:.1f} s)', flush=True)
             raise optuna.TrialPruned(str(e)) from None
         except Exception as e:

@@ -12,22 +12,26 @@ stopped by a signal, one that evaluated, and one that resumed another stay prote
 import json
 import os
 
-from scepter_like.errors import Preempted
+from scepter_like.errors import Preempted, RunPruned
 from scepter_like.solver.run_records import archive_previous
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR
 from scepter_like.utils.metrics_log import METRICS_FILE
 
 FAILED_KIND = 'failed'  # metrics.jsonl: training failed with an exception
+PRUNED_KIND = 'pruned'  # metrics.jsonl: a search pruned the run (it ended on purpose, not failed)
 EVALUATED_KINDS = {'eval', 'test'}
 
 
 def record_failure(solver):
-    """metrics.jsonl notes that training failed (``solver.failed``; a stop by signal is no failure)."""
+    """metrics.jsonl notes that training failed, or was pruned (``solver.failed``; a stop by signal is neither)."""
     failed = solver.failed
     if solver.metrics_log is None or not isinstance(failed, Exception) or isinstance(failed, Preempted):
         return
     progress = solver.progress
-    solver.metrics_log.write(FAILED_KIND, progress.total_iter, progress.epoch + 1, error=type(failed).__name__)
+    if isinstance(failed, RunPruned):
+        solver.metrics_log.write(PRUNED_KIND, progress.total_iter, progress.epoch + 1, reason=str(failed))
+    else:
+        solver.metrics_log.write(FAILED_KIND, progress.total_iter, progress.epoch + 1, error=type(failed).__name__)
     solver.metrics_log.flush()
 
 

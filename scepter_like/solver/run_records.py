@@ -26,7 +26,7 @@ import sys
 import sysconfig
 import tempfile
 
-from scepter_like.errors import ConfigError, Preempted, UserError, user_message
+from scepter_like.errors import ConfigError, Preempted, RunPruned, UserError, user_message
 from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
 from scepter_like.solver.config_agreement import config_differences
 from scepter_like.solver.model_summary import model_summary
@@ -98,23 +98,25 @@ def check_work_dir(solver):
 def close_work_dir_log(solver):
     """Detach the run's log file (rank 0).  Called as an error ends the run, it first writes why (a log read on
     shared storage would not say): a user error as the console's ``error:`` line, anything else by its type and
-    first line.  A stop signal's checkpoint was logged already."""
+    first line; a run a search pruned, as an INFO line (no failure).  A stop signal's checkpoint was logged already."""
     handler, solver._file_handler = solver._file_handler, None
     if handler is None:
         return
-    error = sys.exc_info()[1]
-    if isinstance(error, Exception) and not isinstance(error, Preempted):
+    error, level = sys.exc_info()[1], logging.ERROR
+    if isinstance(getattr(solver, 'failed', None), RunPruned):  # the search may be handling its own exception now
+        line, level = f'the run ends here, pruned by the search (not failed): {solver.failed}', logging.INFO
+    elif isinstance(error, Exception) and not isinstance(error, Preempted):
         said = str(error).strip().splitlines()
         line = (
             f'error: {user_message(error)}'
             if isinstance(error, UserError)
             else f'the run ended with {type(error).__name__}{": " + said[0] if said else ""} (see its traceback)'
         )
-        handler.handle(
-            logging.makeLogRecord(
-                {'name': solver.logger.name, 'msg': line, 'levelno': logging.ERROR, 'levelname': 'ERROR'}
-            )
-        )
+    else:
+        line = None
+    if line is not None:
+        record = {'name': solver.logger.name, 'msg': line, 'levelno': level, 'levelname': logging.getLevelName(level)}
+        handler.handle(logging.makeLogRecord(record))
     solver.logger.removeHandler(handler)
     handler.close()
 

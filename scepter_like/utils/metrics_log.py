@@ -13,7 +13,8 @@ Lines (every one has ``kind``, ``step`` = train steps completed, ``epoch`` (1-ba
   no line: it is no result of this run;
 - ``{"kind": "epoch", "mode": "train", "stage": "after_epoch", "values": {...}}``: scalars a hook
   logged outside a step (``solver/epoch_scalars.py``);
-- ``{"kind": "failed", "error": "ValueError"}`` when training failed (``solver/failed_runs.py``).
+- ``{"kind": "failed", "error": "ValueError"}`` when training failed (``solver/failed_runs.py``);
+- ``{"kind": "pruned", "reason": "pruned after epoch 2: accuracy 0.31"}`` when a search pruned the run (no failure).
 
 Whatever mirrors the history elsewhere (an experiment tracker) subscribes with
 ``add_listener`` and gets each batch of records as it reaches the file, so it holds the

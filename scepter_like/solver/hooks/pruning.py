@@ -8,13 +8,10 @@ runner turns into a pruned trial. Without an attached trial (a trial's ``config.
 again) it only records the values. It reads solver state and changes none.
 """
 
+from scepter_like.errors import RunPruned
 from scepter_like.solver.hooks.hook import PRIORITY_NORMAL, Hook, SolverSurface, check_eval_metric, eval_metric
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.utils.distributed import broadcast_object
-
-
-class RunPruned(Exception):
-    """The search pruned this run after an evaluation (not a failure)."""
 
 
 @HOOKS.register_class()
