@@ -90,13 +90,18 @@ def run_name(pairs, swept_keys):
     return name
 
 
-def final_metrics(work_dir):
-    """{'step', 'train/<name>', 'eval/<name>', 'test/<name>'} from the last lines of a run's metrics.jsonl."""
+def final_metrics(work_dir, since):
+    """{'step', 'train/<name>', 'eval/<name>', 'test/<name>'} from the last lines of a run's metrics.jsonl; nothing
+    when the run wrote no ``start`` line at or after ``since`` (unix seconds): this attempt did not train (it failed
+    before), and the lines there are an earlier attempt's (a killed sweep's)."""
     path = os.path.join(work_dir, METRICS_FILE)
     if not os.path.isfile(path):
         return {}
+    records = read_metrics(path)
+    if not any(r['kind'] == 'start' and r.get('time', 0) >= since for r in records):
+        return {}
     out = {}
-    for record in read_metrics(path):
+    for record in records:
         if record['kind'] in ('train', 'eval', 'test'):
             out['step'] = record['step']
             for name, value in record.get('values', {}).items():
@@ -232,7 +237,7 @@ def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking):
         cmd = [*command, '--cfg', args.cfg, *extra_args, *words, *tracking.child_overrides(name)]
         cmd.append(f'SOLVER.WORK_DIR={run_dir}')
         print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
-        start = time.perf_counter()
+        start, started_at = time.perf_counter(), time.time()
         res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
         seconds = time.perf_counter() - start
         sys.stderr.write(res.stderr)
@@ -245,7 +250,7 @@ def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking):
                 'status': 'ok' if ok else 'failed',
                 'exit': res.returncode,
                 'seconds': seconds,
-                'metrics': final_metrics(run_dir),
+                'metrics': final_metrics(run_dir, since=started_at),
                 'error': '' if ok else _last_error_line(res.stderr),
             }
         )

@@ -1,13 +1,14 @@
 """``run_train.py -m``: a grid of digits runs, each in its own subprocess and folder, and the summary."""
 
 import csv
+import json
 
 import pytest
 from conftest import DIGITS_CFG, run_cli, run_tool
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
-from scepter_like.multirun import expand_grid, parse_sweeps, run_name, split_values
+from scepter_like.multirun import expand_grid, final_metrics, parse_sweeps, run_name, split_values
 
 SHORT = ['SOLVER.MAX_EPOCHS=1', 'SOLVER.MAX_STEPS=4', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=2']
 
@@ -91,6 +92,21 @@ def test_sweep_parsing_and_folder_names():
     for bad in ('A.B=1,,2', 'A.B=', 'SOLVER.WORK_DIR=a,b'):
         with pytest.raises(ConfigError):
             parse_sweeps([bad])
+
+
+def test_a_runs_summary_metrics_are_this_attempts_only(tmp_path):
+    """A run that failed before training this time (WORK_DIR refused) shows no metrics, not an earlier, killed
+    attempt's; a run that trained this time shows its history (a resumed one's earlier lines too)."""
+    lines = [
+        {'kind': 'start', 'step': 0, 'epoch': 1, 'time': 100.0, 'resumed_from': None},
+        {'kind': 'eval', 'step': 45, 'epoch': 1, 'time': 110.0, 'values': {'accuracy': 0.95}},
+    ]
+    (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(line) + '\n' for line in lines))
+    assert final_metrics(tmp_path, since=200.0) == {}
+    assert final_metrics(tmp_path, since=50.0) == {'step': 45, 'eval/accuracy': 0.95}
+    with open(tmp_path / 'metrics.jsonl', 'a') as f:  # a resumed attempt at 200 s
+        f.write(json.dumps({'kind': 'start', 'step': 45, 'epoch': 2, 'time': 200.0, 'resumed_from': 'x'}) + '\n')
+    assert final_metrics(tmp_path, since=200.0) == {'step': 45, 'eval/accuracy': 0.95}
 
 
 def test_a_work_dir_referring_to_a_swept_key_is_an_error():
