@@ -100,6 +100,39 @@ def test_a_two_trial_search_is_one_parent_with_two_children(place):
         assert wb['summary']['objective'] == trial.value
 
 
+def test_a_dead_trials_child_run_is_ended_killed_when_the_search_retries_it(place):
+    """A worker killed mid-trial (SIGKILL) leaves its trial RUNNING in the study and its MLflow child RUNNING; the
+    continued search fails the trial on its stale heartbeat, queues it again, and ends that child as KILLED."""
+    import time
+
+    tmp = place['tmp']
+    space = tmp / 'space.yaml'
+    space.write_text(
+        yaml.safe_dump(
+            {'METRIC': 'accuracy', 'SOLVER.OPTIMIZER.LEARNING_RATE': {'type': 'float', 'low': 0.01, 'high': 0.5}}
+        )
+    )
+    args = ['--cfg', place['job'], '--space', space, '--heartbeat', 1, f'SOLVER.WORK_DIR={tmp / "search"}']
+    assert run_in_process('run_search.py', [*args, '--trials', 1, place['words'][0]]) == 0
+    storage = optuna.storages.RDBStorage(f'sqlite:///{tmp / "search" / "search.db"}', heartbeat_interval=1)
+    dead = optuna.load_study(study_name='space', storage=storage).ask()  # a trial whose worker then died
+    storage.record_heartbeat(dead._trial_id)
+    client, (parent,), _ = runs_of(place['uri'])
+    tags = {'mlflow.parentRunId': parent.info.run_id}
+    child = client.create_run(parent.info.experiment_id, run_name=f'trial_{dead.number:04d}', tags=tags)
+    time.sleep(2.5)  # its heartbeat goes stale (2 x --heartbeat)
+    assert run_in_process('run_search.py', [*args, '--trials', 2, place['words'][0]]) == 0
+    trials = optuna.load_study(study_name='space', storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ['COMPLETE', 'FAIL', 'COMPLETE']
+    assert client.get_run(child.info.run_id).info.status == 'KILLED'
+    _, _, children = runs_of(place['uri'])
+    assert sorted((r.info.run_name, r.info.status) for r in children[parent.info.run_id]) == [
+        ('trial_0000', 'FINISHED'),
+        ('trial_0001', 'KILLED'),
+        ('trial_0002', 'FINISHED'),
+    ]
+
+
 def test_a_multirun_is_one_parent_with_a_child_per_run(place):
     tmp = place['tmp']
     res = run_tool(

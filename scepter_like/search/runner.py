@@ -116,7 +116,7 @@ class Search:
                 url,
                 engine_kwargs={'connect_args': {'timeout': 60}} if url.startswith('sqlite') else {},
                 heartbeat_interval=args.heartbeat,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3),
+                heartbeat_stale_trial_callback=self._stale_trial,
             )
             self.study = optuna.create_study(
                 storage=storage,
@@ -211,6 +211,14 @@ class Search:
         values = {'best_objective': best.value} if best is not None else {}
         status = 'FINISHED' if best is not None else 'FAILED'
         self.tracking.close(status, values, [os.path.join(self.study_dir, name) for name in names])
+
+    def _stale_trial(self, study, trial):
+        """A trial whose worker died, failed by optuna: queued again (up to 3 times), and its tracked runs, left
+        RUNNING by the dead process, ended as KILLED."""
+        import optuna
+
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(study, trial)
+        self.tracking.end_child(os.path.basename(trial_dir(self.study_dir, trial.number)), 'KILLED')
 
     # -- the worker loop -------------------------------------------------------------------
     def run_worker(self, on_trial_end=None):

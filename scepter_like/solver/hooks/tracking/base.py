@@ -170,6 +170,11 @@ class TrackerHook(Hook):
         """End the parent: its final ``values`` ({name: float}) and ``files`` (paths) recorded."""
         raise NotImplementedError
 
+    def end_children(self, group_id, child_name, status):
+        """End the group's runs called ``child_name`` that are still open as ``status``: their process died (a
+        search trial whose worker was killed)."""
+        raise NotImplementedError
+
     # -- what a caller may add ---------------------------------------------------------------------
     def add_final_values(self, fn):
         """Record ``fn(solver)`` ({name: float}) at the last step when training ends well (a search objective)."""

@@ -184,6 +184,17 @@ class MLflowLogHook(TrackerHook):
     def child_settings(self, group_id, child_name):
         return {'TRACKING_URI': self.tracking_uri, 'PARENT_RUN_ID': group_id, 'RUN_NAME': child_name}
 
+    def end_children(self, group_id, child_name, status):
+        with self._store():
+            experiment = self.client.get_run(group_id).info.experiment_id
+            found = self.client.search_runs(
+                [experiment],
+                f"tags.`{PARENT_TAG}` = '{group_id}' and attributes.run_name = '{child_name}'"
+                " and attributes.status = 'RUNNING'",
+            )
+        for run in found:
+            self.close_run(status, run_id=run.info.run_id)
+
     def close_group(self, group_id, status, values, files):
         if values:
             self.log_points([(0, None, values)], run_id=group_id)

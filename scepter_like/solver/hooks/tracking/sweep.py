@@ -53,13 +53,25 @@ class SweepTracking:
             ],
         )
 
+    def end_child(self, child_name, status):
+        """End the runs called ``child_name`` still open under the parents (their process died, so could not)."""
+        self._each(
+            f'ending the dead run {child_name} under the sweep parent {{}}',
+            lambda hook, gid: hook.end_children(gid, child_name, status),
+        )
+
     def close(self, status, values=None, files=()):
-        """End every parent (FINISHED / FAILED); a tracker failing here is one warning line on stderr each."""
+        """End every parent (FINISHED / FAILED)."""
+        self._each('closing the sweep parent {}', lambda hook, gid: hook.close_group(gid, status, values or {}, files))
+
+    def _each(self, what, call):
+        """``call(hook, group id)`` for each tracker; one failing is one warning line on stderr saying ``what`` (its
+        ``{}``: the group id); the runs themselves are recorded, only a run's end is missing."""
         for _, hook, group_id in self.trackers:
             try:
-                hook.close_group(group_id, status, values or {}, files)
-            except Exception as e:  # the runs themselves are recorded; only the parent's end is missing
+                call(hook, group_id)
+            except Exception as e:
                 print(
-                    f'warning: {type(hook).__name__}: closing the sweep parent {group_id} failed ({one_line(e)})',
+                    f'warning: {type(hook).__name__}: {what.format(group_id)} failed ({one_line(e)})',
                     file=sys.stderr,
                 )

@@ -118,3 +118,6 @@ class WandbLogHook(TrackerHook):
 
     def close_group(self, group_id, status, values, files):
         pass  # a group is only a name its runs share
+
+    def end_children(self, group_id, child_name, status):
+        pass  # W&B marks a run whose process stopped sending heartbeats as crashed itself
