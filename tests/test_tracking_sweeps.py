@@ -92,6 +92,10 @@ def test_a_two_trial_search_is_one_parent_with_two_children(place):
         lr = yaml.safe_load(child.data.params['SOLVER.OPTIMIZER.LEARNING_RATE'])
         assert lr == trial.params['SOLVER.OPTIMIZER.LEARNING_RATE'] and child.data.metrics['objective'] == trial.value
 
+    best = yaml.safe_load((tmp / 'search' / 'space' / 'best_config.yaml').read_text())
+    for hook in best['SOLVER']['TRAIN_HOOKS'][-2:]:  # its rerun is a run of its own, no child of the study
+        assert hook['RUN_NAME'] == '' and hook.get('PARENT_RUN_ID', '') == '' and hook.get('GROUP', '') == ''
+
     for name, trial in trials.items():  # W&B: the study is the group of its trials' runs
         (folder,) = wandb_folders(tmp / 'search' / 'space' / name)
         wb = wandb_run(folder)
