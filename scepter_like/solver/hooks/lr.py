@@ -131,10 +131,11 @@ class LrHook(Hook):
     def _check_schedule_length(self, solver: SolverSurface, sched, epoch_steps):
         """A warning when the scheduler steps per optimizer step and its length is shorter than one epoch of a run of
         several: a length written in epochs (T_MAX: 3), read as steps, cycles or decays the rate every few steps."""
-        key, attr = next((names for cls, names in _LENGTH_KEYS.items() if isinstance(sched, cls)), (None, None))
+        names = next((names for cls, names in _LENGTH_KEYS.items() if isinstance(sched, cls)), None)
         epochs = solver.progress.max_epochs
-        if self.by_epoch or key is None or epochs < 2:
+        if self.by_epoch or names is None or epochs < 2:
             return
+        key, attr = names
         length = getattr(sched, attr)
         length = max(length, default=0) if key == 'MILESTONES' else length
         if length >= epoch_steps:
