@@ -36,7 +36,7 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
     from scepter_like.solver import SOLVERS
     from scepter_like.solver.environment import ProcessSettings
 
-    config = read_config(cfg, overrides, imports)
+    config = read_config(cfg, overrides, imports, given_as='the path given to build_solver')
     solver = SOLVERS.build(config.SOLVER, logger=logger or run_logger())
     settings = ProcessSettings()  # the process's, given back when the session closes
     with solver.stop_signals:  # a stop signal during set-up ends it at once

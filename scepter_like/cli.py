@@ -75,14 +75,17 @@ def load_config(args):
     return read_config(args.cfg, args.overrides, args.imports)
 
 
-def read_config(source, overrides=(), imports=()):
+def read_config(source, overrides=(), imports=(), given_as='the --cfg path'):
     """The config of ``source`` (a YAML path, a dict or a Config) with ``overrides`` (``KEY.PATH=VALUE`` words)
     applied and its IMPORTS, then ``imports``, imported: what every tool and ``build_solver`` run.
 
-    A dict or Config is copied: the caller's stays as it was.
+    A dict or Config is copied: the caller's stays as it was.  ``given_as`` names where the path came from, for
+    the error of a missing file (the CLI's flag, or a Python function's argument).
     """
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
+        if not os.path.isfile(name):  # relative to the working directory, which a notebook's kernel picks
+            raise ConfigError(f'config file not found: {os.path.abspath(name)}; check {given_as}')
         cfg = Config(cfg_file=name)
     elif isinstance(source, (dict, Config)):
         name = 'the config'

@@ -338,7 +338,7 @@ def _decoded(path):
 
 def _read_yaml(path):
     if not os.path.isfile(path):
-        raise ConfigError(f'config file not found: {path}; check the --cfg path')
+        raise ConfigError(f'config file not found: {path}')
     text = _decoded(path)
     try:
         data = load_yaml(text)

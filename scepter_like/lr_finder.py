@@ -135,7 +135,7 @@ def find_lr(cfg, overrides=(), imports=(), min_lr=1e-7, max_lr=10.0, num_steps=1
     from scepter_like.solver import SOLVERS
     from scepter_like.solver.hooks.lr_range import LrRangeHook
 
-    config = read_config(cfg, overrides, imports)
+    config = read_config(cfg, overrides, imports, given_as='the path given to find_lr')
     with tempfile.TemporaryDirectory(prefix='scepter_lr_find_') as work_dir:
         sweep = sweep_config(config, min_lr, max_lr, num_steps, work_dir)
         solver = SOLVERS.build(sweep.SOLVER, logger=logger or run_logger())

@@ -76,8 +76,9 @@ def test_a_config_error_is_the_cli_line(tmp_path, capsys):
     cli_line = capsys.readouterr().err.strip()
     assert cli_line == f'error: {error.value}'
     assert 'did you mean MAX_EPOCHS' in cli_line
-    with pytest.raises(ConfigError, match=r'config file not found: .*nowhere\.yaml'):
+    with pytest.raises(ConfigError, match=r'config file not found: .*nowhere\.yaml') as missing:
         build_solver(str(tmp_path / 'nowhere.yaml'))
+    assert str(missing.value).endswith('; check the path given to build_solver')  # no CLI flag for a Python caller
 
 
 def test_it_prints_what_the_cli_prints(tmp_path, capsys, monkeypatch):

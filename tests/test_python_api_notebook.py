@@ -1,8 +1,9 @@
 """examples/python_api.ipynb runs in a real Jupyter kernel (nbclient + ipykernel): train, test, predict.
 
-The kernel starts in a fresh folder that holds the repository's configs/ and tasks/ (links),
-as Jupyter started at the top of the repository would see them, so the run's WORK_DIR lands
-in the test's folder.
+The kernel starts where Jupyter starts it, in the notebook's own folder: examples/ of a fresh
+folder that holds the repository's configs/ and tasks/ (links) beside it, as the repository
+does, so the notebook finds its top folder itself and the run's WORK_DIR lands in the test's
+folder.
 """
 
 import ast
@@ -33,9 +34,12 @@ def test_the_notebook_trains_tests_and_predicts_in_a_jupyter_kernel(tmp_path):
 
     for name in ('configs', 'tasks'):
         os.symlink(os.path.join(REPO, name), tmp_path / name)
+    (tmp_path / 'examples').mkdir()
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': str(tmp_path)}}).execute()
+    here = str(tmp_path / 'examples')  # the notebook's folder: where Jupyter, nbclient and jupyter-execute start it
+    NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': here}}).execute()
     code = [cell for cell in nb.cells if cell.cell_type == 'code']
+    assert ast.literal_eval(result_text(code.pop(0))) == str(tmp_path)  # it moved to the top folder
     errors = [o for cell in code for o in cell.get('outputs', []) if o['output_type'] == 'error']
     assert not errors, errors
     fit_log = stream_text(code[0])
