@@ -49,10 +49,12 @@ def test_predict_needs_no_grad(solver):
         ({'x': np.zeros((3, 8), np.float32)}, r"the model needs input 'img', which the inputs lack; they have \['x'\]"),
         ({'img': np.zeros((3, 8)), 'label': np.zeros(2)}, r'one equally long first .*img.: 3, .label.: 2'),
         ({}, r'non-empty dict'),
-        (
+        (  # one sample of the train data's shape ([8]): not 8 samples of one number
             {'img': np.zeros(8, np.float32)},
-            r"'logits' is \[3\] for a batch of 8; the inputs need the sample axis first",
+            r"^predict inputs \{'img': \[8\]\} are the shape of one sample of the train data, without the batch axis:"
+            r' give a batch, .*x\[None\]',
         ),
+        ({'img': np.zeros((0, 8)), 'label': np.zeros(0)}, r'^predict got no samples: the inputs hold 0 rows'),
         (
             {'img': np.zeros((3, 5), np.float32)},
             r'at its input: .*; give inputs of the sizes the model takes \(.*IN_DIM',
@@ -118,6 +120,27 @@ def test_image_inputs_of_another_layout_or_not_arrays_are_one_line_saying_what_t
         ' sample x as x[None])'
     )
     assert predict(model, {'img': images.transpose(0, 3, 1, 2)}, 4, cpu)['logits'].shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    'layer, x',
+    [
+        (torch.nn.Conv2d(1, 2, 3), torch.zeros(8, 8)),  # 'Expected 3D (unbatched) or 4D (batched) input to conv2d'
+        (torch.nn.BatchNorm2d(2), torch.zeros(2, 8, 8)),  # 'expected 4D input (got 3D input)'
+        (torch.nn.MaxPool2d(2), torch.zeros(8, 8)),  # '3D or 4D (batch mode) tensor expected for input'
+    ],
+)
+def test_torch_words_for_an_input_without_its_batch_axis_each_get_the_batch_advice(layer, x):
+    from scepter_like.model import size_mismatch
+    from scepter_like.model.registry import MODELS
+
+    model = MODELS.build({'NAME': 'Classifier', 'BACKBONE': {'NAME': 'ConvNet', 'CHANNELS': [4], 'OUT_DIM': 2}})
+    with pytest.raises((RuntimeError, ValueError)) as raised:  # the message of the torch in use
+        layer(x)
+    why = size_mismatch.explain(model, {'img': x}, raised.value, trained=True)
+    assert why is not None and why.endswith(
+        'give a batch: the inputs need their sample axis first (one sample x as x[None])'
+    )
 
 
 def test_predict_takes_reversed_and_flipped_numpy_views(solver):

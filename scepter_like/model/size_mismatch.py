@@ -13,12 +13,18 @@ import torch
 
 from scepter_like.utils.checkpoint import unwrap_model
 
+# a layer given an input of another rank, as torch words it: 'expected 4D input (got 3D input)' (batch norm),
+# 'Expected 3D (unbatched) or 4D (batched) input to conv2d' (convolutions), '3D or 4D (batch mode) tensor expected
+# for input' (pooling)
+_RANK = re.compile(
+    r'[Ee]xpected \dD (?:\(unbatched\) or \dD \(batched\) )?input|\dD or \dD \(batch mode\) tensor expected'
+)
 # which side of the model a torch message is about: the features going in, or the outputs against the labels
 _SIDES = (
     (
         'input',
         re.compile(
-            r'mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels|expected \dD input'
+            rf'mat1 and mat2 shapes cannot be multiplied|to have \d+ channels, but got \d+ channels|{_RANK.pattern}'
         ),
     ),
     ('output', re.compile(r'Target -?\d+ is out of bounds|Expected input batch_size \(\d+\) to match target')),
@@ -30,7 +36,6 @@ _SIDES = (
 NEGATIVE_LABELS = 'class labels are indices 0, 1, ..., classes - 1: remap the labels (e.g. -1 / 1 to 0 / 1)'
 LABELS_FROM_1 = 'class labels are indices 0 .. classes - 1: labels counted from 1 take label - 1'
 _LABEL = re.compile(r'Target (-?\d+) is out of bounds')
-_RANK = re.compile(r'expected \dD input')
 
 
 def _side(message):

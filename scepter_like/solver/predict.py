@@ -36,6 +36,9 @@ def as_tensors(inputs, rows=True, columns=None):
         raise DataError('predict needs a non-empty dict of arrays (batch key -> array)')
     tensors = {k: _tensor(k, by_name(k, v, (columns or {}).get(k))) for k, v in inputs.items()}
     lengths = {k: (len(v) if v.dim() else 0) for k, v in tensors.items()}
+    if rows and all(v.dim() for v in tensors.values()) and set(lengths.values()) == {0}:
+        shapes = {k: list(v.shape) for k, v in tensors.items()}
+        raise DataError(f'predict got no samples: the inputs hold 0 rows ({shapes}); give at least one')
     if rows and (len(set(lengths.values())) != 1 or 0 in lengths.values()):
         raise DataError(
             f'predict inputs must be arrays with one equally long first (sample) dimension; got {lengths}'
@@ -130,7 +133,29 @@ def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, 
         return predict_batches(model, [tensors], device, autocast, rows=False)
     n = len(next(iter(tensors.values())))
     batches = ({k: v[start : start + batch_size] for k, v in tensors.items()} for start in range(0, n, batch_size))
-    return predict_batches(model, batches, device, autocast)
+    try:
+        return predict_batches(model, batches, device, autocast)
+    except DataError as e:  # inputs the model does not take: maybe one sample, given without its batch axis
+        one = _one_sample(tensors, datas)
+        if one is None:
+            raise
+        raise one from e
+
+
+def _one_sample(tensors, datas):
+    """The DataError for inputs shaped as one sample of the solver's data (``datas``: mode -> DataBundle) is, without
+    the batch axis in front; None when they are not, or no data tells.  It reads a sample: on the error path only."""
+    for mode, bundle in (datas or {}).items():
+        sample = bundle.dataset[0] if len(bundle.dataset) else None
+        if not isinstance(sample, dict) or not set(tensors) <= set(sample):
+            continue
+        shapes = {k: list(torch.as_tensor(sample[k]).shape) for k in tensors}
+        if all(list(v.shape) == shapes[k] for k, v in tensors.items()):
+            return DataError(
+                f'predict inputs {shapes} are the shape of one sample of the {mode} data, without the batch axis:'
+                ' give a batch, the sample axis first (one sample x as x[None], shape [1, ...])'
+            )
+    return None
 
 
 def predict_batches(model, batches, device, autocast=contextlib.nullcontext, rows=True):
