@@ -114,7 +114,7 @@ class SolverSession:
     def test(self, weights='best'):
         """Run TEST_DATA through METRICS with ``weights``; returns ``{metric: float}``.
 
-        ``'best'``: the best checkpoint of the run in WORK_DIR (CheckpointHook SAVE_BEST_BY),
+        ``'best'`` (or None): the best checkpoint of the run in WORK_DIR (CheckpointHook SAVE_BEST_BY),
         else, saying so in the log, the model's own; ``'last'``: the model's own weights (as
         training left them, or as the resumed checkpoint held them); any other value is a
         checkpoint (``.pth``, ``.safetensors``, a run's folder, ``RUN:best``).  The model holds

@@ -64,6 +64,34 @@ def test_fit_test_predict_close(tmp_path):
         solver.fit()
 
 
+def test_a_test_before_fit_warns_it_scores_the_initial_weights_and_names_the_choices(tmp_path):
+    """test() / test('best') of a session that neither trained nor loaded weights scored random weights with an INFO
+    line; test(None) was a TypeError, test('Best') a missing file."""
+    from scepter_like import build_solver
+
+    logger = logging.getLogger('test_python_api.untrained')
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    untrained = "testing the model's initial (untrained) weights: this session has not trained (fit())"
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run'), logger=logger) as solver:
+        for weights in ('best', None, 'last'):
+            records.clear()
+            assert set(solver.test(weights)) == {'accuracy'}
+            (warning,) = [r for r in records if r.levelno == logging.WARNING]
+            assert warning.getMessage().startswith(untrained)
+        for word in ('Best', 'latest'):
+            with pytest.raises(
+                ConfigError, match=rf"^the test weights \('{word}': 'best', 'last' or a checkpoint path\)"
+            ):
+                solver.test(word)
+        solver.fit()
+        records.clear()
+        solver.test('last')
+        assert not [r for r in records if r.levelno >= logging.WARNING]
+
+
 def test_a_config_error_is_the_cli_line(tmp_path, capsys):
     from scepter_like import build_solver
 

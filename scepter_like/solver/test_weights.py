@@ -20,6 +20,7 @@ import os
 
 import torch
 
+from scepter_like.errors import ConfigError
 from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.eval_weights import weight_swaps
 from scepter_like.solver.parallel import load_model_state
@@ -43,15 +44,35 @@ def best_checkpoint_of(solver):
 
 
 def test_weights_path(solver, weights):
-    """The file whose weights a test with ``weights`` ('best', 'last' or a path) uses; None: the model's own."""
+    """The file whose weights a test with ``weights`` ('best', 'last' or a path; None: 'best') uses; None: the
+    model's own."""
+    weights = 'best' if weights is None else weights
+    if not isinstance(weights, (str, os.PathLike)):
+        raise ConfigError(f"the test weights are 'best', 'last' or a checkpoint path, got {weights!r}")
     if weights == 'last':
+        _warn_if_untrained(solver)
         return None
     path = resolve_checkpoint(weights) if weights != 'best' else best_checkpoint_of(solver)
     if path is None:
-        solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
+        if not _warn_if_untrained(solver):
+            solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
         return None
-    check_every_rank_reads(path, f'the test weights ({weights}): checkpoint')  # rank 0 named it; each rank reads it
+    # rank 0 named it; each rank reads it.  A word that is no file ('Best', 'latest') is told the choices
+    check_every_rank_reads(path, f"the test weights ({weights!r}: 'best', 'last' or a checkpoint path): checkpoint")
     return path
+
+
+def _warn_if_untrained(solver):
+    """Warn (and True) when the model's own weights are its initial ones: the session neither trained nor loaded any
+    (a resume, MODEL.PRETRAINED_MODEL), so a test scores random weights."""
+    model_cfg = solver.cfg.get('MODEL') or {}
+    if solver.progress.total_iter or solver.resumed_from or model_cfg.get('PRETRAINED_MODEL'):
+        return False
+    solver.logger.warning(
+        "testing the model's initial (untrained) weights: this session has not trained (fit()) and loaded no weights"
+        ' (SOLVER.RESUME_FROM, MODEL.PRETRAINED_MODEL, or a checkpoint path as the test weights)'
+    )
+    return True
 
 
 @contextlib.contextmanager
