@@ -77,7 +77,7 @@ class Preempted(Exception):
     process, so a scheduler can tell it from success (0) and errors (1, 2).
     """
 
-    def __init__(self, signum, step=None, checkpoint=None):
+    def __init__(self, signum, step=None, checkpoint=None, work_dir=None):
         import signal
 
         self.signum = signum
@@ -92,7 +92,8 @@ class Preempted(Exception):
         else:
             message = (
                 f'stopped by {name} after step {step}; checkpoint {checkpoint} is latest;'
-                ' rerun with SOLVER.RESUME_FROM=auto to continue'
+                # the run's folder too: a WORK_DIR made per run (a time stamp, as make train and a notebook do) is new
+                f' rerun with {f"SOLVER.WORK_DIR={work_dir} " if work_dir else ""}SOLVER.RESUME_FROM=auto to continue'
             )
         super().__init__(message)
 

@@ -92,6 +92,26 @@ def test_a_test_before_fit_warns_it_scores_the_initial_weights_and_names_the_cho
         assert not [r for r in records if r.levelno >= logging.WARNING]
 
 
+def test_a_stopped_fit_says_how_to_go_on_in_its_work_dir(tmp_path):
+    """The Preempted message said only SOLVER.RESUME_FROM=auto: a notebook that time-stamps WORK_DIR started afresh."""
+    import signal
+
+    from scepter_like import build_solver
+    from scepter_like.errors import Preempted
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    with build_solver(cfg) as solver:
+        stop_at_2 = lambda s: s.progress.total_iter == 2 and os.kill(os.getpid(), signal.SIGTERM)  # noqa: E731
+        solver.solver.register_callback_on_iter_end(stop_at_2)
+        with pytest.raises(Preempted) as stop:
+            solver.fit()
+    words = re.fullmatch(r'.* rerun with (SOLVER.WORK_DIR=\S+) (SOLVER.RESUME_FROM=auto) to continue', str(stop.value))
+    assert words and words.group(1) == f'SOLVER.WORK_DIR={tmp_path / "run"}'
+    cfg['SOLVER']['WORK_DIR'] = str(tmp_path / 'elsewhere')  # as a cell that makes a new WORK_DIR each run
+    with build_solver(cfg, overrides=list(words.groups())) as solver:  # the words it gave
+        assert solver.solver.resumed_from and solver.solver.progress.total_iter == 2
+
+
 def test_a_config_error_is_the_cli_line(tmp_path, capsys):
     from scepter_like import build_solver
 

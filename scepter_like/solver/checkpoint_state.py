@@ -335,7 +335,9 @@ def save_preempted(solver):
     write_checkpoint(solver, solver.training_state(), os.path.join(folder, name))
     if solver.is_main:
         write_latest_pointer(folder, name)
-    stop = Preempted(solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name))
+    stop = Preempted(
+        solver.progress.stop_signal, solver.progress.total_iter, os.path.join(folder, name), solver.work_dir
+    )
     if solver.is_main:  # one line for the job, not one per rank
         solver.logger.warning(str(stop))
     return stop
