@@ -242,12 +242,24 @@ def test_metrics_lines_up_to_a_checkpoint_are_on_disk_before_it_is_written(tmp_p
 def test_an_interval_longer_than_the_run_warns_that_no_epoch_checkpoint_is_written(tmp_path, caplog):
     """scepter's INTERVAL counted steps too: INTERVAL 500 on a 2-epoch run was a checkpoint every 500 steps there."""
     run(tmp_path, 2, ckpt_hooks(INTERVAL=500))
-    assert 'TRAIN_HOOKS[1].INTERVAL: 500 epochs is more than the run has (2), so no epoch checkpoint' in caplog.text
-    assert not [name for name in checkpoint_files(tmp_path) if '-epoch-' in name]
+    (warning,) = [r for r in caplog.records if 'is more than the run has' in r.getMessage()]
+    assert warning.levelname == 'WARNING'
+    assert 'TRAIN_HOOKS[1].INTERVAL: 500 epochs is more than the run has (2), so no checkpoint is written at all' in (
+        warning.getMessage()
+    )
+    assert not checkpoint_files(tmp_path)
     caplog.clear()
     (tmp_path / 'b').mkdir()
     run(tmp_path / 'b', 2, ckpt_hooks(INTERVAL=2))
-    assert 'no epoch checkpoint' not in caplog.text
+    assert 'is more than the run has' not in caplog.text
+    # the digits example's shape (INTERVAL 10, MAX_EPOCHS=5, a best checkpoint): an INFO line, no warning
+    caplog.clear()
+    caplog.set_level('INFO')
+    (tmp_path / 'c').mkdir()
+    run(tmp_path / 'c', 2, ckpt_hooks(INTERVAL=500, SAVE_BEST_BY='+accuracy'))
+    (line,) = [r for r in caplog.records if 'is more than the run has' in r.getMessage()]
+    assert line.levelname == 'INFO' and 'so no epoch checkpoint is written, only the best / last' in line.getMessage()
+    assert [name for name in checkpoint_files(tmp_path / 'c') if '-best' in name]
 
 
 def test_a_run_ending_after_its_newest_checkpoint_says_which_step_it_holds(tmp_path, caplog):

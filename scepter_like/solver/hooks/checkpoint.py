@@ -173,10 +173,11 @@ class CheckpointHook(Hook):
                 solver.logger.info(f'CheckpointHook keeps the least {self.best_metric} as best (its metric says so)')
         epochs = solver.progress.max_epochs
         if 0 < epochs < self.interval and not self.step_interval:
-            solver.logger.warning(
+            kept = self.save_best or self.save_last  # a run that keeps its best or last checkpoint: no warning
+            (solver.logger.info if kept else solver.logger.warning)(
                 f'{self.cfg.path_of("INTERVAL")}: {self.interval} epochs is more than the run has ({epochs}), so no'
-                " epoch checkpoint is written; STEP_INTERVAL saves every so many steps (scepter's INTERVAL counted"
-                ' steps too)'
+                + (' epoch checkpoint is written, only the best / last' if kept else ' checkpoint is written at all')
+                + "; STEP_INTERVAL saves every so many steps (scepter's INTERVAL counted steps too)"
             )
         if self._newest is None and solver.resumed_from:
             self._newest = (solver.progress.total_iter, solver.resumed_from)
