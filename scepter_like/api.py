@@ -103,10 +103,10 @@ class SolverSession:
         followed), ``step`` (train steps done) and every eval metric.  Once per session: a
         second run needs a new ``build_solver`` (and its own WORK_DIR, as on the CLI).
         """
+        solver = self._open_solver('fit')
         if self._fitted:
             raise UserError('fit() trains once per build_solver(); build a new solver to train again')
         self._fitted = True
-        solver = self._taking_its_log_file()
         with solver.stop_signals:
             solver.solve(**({'test': False} if _takes_test(solver.solve) else {}))
         return [dict(row) for row in self.history]
@@ -123,7 +123,7 @@ class SolverSession:
         """
         from scepter_like.solver.test_weights import weights_for_test
 
-        solver = self._taking_its_log_file()
+        solver = self._open_solver('test')
         if 'test' not in solver.datas:
             raise ConfigError(f'{solver.cfg.path_of("TEST_DATA")}: test() needs TEST_DATA; add a test data config')
         hooks = solver.hooks_dict['test']
@@ -146,8 +146,14 @@ class SolverSession:
         """
         return self.solver.predict(inputs, batch_size=batch_size)
 
-    def _taking_its_log_file(self):
-        """The solver, its run's log file attached again if a later session set it aside (rank 0 has one)."""
+    def _open_solver(self, call):
+        """The solver, its run's log file attached again if a later session set it aside (rank 0 has one); ``call``
+        (fit, test) on a closed session is a UserError: its records are written out and its log file detached."""
+        if self._closed:
+            raise UserError(
+                f'{call}() after close(): the session is closed, its records written out; build_solver() again'
+                ' (with SOLVER.RESUME_FROM to take its weights)'
+            )
         handler = self.solver._file_handler  # (the session owns its solver's run)
         if handler is not None:
             attach_file_handler(self.solver.logger, handler)

@@ -56,12 +56,17 @@ def test_fit_test_predict_close(tmp_path):
         out = solver.predict({'img': x})
         assert isinstance(out['logits'], np.ndarray) and out['logits'].shape == (len(x), 3)
         assert out['logits'].dtype == np.float32
+        with pytest.raises(UserError, match=r'fit\(\) trains once per build_solver\(\)'):
+            solver.fit()
     evals = [r for r in read_metrics(os.path.join(tmp_path, 'run', 'metrics.jsonl')) if r['kind'] == 'eval']
     assert [r['values']['accuracy'] for r in evals] == [row['accuracy'] for row in history]  # closed: written out
     # the config given as a dict is the caller's still
     assert 'TEST_WITH' not in cfg['SOLVER']
-    with pytest.raises(UserError, match=r'fit\(\) trains once per build_solver\(\)'):
-        solver.fit()
+    records = (tmp_path / 'run' / 'metrics.jsonl').read_text()
+    for call in (solver.fit, solver.test):  # closed: test() wrote metrics.jsonl, not std_log.txt; fit() trained
+        with pytest.raises(UserError, match=rf'^{call.__name__}\(\) after close\(\): the session is closed'):
+            call()
+    assert (tmp_path / 'run' / 'metrics.jsonl').read_text() == records
 
 
 def test_a_test_before_fit_warns_it_scores_the_initial_weights_and_names_the_choices(tmp_path):
