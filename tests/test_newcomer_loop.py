@@ -79,6 +79,18 @@ def test_log_hook_is_added_by_default_and_a_key_turns_it_off(blobs, tmp_path, ca
     off.close()
 
 
+def test_a_run_without_a_checkpoint_hook_is_warned_that_it_keeps_no_weights(blobs, tmp_path, caplog):
+    """A config dict without CheckpointHook trained, kept no weights and said nothing."""
+    no_weights = 'SOLVER.TRAIN_HOOKS has no CheckpointHook: this run writes no weights; add {NAME: CheckpointHook}'
+    build_solver(blob_solver_cfg(blobs, tmp_path / 'a', hooks=[{'NAME': 'BackwardHook'}])).close()
+    (warning,) = [r for r in caplog.records if r.getMessage().startswith(no_weights)]
+    assert warning.levelname == 'WARNING'
+    for hook in ('CheckpointHook', 'SafetensorsHook'):
+        caplog.clear()
+        build_solver(blob_solver_cfg(blobs, tmp_path / hook, hooks=[{'NAME': 'BackwardHook'}, {'NAME': hook}])).close()
+        assert 'has no CheckpointHook' not in caplog.text
+
+
 @HOOKS.register_class()
 class EpochGapHook(Hook):
     """Logs a scalar from after_epoch and one from before_epoch, outside any step."""

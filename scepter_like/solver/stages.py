@@ -26,6 +26,7 @@ REQUIRED_TRAIN_HOOKS = {
     'OPTIMIZER': {'NAME': 'BackwardHook'},
     'LR_SCHEDULER': {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
 }
+WEIGHT_HOOKS = ('CheckpointHook', 'SafetensorsHook')  # the hooks that write a run's weights
 BUILTIN_HOOKS = {'BackwardHook': BackwardHook}  # this project's, whatever a user module registered under the name
 
 
@@ -46,6 +47,7 @@ def add_required_hooks(cfg, logger, steps_optimizer_itself=False):
     require_optimizer(cfg, steps_optimizer_itself)
     names = {entry.get('NAME') for entry in entries if hasattr(entry, 'get')}
     added = default_hooks(cfg, entries, logger)
+    warn_without_weights(cfg, entries, logger)
     for key, hook_cfg in REQUIRED_TRAIN_HOOKS.items():
         name = hook_cfg['NAME']
         given = _given(cfg, key)
@@ -83,6 +85,19 @@ def default_hooks(cfg, entries, logger):
         return []
     logger.info(f'{cfg.path_of("TRAIN_HOOKS")} has no LogHook: added one (DEFAULT_LOG_HOOK: false adds none)')
     return [{'NAME': 'LogHook'}]
+
+
+def warn_without_weights(cfg, entries, logger):
+    """A train run whose TRAIN_HOOKS keep no weights (no CheckpointHook, no SafetensorsHook) is warned at set-up: it
+    trains, and neither test('best'), a resume nor run_eval finds anything of it afterwards."""
+    if cfg.TRAIN_DATA is None:
+        return
+    if any(_is_a(entry.get('NAME'), name) for entry in entries if hasattr(entry, 'get') for name in WEIGHT_HOOKS):
+        return
+    logger.warning(
+        f'{cfg.path_of("TRAIN_HOOKS")} has no CheckpointHook: this run writes no weights; add {{NAME: CheckpointHook}}'
+        ' to keep them'
+    )
 
 
 def _is_a(entry_name, required, builtin=False):
