@@ -146,7 +146,12 @@ def coerce_value(value, spec, path):
         return [coerce_value(value, {'value': default[0]}, path)]
     hint = ''
     if isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
-        hint = f' (YAML 1.1 reads {value} as a string); write {yaml11_float(value.strip())}'
+        # a quoted YAML value, a Python str in a dict, or a YAML 1.1 loader's reading of 1e-3: one hint fits each
+        word = value.strip()
+        hint = (
+            f'; that is a string, not a number: give the number {word} (unquoted; {yaml11_float(word)} where a'
+            ' YAML 1.1 loader reads it)'
+        )
     if _is_array(value) and list in types:
         hint = '; give a list of numbers (array.tolist())'
     elif _is_array(value):  # where a config keeps a file's path
@@ -213,7 +218,7 @@ def check_range(value, spec, path):
                 raise ConfigError(f'{path}: must be {word} {limit}, got {item!r}')
 
 
-ALIASES = {'LR': 'LEARNING_RATE', 'BS': 'BATCH_SIZE', 'EPOCHS': 'MAX_EPOCHS'}  # the short names users type
+ALIASES = {'LR': 'LEARNING_RATE', 'BS': 'BATCH_SIZE', 'EPOCHS': 'MAX_EPOCHS'}  # the short names users type (any case)
 SCEPTER_KEYS = {  # keys scepter's classes declare and this project's do not, each with what does its work here
     'TRAIN_PRECISION': "scepter's BaseSolver key (its Lightning precision); here a train hook {NAME: BackwardHook,"
     " USE_AMP: true, AMP_DTYPE: bf16 | fp16} sets mixed precision and SOLVER.DTYPE the parameters' (float32 |"
@@ -229,7 +234,7 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
                 hint = (
                     (f'; {key} is {SCEPTER_KEYS[key]}' if key in SCEPTER_KEYS else '')
                     or suggest(key, para)
-                    or (f'; did you mean {ALIASES[key]}?' if ALIASES.get(key) in para else '')
+                    or (f'; did you mean {ALIASES[key.upper()]}?' if ALIASES.get(key.upper()) in para else '')
                 )
                 raise ConfigError(
                     f'{cfg.path_of(key)}: unknown key for {owner}{hint} (its keys: {", ".join(sorted(para)) or "none"})'

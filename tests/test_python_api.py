@@ -117,6 +117,27 @@ def test_a_stopped_fit_says_how_to_go_on_in_its_work_dir(tmp_path):
         assert solver.solver.resumed_from and solver.solver.progress.total_iter == 2
 
 
+@pytest.mark.parametrize(
+    'optimizer, message',
+    [
+        (  # a Python str in a dict: no YAML to blame
+            {'LEARNING_RATE': '1e-3'},
+            "SOLVER.OPTIMIZER.LEARNING_RATE: expected a number (like 0.001), got '1e-3'; that is a string, not a number:"
+            ' give the number 1e-3',
+        ),
+        ({'lr': 0.1}, 'SOLVER.OPTIMIZER.lr: unknown key for OPTIMIZERS.SGD; did you mean LEARNING_RATE?'),
+    ],
+)
+def test_a_config_dict_s_wrong_value_or_short_key_gets_advice_for_a_dict(tmp_path, optimizer, message):
+    from scepter_like import build_solver
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'SGD', **optimizer}
+    with pytest.raises(ConfigError) as error:
+        build_solver(cfg)
+    assert str(error.value).startswith(message)
+
+
 def test_a_config_error_is_the_cli_line(tmp_path, capsys):
     from scepter_like import build_solver
 

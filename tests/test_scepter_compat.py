@@ -256,9 +256,10 @@ def test_yaml11_exponent_without_a_dot_is_explained(things):
         things.build(cfg.OPT)
     assert (
         str(e.value)
-        == "OPT.WEIGHT_DECAY: expected a number (like 0.0), got '1e-3' (YAML 1.1 reads 1e-3 as a string); write 1.0e-3"
+        == "OPT.WEIGHT_DECAY: expected a number (like 0.0), got '1e-3'; that is a string, not a number: give the number"
+        ' 1e-3 (unquoted; 1.0e-3 where a YAML 1.1 loader reads it)'
     )
-    with pytest.raises(ConfigError, match=r'write 2\.0e\+5$'):
+    with pytest.raises(ConfigError, match=r'give the number 2e5 \(unquoted; 2\.0e\+5 where'):
         things.build({'NAME': 'Opt', 'STEPS': '2e5'})
     assert things.build(yaml.safe_load('{NAME: Opt, WEIGHT_DECAY: 1.0e-3}')).cfg.WEIGHT_DECAY == 1e-3
 
@@ -355,7 +356,7 @@ def test_declared_range_and_a_number_in_quotes_end_run_train_with_one_error_line
     cfg = digits_with_hook(tmp_path)
     for override, message in [
         ('SOLVER.TRAIN_HOOKS.2.INTERVAL=0', 'error: SOLVER.TRAIN_HOOKS[2].INTERVAL: must be at least 1, got 0'),
-        ('SOLVER.OPTIMIZER.WEIGHT_DECAY="5e-4"', "got '5e-4' (YAML 1.1 reads 5e-4 as a string); write 5.0e-4"),
+        ('SOLVER.OPTIMIZER.WEIGHT_DECAY="5e-4"', "got '5e-4'; that is a string, not a number: give the number 5e-4"),
     ]:
         res = run_cli('run_train.py', '--cfg', cfg, '--import', hook_file, override, cwd=tmp_path)
         assert res.returncode == 2, res.stderr[-2000:]
