@@ -45,6 +45,7 @@ def test_the_notebook_trains_tests_and_predicts_in_a_jupyter_kernel(tmp_path):
     fit_log = stream_text(code[0])
     assert 'INFO eval epoch 5/5 (144 samples): accuracy: ' in fit_log  # the log, as on the command line
     assert 'epoch 5/5 [' in fit_log and '41/41' in fit_log  # the progress bar of each epoch
+    assert ' WARNING ' not in fit_log  # the first run a newcomer sees (CheckpointHook INTERVAL 10, 5 epochs)
     (evaluation,) = ast.literal_eval(result_text(code[1]))
     assert evaluation['epoch'] == 5 and evaluation['step'] == 205 and evaluation['accuracy'] > 0.9
     assert ast.literal_eval(result_text(code[2]))['accuracy'] > 0.9  # the test split with the best weights
