@@ -122,8 +122,8 @@ def test_a_stopped_fit_says_how_to_go_on_in_its_work_dir(tmp_path):
     [
         (  # a Python str in a dict: no YAML to blame
             {'LEARNING_RATE': '1e-3'},
-            "SOLVER.OPTIMIZER.LEARNING_RATE: expected a number (like 0.001), got '1e-3'; that is a string, not a number:"
-            ' give the number 1e-3',
+            "SOLVER.OPTIMIZER.LEARNING_RATE: expected a number (like 0.001), got '1e-3'; that is a string, not a"
+            ' number: give the number 1e-3',
         ),
         ({'lr': 0.1}, 'SOLVER.OPTIMIZER.lr: unknown key for OPTIMIZERS.SGD; did you mean LEARNING_RATE?'),
     ],
