@@ -97,12 +97,18 @@ def test_compiled_and_eager_runs_resume_each_other_bit_exactly(blobs, tmp_path, 
     reloaded.close()
 
 
+def compile_warnings(caplog):
+    """The WARNING lines about SOLVER.COMPILE (the blob runs keep no weights: that is warned too)."""
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    return [line for line in lines if 'SOLVER.COMPILE' in line]
+
+
 def test_a_compile_failure_falls_back_to_eager_with_one_warning(blobs, tmp_path, caplog):
     caplog.set_level(logging.INFO)  # the solvers' logger at INFO, whatever an earlier test left: no level warning
     failing = {'ENABLED': True, 'BACKEND': compile_support.FAILING_BACKEND}
     eager = train(blob_solver(blobs, tmp_path / 'eager'), 1)
     solver = train(blob_solver(blobs, tmp_path / 'failing', failing), 1)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = compile_warnings(caplog)
     assert len(warnings) == 1, warnings
     assert 'torch.compile of Classifier failed, running eager' in warnings[0]
     assert 'the test backend refuses every graph' in warnings[0]
@@ -128,7 +134,7 @@ def test_strict_compile_failure_is_one_error_line(blobs, tmp_path):
 def test_a_compile_incompatible_model_runs_eager_with_its_reason(blobs, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     solver = blob_solver(blobs, tmp_path / 'run', COMPILED, model='EagerOnlyClassifier')
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = compile_warnings(caplog)
     reason = compile_support.INCOMPATIBLE_REASON
     assert warnings == [f'SOLVER.COMPILE: EagerOnlyClassifier runs eager: {reason} (its COMPILE_INCOMPATIBLE)']
     assert solver.model._compiled_call_impl is None
