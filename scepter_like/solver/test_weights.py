@@ -58,7 +58,8 @@ def test_weights_path(solver, weights):
             solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
         return None
     # rank 0 named it; each rank reads it.  A word that is no file ('Best', 'latest') is told the choices
-    check_every_rank_reads(path, f"the test weights ({weights!r}: 'best', 'last' or a checkpoint path): checkpoint")
+    named = 'best' if weights == 'best' else f"{weights!r}: 'best', 'last' or a checkpoint path"
+    check_every_rank_reads(path, f'the test weights ({named}): checkpoint')
     return path
 
 
