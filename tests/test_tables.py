@@ -238,7 +238,8 @@ def test_pretrained_weights_refuse_their_columns_or_classes_in_another_order(tra
         build_solver(cfg)
     assert str(refused.value) == (
         "SOLVER.TRAIN_DATA: its classes ['dog', 'cat', 'eel'] are numbered otherwise than those"
-        f" {tmp_path}/pets/checkpoints/checkpoint-epoch-1.pth (PRETRAINED_MODEL) was trained on ['cat', 'dog', 'eel'];"
+        f" {tmp_path}/pets/checkpoints/checkpoint-epoch-1.pth (PRETRAINED_MODEL) was trained on ['cat', 'dog', 'eel']"
+        ' (a split lacking a class, or another order);'
         " give it CLASSES: ['cat', 'dog', 'eel']"
     )
     cfg = classify('renamed', CLASSES=['cat', 'dog', 'fish'])

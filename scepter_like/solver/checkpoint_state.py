@@ -274,31 +274,26 @@ def take_data_names(solver, recorded, source):
 def check_pretrained_names(solver, recorded):
     """The train data against the class names and table columns PRETRAINED_MODEL's file records (``recorded``: its
     description, or None).  The same names in another order would have the loaded weights read them crossed,
-    silently: a ConfigError naming both orders and the key that fixes it.  Other class names are most often a
-    fine-tune to new classes, but also a renamed folder: a warning names both lists."""
+    silently: ``check_splits_agree``'s ConfigError, naming both orders and the key that fixes it.  Other names are
+    most often a fine-tune to new classes (or features), but also a renamed folder: other class names are a
+    warning naming both lists, and are not checked further."""
     train = solver.datas.get('train')
     if not recorded or train is None:
         return
-    source, where = solver.cfg.MODEL.PRETRAINED_MODEL, solver.cfg.path_of(DATA_KEYS['train'])
-    trained, classes = recorded.get('classes'), train.classes
-    if None not in (trained, classes) and list(trained) != list(classes):
-        if sorted(trained) == sorted(classes):
-            raise ConfigError(
-                f'{where}: its classes {list(classes)} are numbered otherwise than those {source} (PRETRAINED_MODEL)'
-                f' was trained on {list(trained)}; give it CLASSES: {list(trained)}'
-            )
+    source = f'{solver.cfg.MODEL.PRETRAINED_MODEL} (PRETRAINED_MODEL)'
+    classes, where = recorded.get('classes'), solver.cfg.path_of(DATA_KEYS['train'])
+    if None not in (classes, train.classes) and sorted(classes) != sorted(train.classes):
         solver.logger.warning(
-            f'{source} (PRETRAINED_MODEL) was trained on the classes {list(trained)} and {where} has {list(classes)}:'
-            ' its outputs stand for the old classes until training retrains them'
+            f'{source} was trained on the classes {list(classes)} and {where} has {list(train.classes)}: its outputs'
+            ' stand for the old classes until training retrains them'
         )
-    for key, names in (train.columns or {}).items():
-        before = (recorded.get('columns') or {}).get(key)
-        if before is not None and names != before and sorted(names) == sorted(before):
-            raise ConfigError(
-                f'{where}: its {key!r} is read from the columns {names}, otherwise than those {source}'
-                f' (PRETRAINED_MODEL) was trained on {before} (features are matched by place); give it COLUMNS:'
-                f' {{{key}: {before}}}'
-            )
+        classes = None
+    columns = {  # the keys read from the same columns as then
+        key: names
+        for key, names in (recorded.get('columns') or {}).items()
+        if sorted(names) == sorted((train.columns or {}).get(key) or [])
+    }
+    check_splits_agree({'train': train}, {'train': where}, ({'classes': classes, 'columns': columns}, source))
 
 
 def resume(solver):
