@@ -122,6 +122,8 @@ class TrainingProgress:
         a group a resume lands in (on another number of processes, the checkpoint's group end
         maps inside one).
         """
+        if n == 1:  # no accumulation: every step closes its own group
+            return 1, True
         it = self.iters['train']
         group_start = max(it - it % n, self.train_start)
         size = max(min(n - group_start % n, self.train_stop - group_start), 1)  # (an own loop may run past the plan)

@@ -469,16 +469,17 @@ class WeightUpdater:
 
     def _backward(self, loss: torch.Tensor, step: StepState, group_size: int) -> None:
         """Add the gradients of ``loss / group_size`` (scaled under fp16) to ``.grad``."""
-
-        def prepared(value: torch.Tensor) -> torch.Tensor:
-            value = value / group_size if group_size > 1 else value
-            return self.scaler.scale(value) if self.scaler is not None else value
-
         aggregator = self.loss_aggregator
         if step.terms and aggregator.performs_backward:  # PCGrad: each term's gradient, projected
-            aggregator.backward({k: prepared(v) for k, v in step.terms.items()}, step.index, self._params)
+            terms = {k: self._prepared(v, group_size) for k, v in step.terms.items()}
+            aggregator.backward(terms, step.index, self._params)
         else:
-            self.backward_fn(prepared(loss))
+            self.backward_fn(self._prepared(loss, group_size))
+
+    def _prepared(self, value: torch.Tensor, group_size: int) -> torch.Tensor:
+        """``value`` as the backward takes it: its share of the accumulation group, scaled under fp16."""
+        value = value / group_size if group_size > 1 else value
+        return self.scaler.scale(value) if self.scaler is not None else value
 
     def _clip(self, step: StepState) -> None:
         if self.settings.gradient_clip > 0:

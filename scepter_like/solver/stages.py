@@ -239,7 +239,7 @@ class StageTable:
     def __init__(self, hooks_dict):
         self.hooks_dict = hooks_dict  # mode -> hooks sorted by PRIORITY (ties keep config order)
         self._callbacks = {mode: {stage: [] for stage in STAGES} for mode in MODES}
-        self._table = {}
+        self.table = {}  # (mode, stage) -> the functions to call, in order; read directly by the per-step stages
         self.rebuild()
 
     def rebuild(self):
@@ -249,14 +249,14 @@ class StageTable:
             for stage in STAGES:
                 hooks = every if stage in EVERY_MODE_STAGES else self.hooks_dict[mode]
                 fns = [getattr(h, stage) for h in hooks if h.implements(stage)]
-                self._table[(mode, stage)] = fns + self._callbacks[mode][stage]
+                self.table[mode, stage] = fns + self._callbacks[mode][stage]
 
     def add_callback(self, mode, stage, fn):
         self._callbacks[mode][stage].append(fn)
         self.rebuild()
 
     def functions(self, mode, stage):
-        return self._table[(mode, stage)]
+        return self.table[mode, stage]
 
     def callbacks(self, mode, stage):
         """The callbacks alone (a stage method given a hook list runs them after those hooks)."""
@@ -266,7 +266,7 @@ class StageTable:
         """The functions of ``stage`` over all modes, each once (the checkpoint stages)."""
         seen, out = set(), []
         for mode in MODES:
-            for fn in self._table[(mode, stage)]:
+            for fn in self.table[mode, stage]:
                 if id(fn) not in seen:
                     seen.add(id(fn))
                     out.append(fn)
@@ -281,7 +281,7 @@ class StageTable:
                     continue
                 hooks = [
                     f'{type(fn.__self__).__name__}({fn.__self__.priority})'
-                    for fn in self._table[(mode, stage)]
+                    for fn in self.table[mode, stage]
                     if isinstance(getattr(fn, '__self__', None), Hook)
                 ]
                 if hooks:
@@ -295,15 +295,17 @@ def _stage(stage):
     After an epoch stage, the scalars its hooks logged outside a step are written (``epoch_scalars``).
     """
 
-    def call(solver, hooks=None):
-        solver._call(stage, hooks)
+    def call_hooks(solver, hooks=None):
+        if hooks is not None:
+            return solver._call_hook_list(stage, hooks)
+        for fn in solver.stages.table[solver._mode, stage]:  # the table itself: three stages a step
+            fn(solver)
 
     def call_then_write(solver, hooks=None):
-        solver._call(stage, hooks)
+        call_hooks(solver, hooks)
         solver.epoch_scalars.write(solver, stage)
 
-    call = call_then_write if stage in EPOCH_STAGES else call
-
+    call = call_then_write if stage in EPOCH_STAGES else call_hooks
     call.__name__ = call.__qualname__ = stage
     return call
 
@@ -321,16 +323,12 @@ class HookStages:
     ``self.before_iter(self.hooks_dict[mode])``), those hooks, then the callbacks.  BaseSolver inherits it.
     """
 
-    def _call(self, stage, hooks=None):
-        if hooks is not None:
-            return self._call_hook_list(stage, hooks)
-        for fn in self.stages.functions(self._mode, stage):
-            fn(self)
+    _before_solve = _stage('before_solve')
 
     def before_solve(self, hooks=None):
         """Every mode's hooks' before_solve; then the table asks them again what they implement (they settle
         their configuration there)."""
-        self._call('before_solve', hooks)
+        self._before_solve(hooks)
         if hooks is None:
             self.stages.rebuild()
 

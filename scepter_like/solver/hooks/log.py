@@ -108,10 +108,9 @@ class LogHook(Hook):
             return
         self._scalars.add(solver.step.outputs)
         self._data_time += solver.step.data_time
-        progress, mode = solver.progress, solver.mode
-        done = progress.iters[mode]
-        if done == progress.epoch_iters[mode]:  # an epoch's last batch: the pass's last batch may be short
-            bundle = solver.datas[mode]
+        progress = solver.progress  # (a train hook: its after_iter runs in train steps only)
+        if progress.iters['train'] == progress.epoch_iters['train']:  # the epoch's last batch may be short
+            bundle = solver.datas['train']
             self._short += bundle.batch_size - bundle.batch_samples(progress.fold_window(bundle.num_batches())[1] - 1)
         if progress.log_interval_ends(self.interval):
             self._write_line(solver)
