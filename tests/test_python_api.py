@@ -380,3 +380,35 @@ def test_a_session_sets_its_env_settings_and_gives_the_process_its_own_back_when
     finally:
         torch.use_deterministic_algorithms(before[0])
         torch.set_num_threads(before[1])
+
+
+def test_an_open_session_refuses_a_best_checkpoint_a_later_session_wrote_over(tmp_path):
+    """An open session's test('best') tested the best checkpoint a later session (RESUME_FROM=auto in the same
+    WORK_DIR) wrote, and metrics.jsonl recorded those weights under the open session's epoch and step."""
+    from scepter_like import build_solver
+    from scepter_like.errors import CheckpointError
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    cfg['SOLVER']['OPTIMIZER']['LEARNING_RATE'] = 0.01  # slow: the later session's evaluations are better
+    first = build_solver(cfg, overrides=['SOLVER.MAX_EPOCHS=1'])
+    first.fit()  # never closed, as in a notebook
+    own = first.test()
+    with build_solver(cfg, overrides=['SOLVER.RESUME_FROM=auto']) as later:
+        later.fit()
+        assert later.test() != own  # its own best: tested
+    best = os.path.join(tmp_path, 'run', 'checkpoints', 'checkpoint-best.pth')
+    assert torch.load(best, weights_only=True)['solver']['total_iter'] == 18  # the later session's (steps 7-18)
+    with pytest.raises(CheckpointError) as refused:
+        first.test()
+    assert str(refused.value).startswith(
+        f"the test weights (best): {best} holds step 18, but this session's best checkpoint holds step 6:"
+    )
+    assert 'SOLVER.RESUME_FROM=auto' in str(refused.value)
+    assert first.test('last')  # its own weights still test
+    first.close()
+    tests = [r for r in read_metrics(os.path.join(tmp_path, 'run', 'metrics.jsonl')) if r['kind'] == 'test']
+    assert [(r['step'], r['weights']) for r in tests] == [
+        (6, os.path.join('checkpoints', 'checkpoint-best.pth')),
+        (18, os.path.join('checkpoints', 'checkpoint-best.pth')),
+        (6, 'last'),
+    ]

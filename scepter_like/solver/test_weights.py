@@ -13,6 +13,10 @@ from its own disk: one some rank lacks, or holds other bytes of, is a ConfigErro
 (``check_every_rank_reads``), so no rank tests other weights than the others.
 A test line of the run's metrics.jsonl names the weights it ran with (``weights``: ``last`` or the
 file's path in WORK_DIR); a file outside WORK_DIR (another run's) is tested without a line.
+``best`` is the file the hook saved: its train step is checked against the hook's record
+(``CheckpointHook.check_best_file``), so a best that a later session wrote over in the same WORK_DIR
+is refused, not tested and recorded under this session's step.  The check reads the file
+the test loads anyway: nothing more is read.
 """
 
 import contextlib
@@ -37,30 +41,32 @@ TEST_WITH = ('best', 'last')
 
 
 def best_checkpoint_of(solver):
-    """The run's best checkpoint (complete on disk, on every rank), or None without one."""
+    """(the run's best checkpoint, complete on disk, on every rank; the CheckpointHook that keeps it), or
+    (None, None) without one."""
     hooks = [hook for hook in solver.hooks_dict['train'] if isinstance(hook, CheckpointHook)]
-    found = next((path for path in (hook.best_checkpoint(solver) for hook in hooks) if path), None)
-    return broadcast_object(found if solver.is_main else None)
+    found = next(((i, path) for i, path in enumerate(hook.best_checkpoint(solver) for hook in hooks) if path), None)
+    found = broadcast_object(found if solver.is_main else None)  # rank 0 names it: each rank has the same hooks
+    return (found[1], hooks[found[0]]) if found else (None, None)
 
 
 def test_weights_path(solver, weights):
-    """The file whose weights a test with ``weights`` ('best', 'last' or a path; None: 'best') uses; None: the
-    model's own."""
+    """(the file whose weights a test with ``weights`` ('best', 'last' or a path; None: 'best') uses, None: the
+    model's own; the CheckpointHook whose best it is, for 'best')."""
     weights = 'best' if weights is None else weights
     if not isinstance(weights, (str, os.PathLike)):
         raise ConfigError(f"the test weights are 'best', 'last' or a checkpoint path, got {weights!r}")
     if weights == 'last':
         _warn_if_untrained(solver)
-        return None
-    path = resolve_checkpoint(weights) if weights != 'best' else best_checkpoint_of(solver)
+        return None, None
+    path, keeper = (resolve_checkpoint(weights), None) if weights != 'best' else best_checkpoint_of(solver)
     if path is None:
         if not _warn_if_untrained(solver):
             solver.logger.info('no best checkpoint (CheckpointHook SAVE_BEST_BY keeps one): testing the last weights')
-        return None
+        return None, None
     # rank 0 named it; each rank reads it.  A word that is no file ('Best', 'latest') is told the choices
     named = 'best' if weights == 'best' else f"{weights!r}: 'best', 'last' or a checkpoint path"
     check_every_rank_reads(path, f'the test weights ({named}): checkpoint')
-    return path
+    return path, keeper
 
 
 def _warn_if_untrained(solver):
@@ -79,8 +85,8 @@ def _warn_if_untrained(solver):
 @contextlib.contextmanager
 def weights_for_test(solver, weights):
     """Inside, the model holds the weights ``weights`` names; the ones it held are back after."""
-    path = test_weights_path(solver, weights)
-    with _recorded(solver, path), _file_weights(solver, path) if path else contextlib.nullcontext():
+    path, keeper = test_weights_path(solver, weights)
+    with _recorded(solver, path), _file_weights(solver, path, keeper) if path else contextlib.nullcontext():
         yield path
 
 
@@ -99,9 +105,12 @@ def _recorded(solver, path):
 
 
 @contextlib.contextmanager
-def _file_weights(solver, path):
-    """Inside, the model holds the weights of the file ``path`` (its evaluation weights when it has them)."""
-    state, evaluated = _evaluation_weights(path)
+def _file_weights(solver, path, keeper=None):
+    """Inside, the model holds the weights of the file ``path`` (its evaluation weights when it has them);
+    ``keeper``: the CheckpointHook whose best checkpoint it is, which checks the file is the one it saved."""
+    state, evaluated, step = _evaluation_weights(path)
+    if keeper is not None:  # every rank read the same bytes: each refuses alike
+        keeper.check_best_file(solver, path, step)
     # each rank's own shard under FSDP (no gather): loaded back as it is; the file's full tensors are cut to shards
     held = {k: v.detach().clone() for k, v in solver.unwrapped_model.state_dict().items()}
     load_model_state(solver.model, state, path)
@@ -119,10 +128,12 @@ def _file_weights(solver, path):
 
 
 def _evaluation_weights(path):
-    """(state dict, whether it is the checkpoint's ``eval_model``: weights an averaging hook evaluated with)."""
+    """(state dict, whether it is the checkpoint's ``eval_model``: weights an averaging hook evaluated with, the
+    train step the file holds or None)."""
     if path.endswith('.safetensors'):
-        return load_weights_file(path), False
+        return load_weights_file(path), False, None
     data = load_torch_file(path)
-    return weights_in(data, path, eval_weights=True), isinstance(data, dict) and isinstance(
-        data.get('eval_model'), dict
-    )
+    progress = data.get('solver') if isinstance(data, dict) else None  # (a solver's own save_checkpoint: maybe none)
+    step = progress.get('total_iter') if isinstance(progress, dict) else None
+    evaluated = isinstance(data, dict) and isinstance(data.get('eval_model'), dict)
+    return weights_in(data, path, eval_weights=True), evaluated, step

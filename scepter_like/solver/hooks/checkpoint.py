@@ -139,6 +139,7 @@ class CheckpointHook(Hook):
         self.saved = []  # periodic checkpoints, oldest first
         self.best_value = None
         self.best_epoch = None
+        self.best_step = None  # the train step the best checkpoint holds: a test of the file checks it is that one
         self.checked_eval = None
         self._steps = StepInterval(self.step_interval)
         self._registered = False
@@ -261,7 +262,7 @@ class CheckpointHook(Hook):
             self._keep_top(solver, value)
         better = self.best_value is None or self._better(value, self.best_value)
         if better:
-            self.best_value, self.best_epoch = value, solver.progress.epoch
+            self.best_value, self.best_epoch, self.best_step = value, solver.progress.epoch, solver.progress.total_iter
             self._save(solver, self.best_name, periodic=False)
             solver.logger.info(f'new best {self.best_metric}: {value:.6g}')
 
@@ -278,6 +279,27 @@ class CheckpointHook(Hook):
         self.writer.wait()
         path = os.path.join(solver.work_dir, CHECKPOINT_DIR, self.best_name)
         return path if os.path.isfile(path) else None
+
+    def check_best_file(self, solver: SolverSurface, path, held):
+        """A CheckpointError when the best file ``path``, holding train step ``held`` (None: the file does not say),
+        is not the one this session saved (or resumed knowing of): another session in this WORK_DIR (a later one's
+        RESUME_FROM) wrote it over, and a test of it would score that session's weights and record them under this
+        one's step.  A session that neither trained nor resumed tests the run's best as it finds it."""
+        own = self.best_step
+        if held is None or held == own or (own is None and self.best_value is not None):
+            return  # (a best resumed from a checkpoint older than best_step: nothing to check against)
+        if own is None and not (solver.progress.total_iter or solver.resumed_from):
+            return
+        saved = (
+            f"this session's best checkpoint holds step {own}"
+            if own is not None
+            else f'this session (at step {solver.progress.total_iter}) saved none'
+        )
+        raise CheckpointError(
+            f'the test weights (best): {path} holds step {held}, but {saved}: another session in this WORK_DIR'
+            ' wrote it since; test it from the session that wrote it, or build a new session with'
+            ' SOLVER.RESUME_FROM=auto to test with it'
+        )
 
     def _better(self, value, than):
         return value > than if self.greater_is_better else value < than
@@ -335,6 +357,7 @@ class CheckpointHook(Hook):
             'saved': list(self.saved),
             'best_value': self.best_value,
             'best_epoch': self.best_epoch,
+            'best_step': self.best_step,
             'checked_eval': self.checked_eval,
             'step_due': self._steps.due,
             'top': [list(entry) for entry in self.top],
@@ -344,6 +367,7 @@ class CheckpointHook(Hook):
         self.saved = list(state['saved'])
         self.best_value = state['best_value']
         self.best_epoch = state['best_epoch']
+        self.best_step = state.get('best_step')  # (None in a checkpoint written before it was kept)
         self.checked_eval = state['checked_eval']
         self._steps.due = state['step_due']
         self.top = [list(entry) for entry in state.get('top', [])]
