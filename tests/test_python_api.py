@@ -412,3 +412,20 @@ def test_an_open_session_refuses_a_best_checkpoint_a_later_session_wrote_over(tm
         (18, os.path.join('checkpoints', 'checkpoint-best.pth')),
         (6, 'last'),
     ]
+
+
+def test_the_documented_callback_of_a_session_runs(tmp_path):
+    """docs/training_loop.md wrote solver.register_callback_on_iter_end(fn) and python_api.md names the session
+    solver, which has no such method (AttributeError): python_api.md shows the way from a session, and it runs."""
+    from conftest import REPO
+
+    from scepter_like import build_solver
+
+    with open(os.path.join(REPO, 'docs', 'python_api.md'), encoding='utf-8') as f:
+        section = f.read().split('### Callbacks\n', 1)[1]
+    (example,) = re.findall(r'```python\n(.*?)```', section.split('\n## ', 1)[0], flags=re.S)
+    with build_solver(api_cfg(tmp_path, tmp_path / 'run'), overrides=['SOLVER.MAX_EPOCHS=1']) as solver:
+        names = {'solver': solver}
+        exec(example, names)
+        assert [step for step, _ in names['losses']] == list(range(1, solver.solver.progress.total_iter + 1))
+    assert not hasattr(solver, 'register_callback_on_iter_end')  # the doc's AttributeError: the session's .solver
