@@ -429,3 +429,33 @@ def test_the_documented_callback_of_a_session_runs(tmp_path):
         exec(example, names)
         assert [step for step, _ in names['losses']] == list(range(1, solver.solver.progress.total_iter + 1))
     assert not hasattr(solver, 'register_callback_on_iter_end')  # the doc's AttributeError: the session's .solver
+
+
+def test_predict_says_once_that_it_skips_a_solver_s_own_test_step(tmp_path):
+    """predict feeds the model: a solver's own run_step_test (here doubling the logits, as an un-normalising step
+    would) is not in its outputs, which python_api.md promised were test's; it said nothing."""
+    from scepter_like import build_solver
+    from scepter_like.solver import SOLVERS, TrainValSolver
+
+    @SOLVERS.register_class('OwnTestStepSolver')
+    class OwnTestStepSolver(TrainValSolver):
+        def run_step_test(self, batch_data, batch_idx=0, step=None, rank=None):
+            outputs = super().run_step_test(batch_data, batch_idx, step, rank)
+            return dict(outputs, logits=outputs['logits'] * 2)
+
+    logger = logging.getLogger('test_python_api.own_step')
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    x = np.load(write_blobs(tmp_path / 'blobs.npz'))['x']
+    for name, warned in (('TrainValSolver', []), ('OwnTestStepSolver', ['run_step_test'])):
+        cfg = api_cfg(tmp_path, tmp_path / name)
+        cfg['SOLVER']['NAME'] = name
+        with build_solver(cfg, logger=logger) as solver:
+            records.clear()
+            solver.predict({'img': x})
+            solver.predict({'img': x})  # once
+        said = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+        assert [m.split("'s own ")[1].split(':')[0] for m in said] == warned
+    assert said[0].startswith("predict runs the model's forward, not OwnTestStepSolver's own run_step_test:")

@@ -6,9 +6,14 @@ concatenated as numpy arrays.  The model's previous train / eval mode is restore
 A model whose class sets ``INPUT_BATCHING = 'whole'`` (a graph model: features [V, F] and
 edge_index [2, E] share no sample axis) gets the arrays as one batch, in one forward, and
 every non-scalar output comes back.
+
+predict runs the model's forward, as BaseSolver's eval and test steps do; a solver subclass's own
+``run_step_eval`` / ``run_step_test`` (outputs un-normalised there, say) is not applied, so predict
+says so once per solver class (``_warn_own_step``): its outputs then differ from what test scores.
 """
 
 import contextlib
+import weakref
 
 import numpy as np
 import torch
@@ -19,6 +24,8 @@ from scepter_like.solver.hooks.eval_weights import evaluation_weights
 from scepter_like.solver.model_call import forward_checked
 
 BATCHINGS = ('rows', 'whole')
+OWN_STEPS = ('run_step_eval', 'run_step_test')  # what predict does not run: it feeds the model itself
+_told = weakref.WeakSet()  # the solver classes predict warned about their own steps (once each)
 
 
 def input_batching(model):
@@ -102,10 +109,25 @@ def by_name(key, value, names):
 
 def solver_predict(solver, inputs, batch_size):
     """``BaseSolver.predict``: the model's outputs with the weights its evaluation and test use (an averaging hook's
-    EMA / SWA swapped in: ``evaluation_weights``), so predict, test and run_inference agree."""
+    EMA / SWA swapped in: ``evaluation_weights``), so predict, test and run_inference agree (where the solver's
+    eval / test step is the model's forward: ``_warn_own_step``)."""
+    _warn_own_step(solver)
     with evaluation_weights(solver):
         model = solver.unwrapped_model
         return predict(model, inputs, batch_size, solver.device, solver.updater.autocast, solver.datas)
+
+
+def _warn_own_step(solver):
+    """Warn, once per solver class, that predict runs the model without the class's own eval / test step."""
+    own = [name for name in OWN_STEPS if solver.overrides(name)]
+    if own and type(solver) not in _told:
+        _told.add(type(solver))
+        name = type(solver).__name__
+        solver.logger.warning(
+            f"predict runs the model's forward, not {name}'s own {' / '.join(own)}: what that step does to the"
+            " outputs (test and evaluation run it) is not in predict's or run_inference's; do it in the model's"
+            ' forward so all agree, or call the step on batches yourself'
+        )
 
 
 def predict(model, inputs, batch_size, device, autocast=contextlib.nullcontext, datas=None):
