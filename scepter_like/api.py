@@ -20,6 +20,8 @@ The root logger is never touched.  See docs/python_api.md.
 
 import inspect
 import logging
+import os
+from typing import NamedTuple
 
 from scepter_like.cli import read_config
 from scepter_like.errors import ConfigError, UserError
@@ -62,6 +64,17 @@ def run_logger():
     return get_logger(rank=process_rank())  # replaces its own console handler: never two
 
 
+class BestCheckpoint(NamedTuple):
+    """The best checkpoint a session's run saved (``SolverSession.best``): Lightning's ``best_model_path`` and
+    ``best_model_score`` of its ModelCheckpoint, with what chose it."""
+
+    path: str  # WORK_DIR/checkpoints/{prefix}-best.pth
+    metric: str  # CheckpointHook's SAVE_BEST_BY metric, without its +/- sign
+    value: float  # the metric's value at that evaluation
+    epoch: int  # the (1-based) epoch whose evaluation it was
+    step: int | None  # train steps done by then (None: resumed from a checkpoint that did not record it)
+
+
 def _takes_test(solve):
     try:
         return 'test' in inspect.signature(solve).parameters
@@ -91,6 +104,21 @@ class SolverSession:
     def model(self):
         """The model (inside any DDP / compile wrapper)."""
         return self.solver.unwrapped_model
+
+    @property
+    def best(self):
+        """The ``BestCheckpoint`` of this session's run (the CheckpointHook keeping one, SAVE_BEST_BY), or None
+        while it has saved none (no SAVE_BEST_BY, or no evaluation yet).  Read after ``fit()``: during training the
+        newest evaluation is considered at the next epoch's start."""
+        from scepter_like.solver.hooks.checkpoint import CheckpointHook
+        from scepter_like.utils.checkpoint import CHECKPOINT_DIR
+
+        hooks = self.solver.hooks_dict['train']
+        hook = next((h for h in hooks if isinstance(h, CheckpointHook) and h.best_value is not None), None)
+        if hook is None:
+            return None
+        path = os.path.join(self.solver.work_dir, CHECKPOINT_DIR, hook.best_name)
+        return BestCheckpoint(path, hook.best_metric, hook.best_value, hook.best_epoch, hook.best_step)
 
     def _record_evaluation(self, solver):
         progress = solver.progress

@@ -459,3 +459,24 @@ def test_predict_says_once_that_it_skips_a_solver_s_own_test_step(tmp_path):
         said = [r.getMessage() for r in records if r.levelno == logging.WARNING]
         assert [m.split("'s own ")[1].split(':')[0] for m in said] == warned
     assert said[0].startswith("predict runs the model's forward, not OwnTestStepSolver's own run_step_test:")
+
+
+def test_session_best_names_the_best_checkpoint_its_metric_value_epoch_and_step(tmp_path):
+    """The best checkpoint's path and score (Lightning's best_model_path / best_model_score) had no documented
+    way from Python: users read CheckpointHook's attributes."""
+    from scepter_like import build_solver
+    from scepter_like.api import BestCheckpoint
+
+    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    cfg['SOLVER']['OPTIMIZER']['LEARNING_RATE'] = 0.01  # slow: the best is not the first evaluation
+    with build_solver(cfg, overrides=['SOLVER.EVAL_INTERVAL=1']) as solver:
+        assert solver.best is None  # nothing saved yet
+        history = solver.fit()
+        top = max(history, key=lambda row: row['accuracy'])
+        path = os.path.join(solver.work_dir, 'checkpoints', 'checkpoint-best.pth')
+        assert solver.best == BestCheckpoint(path, 'accuracy', top['accuracy'], top['epoch'], top['step'])
+        assert top['epoch'] > 1 and torch.load(path, weights_only=True)['solver']['total_iter'] == top['step']
+        assert solver.test(solver.best.path) == solver.test('best')
+        best = solver.best
+    with build_solver(cfg, overrides=['SOLVER.RESUME_FROM=auto']) as resumed:
+        assert resumed.best == best  # from the checkpoint's state
