@@ -11,6 +11,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 from safetensors.torch import load_file
 
 from scepter_like.errors import CheckpointError
+from scepter_like.model.description import save_described_weights
 from scepter_like.utils.checkpoint import read_safetensors_metadata, save_safetensors
 
 
@@ -72,13 +73,16 @@ def test_save_safetensors_handles_shared_and_strided_tensors(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp.')]
 
 
-@pytest.mark.parametrize('fmt', ['safetensors', 'pth', 'scepter_ddp'])
+@pytest.mark.parametrize('fmt', ['safetensors', 'described_safetensors', 'pth', 'scepter_ddp'])
 def test_pretrained_model_loads_safetensors_and_pth(tmp_path, fmt):
     source = build_solver(blob_cfg(tmp_path / 'a'))
     weights = source.unwrapped_model.state_dict()
     path = tmp_path / f'weights.{fmt}'
     if fmt == 'safetensors':
         save_safetensors(weights, path)
+    elif fmt == 'described_safetensors':  # as SafetensorsHook, export and EMAHook write them: a model description
+        path = tmp_path / 'weights.safetensors'
+        save_described_weights(path, weights, source.unwrapped_model)
     elif fmt == 'pth':  # a full training checkpoint: its 'model' entry is used
         source.save_checkpoint(str(path))
     else:  # scepter's checkpoint dict from a DDP-wrapped model: 'state_dict', keys under 'module.'

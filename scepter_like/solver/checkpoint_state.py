@@ -22,7 +22,7 @@ from scepter_like.about import __version__
 from scepter_like.data.loader import DATA_KEYS, check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.classifier import Classifier
-from scepter_like.model.description import check_architecture, describe
+from scepter_like.model.description import check_architecture, describe, parse_description
 from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.parallel import load_model_state, model_state_dict
@@ -281,6 +281,7 @@ def check_pretrained_names(solver, recorded):
     if not recorded or train is None:
         return
     source = f'{solver.cfg.MODEL.PRETRAINED_MODEL} (PRETRAINED_MODEL)'
+    recorded = parse_description(recorded, source)  # a .safetensors file's is JSON text
     classes, where = recorded.get('classes'), solver.cfg.path_of(DATA_KEYS['train'])
     if None not in (classes, train.classes) and sorted(classes) != sorted(train.classes):
         solver.logger.warning(
