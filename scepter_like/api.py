@@ -40,16 +40,18 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
 
     config = read_config(cfg, overrides, imports, given_as='the path given to build_solver')
     solver = SOLVERS.build(config.SOLVER, logger=logger or run_logger())
-    settings = ProcessSettings()  # the process's, given back when the session closes
+    program = ProcessSettings()  # the process's: put back when set-up ends, as after each of the session's calls
     with solver.stop_signals:  # a stop signal during set-up ends it at once
         try:
             solver.set_up_pre()
             solver.set_up()
+            own = ProcessSettings()  # ENV's, in force for each of the session's calls
         except BaseException:
             solver.close()
-            settings.restore()
             raise
-    return SolverSession(solver, settings)
+        finally:
+            program.apply()
+    return SolverSession(solver, own)
 
 
 def run_logger():
@@ -85,12 +87,13 @@ def _takes_test(solve):
 class SolverSession:
     """A built, set-up solver (``.solver``) and what a program does with it: fit, test, predict, close.
 
-    A context manager: leaving the ``with`` block closes it.
+    A context manager: leaving the ``with`` block closes it.  torch's process-wide settings of its ENV
+    (``process_settings``, taken when its set-up ended) hold during each of its calls only.
     """
 
-    def __init__(self, solver, process_settings=None):
+    def __init__(self, solver, process_settings):
         self.solver = solver
-        self._process_settings = process_settings  # torch's process-wide settings before the solver set ENV's
+        self._process_settings = process_settings
         self.history = []  # one dict per evaluation fit() ran
         self._fitted = False
         self._closed = False
@@ -135,7 +138,7 @@ class SolverSession:
         if self._fitted:
             raise UserError('fit() trains once per build_solver(); build a new solver to train again')
         self._fitted = True
-        with solver.stop_signals:
+        with solver.stop_signals, self._process_settings.in_force():
             solver.solve(**({'test': False} if _takes_test(solver.solve) else {}))
         return [dict(row) for row in self.history]
 
@@ -156,15 +159,16 @@ class SolverSession:
             raise ConfigError(f'{solver.cfg.path_of("TEST_DATA")}: test() needs TEST_DATA; add a test data config')
         hooks = solver.hooks_dict['test']
         solver.failed = None
-        solver.before_solve(hooks)
-        try:
-            with weights_for_test(solver, weights):
-                solver.solve_test()
-        except BaseException as e:
-            solver.failed = e
-            raise
-        finally:
-            solver.after_solve(hooks)
+        with self._process_settings.in_force():
+            solver.before_solve(hooks)
+            try:
+                with weights_for_test(solver, weights):
+                    solver.solve_test()
+            except BaseException as e:
+                solver.failed = e
+                raise
+            finally:
+                solver.after_solve(hooks)
         return dict(solver.epoch_outputs['test'])
 
     def predict(self, inputs, batch_size=256):
@@ -172,7 +176,8 @@ class SolverSession:
 
         Floating arrays are cast to the model's dtype (numpy's float64 too); see ``BaseSolver.predict``.
         """
-        return self.solver.predict(inputs, batch_size=batch_size)
+        with self._process_settings.in_force():
+            return self.solver.predict(inputs, batch_size=batch_size)
 
     def _open_solver(self, call):
         """The solver, its run's log file attached again if a later session set it aside (rank 0 has one); ``call``
@@ -188,15 +193,10 @@ class SolverSession:
         return self.solver
 
     def close(self):
-        """Write out pending records, detach the log file and give the process back torch's settings it had before
-        the session (ENV.DETERMINISTIC, NUM_THREADS) (again: nothing)."""
+        """Write out pending records and detach the log file (again: nothing)."""
         if not self._closed:
             self._closed = True
-            try:
-                self.solver.close()
-            finally:
-                if self._process_settings is not None:
-                    self._process_settings.restore()
+            self.solver.close()
 
     def __enter__(self):
         return self

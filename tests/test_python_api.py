@@ -356,26 +356,52 @@ def test_the_readme_example_is_the_notebooks(tmp_path):
     assert 'configs/cate_recognition/digits_mlp.yaml' in example and os.path.isfile(DIGITS_CFG)
 
 
-def test_a_session_sets_its_env_settings_and_gives_the_process_its_own_back_when_it_closes(tmp_path):
-    """ENV.DETERMINISTIC and NUM_THREADS hold inside a session, true or false, and end with it: neither a later
-    session nor the program's own code keeps an earlier session's."""
+def torch_settings():
+    return torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+
+
+def test_each_session_call_runs_with_its_env_settings_and_the_program_keeps_its_own_whatever_the_close_order(tmp_path):
+    """ENV.DETERMINISTIC and NUM_THREADS hold in each of a session's calls (build, fit, test, predict), true or
+    false, and end with the call: the program's code between calls and another open session never see them, and
+    closing sessions in any order leaves the process's own (two sessions open once gave fit the last-built one's
+    and, closed first-opened-first, left the first one's on the process)."""
     from scepter_like import build_solver
 
-    before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
-    cfg = api_cfg(tmp_path, tmp_path / 'run')
+    cfg = api_cfg(tmp_path, tmp_path / 'unused')
+    cfg['ENV'] = {'SEED': 0}
+    x = np.load(tmp_path / 'blobs.npz')['x']
+    before = torch_settings()
     try:
-        torch.set_num_threads(2)
-        for deterministic in (True, False):
-            cfg['ENV'] = {'SEED': 0, 'DETERMINISTIC': deterministic, 'NUM_THREADS': 1}
-            with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / str(deterministic)}']):
-                assert torch.are_deterministic_algorithms_enabled() is deterministic
-                assert torch.get_num_threads() == 1
-            assert torch.are_deterministic_algorithms_enabled() is False
-            assert torch.get_num_threads() == 2
-        torch.use_deterministic_algorithms(True)  # the program's own choice: a session with false sets false, ...
-        with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "own"}']):
-            assert not torch.are_deterministic_algorithms_enabled()
-        assert torch.are_deterministic_algorithms_enabled()  # ... and gives the program's back
+        torch.set_num_threads(3)
+        program = torch_settings()
+        sessions, seen = {}, {}
+
+        def record(key):
+            return lambda *_: seen.update({key: torch_settings()})
+
+        for name, deterministic, threads in (('a', True, 2), ('b', False, 1)):
+            overrides = [f'SOLVER.WORK_DIR={tmp_path / name}', f'ENV.NUM_THREADS={threads}']
+            sessions[name] = build_solver(cfg, overrides=[*overrides, f'ENV.DETERMINISTIC={deterministic}'])
+            assert torch_settings() == program
+            for mode in ('eval', 'test'):
+                sessions[name].solver.register_stage_callback('after_epoch', record((name, mode)), mode=mode)
+        for name in ('a', 'b'):  # the first-opened first
+            session = sessions[name]
+            session.fit()
+            session.test()
+            session.model.register_forward_hook(record((name, 'predict')))
+            session.predict({'img': x})
+            assert torch_settings() == program
+            session.close()
+            assert torch_settings() == program
+        for mode in ('eval', 'test', 'predict'):
+            assert seen['a', mode] == (True, 2) and seen['b', mode] == (False, 1), mode
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True)  # the program's own choice: a session with false runs with false
+        with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "own"}']) as solver:
+            solver.model.register_forward_hook(record('own'))
+            solver.predict({'img': x})
+        assert seen['own'][0] is False and torch.are_deterministic_algorithms_enabled()  # the program keeps its own
         assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         torch.use_deterministic_algorithms(before[0])

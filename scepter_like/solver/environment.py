@@ -9,6 +9,8 @@ CPU of an otherwise idle machine gains from more: set N, or 0 for torch's choice
 honours ``OMP_NUM_THREADS``).
 """
 
+import contextlib
+
 import torch
 
 from scepter_like.config import Config
@@ -96,9 +98,10 @@ def set_up_environment(env, join=None):
 
 
 class ProcessSettings:
-    """torch's process-wide settings that ENV sets (DETERMINISTIC, NUM_THREADS) as they are when taken;
-    ``restore()`` puts them back.  A Python session (``build_solver``) gives them back when it closes, so a
-    later session and the program's own code run with the process's settings, not the last session's."""
+    """torch's process-wide settings that ENV sets (DETERMINISTIC, NUM_THREADS) as they are when taken; ``apply()``
+    puts them in place.  A Python session (``build_solver``) takes its own at the end of its set-up and holds them
+    only for each of its calls (``in_force``): two open sessions never see each other's, whatever order they close
+    in, and the program's code between the calls runs with the process's."""
 
     def __init__(self):
         self.deterministic = (
@@ -108,8 +111,18 @@ class ProcessSettings:
         self.cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
         self.threads = torch.get_num_threads()
 
-    def restore(self):
+    def apply(self):
         enabled, warn_only = self.deterministic
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = self.cudnn
         torch.set_num_threads(self.threads)
+
+    @contextlib.contextmanager
+    def in_force(self):
+        """These settings for the ``with`` block; the ones before it are put back when it ends."""
+        before = ProcessSettings()
+        self.apply()
+        try:
+            yield
+        finally:
+            before.apply()
