@@ -26,6 +26,7 @@ from typing import NamedTuple
 from scepter_like.cli import read_config
 from scepter_like.errors import ConfigError, UserError
 from scepter_like.utils.logger import LOGGER_NAME, attach_file_handler, get_logger, is_own_handler
+from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 
 def build_solver(cfg, overrides=(), imports=(), logger=None):
@@ -46,12 +47,13 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
             solver.set_up_pre()
             solver.set_up()
             own = ProcessSettings()  # ENV's, in force for each of the session's calls
+            rng = get_rng_state()  # what fit() trains from, whatever the program draws before it
         except BaseException:
             solver.close()
             raise
         finally:
             program.apply()
-    return SolverSession(solver, own)
+    return SolverSession(solver, own, rng)
 
 
 def run_logger():
@@ -91,9 +93,10 @@ class SolverSession:
     (``process_settings``, taken when its set-up ended) hold during each of its calls only.
     """
 
-    def __init__(self, solver, process_settings):
+    def __init__(self, solver, process_settings, rng_state):
         self.solver = solver
         self._process_settings = process_settings
+        self._rng_state = rng_state  # every RNG as set-up left it (seeded after the model, or the resumed run's)
         self.history = []  # one dict per evaluation fit() ran
         self._fitted = False
         self._closed = False
@@ -139,6 +142,7 @@ class SolverSession:
             raise UserError('fit() trains once per build_solver(); build a new solver to train again')
         self._fitted = True
         with solver.stop_signals, self._process_settings.in_force():
+            set_rng_state(self._rng_state)
             solver.solve(**({'test': False} if _takes_test(solver.solve) else {}))
         return [dict(row) for row in self.history]
 

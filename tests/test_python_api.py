@@ -506,3 +506,31 @@ def test_session_best_names_the_best_checkpoint_its_metric_value_epoch_and_step(
         best = solver.best
     with build_solver(cfg, overrides=['SOLVER.RESUME_FROM=auto']) as resumed:
         assert resumed.best == best  # from the checkpoint's state
+
+
+def test_fit_trains_from_the_rng_state_set_up_left_whatever_the_program_draws_before_it(tmp_path):
+    """Dropout draws from torch's global RNG: a draw of the program's (or a second session's seeding) between
+    build_solver and fit() once changed the training, and broke the bit-exact resume of RESUME_FROM=auto."""
+    import shutil
+
+    from helpers import assert_same
+
+    from scepter_like import build_solver
+
+    cfg = api_cfg(tmp_path, tmp_path / 'unused')
+
+    def weights(name, between=lambda: None, overrides=()):
+        session = build_solver(
+            cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / name}', 'SOLVER.MODEL.BACKBONE.DROPOUT=0.5', *overrides]
+        )
+        between()
+        with session:
+            session.fit()
+        return session.model.state_dict()
+
+    plain = weights('plain')
+    assert_same(weights('drawn', lambda: torch.rand(3)), plain, 'weights')
+    assert_same(weights('built', lambda: build_solver(cfg, overrides=['ENV.SEED=7']).close()), plain, 'weights')
+    weights('part', overrides=['SOLVER.MAX_EPOCHS=1'])
+    shutil.copytree(tmp_path / 'part', tmp_path / 'resumed')
+    assert_same(weights('resumed', lambda: torch.rand(1), ['SOLVER.RESUME_FROM=auto']), plain, 'weights')
