@@ -15,7 +15,8 @@ the line the CLI prints after ``error:``.  The log goes where the CLI's goes (th
 with a progress bar in a terminal or a Jupyter notebook, and WORK_DIR's log file) unless
 the program configured logging itself (a handler on the root or the ``scepter_like``
 logger, or a level set on the latter): then the records only propagate to its handlers.
-The root logger is never touched.  See docs/python_api.md.
+The root logger is never touched, and when the last open session closes the ``scepter_like``
+logger is as it was before.  See docs/python_api.md.
 """
 
 import inspect
@@ -25,7 +26,14 @@ from typing import NamedTuple
 
 from scepter_like.cli import read_config
 from scepter_like.errors import ConfigError, UserError
-from scepter_like.utils.logger import LOGGER_NAME, attach_file_handler, get_logger, is_own_handler
+from scepter_like.utils.logger import (
+    LOGGER_NAME,
+    attach_file_handler,
+    console_handler,
+    get_logger,
+    is_own_handler,
+    release_console,
+)
 from scepter_like.utils.seed import get_rng_state, set_rng_state
 
 
@@ -37,10 +45,20 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
     the run writes to (default: see the module docstring).
     """
     from scepter_like.solver import SOLVERS
-    from scepter_like.solver.environment import ProcessSettings
 
     config = read_config(cfg, overrides, imports, given_as='the path given to build_solver')
-    solver = SOLVERS.build(config.SOLVER, logger=logger or run_logger())
+    console = ConsoleHold(logger)
+    try:
+        return _set_up(SOLVERS.build(config.SOLVER, logger=console.logger), console)
+    except BaseException:
+        console.let_go()
+        raise
+
+
+def _set_up(solver, console):
+    """The session of ``solver`` set up; a failed set-up closes the solver."""
+    from scepter_like.solver.environment import ProcessSettings
+
     program = ProcessSettings()  # the process's: put back when set-up ends, as after each of the session's calls
     with solver.stop_signals:  # a stop signal during set-up ends it at once
         try:
@@ -53,7 +71,7 @@ def build_solver(cfg, overrides=(), imports=(), logger=None):
             raise
         finally:
             program.apply()
-    return SolverSession(solver, own, rng)
+    return SolverSession(solver, own, rng, console)
 
 
 def run_logger():
@@ -79,6 +97,27 @@ class BestCheckpoint(NamedTuple):
     step: int | None  # train steps done by then (None: resumed from a checkpoint that did not record it)
 
 
+class ConsoleHold:
+    """A session's hold on the console set-up ``run_logger`` gave the ``scepter_like`` logger (none where the
+    program configured logging itself or gave a logger): when the last open session holding it lets go (closes),
+    the logger is as the program had it (``release_console``), so logging the program sets up afterwards gets the
+    records, and the next session decides afresh.  The holders are kept on the console handler (weakly: a session
+    left open and dropped lets go)."""
+
+    def __init__(self, logger=None):
+        self.logger = logger or run_logger()
+        console = None if logger else console_handler(self.logger)
+        self._holders = console.holders if console is not None else None
+        if self._holders is not None:
+            self._holders.add(self)
+
+    def let_go(self):
+        if self._holders is not None and self in self._holders:
+            self._holders.discard(self)
+            if not self._holders:
+                release_console(self.logger)
+
+
 def _takes_test(solve):
     try:
         return 'test' in inspect.signature(solve).parameters
@@ -93,8 +132,9 @@ class SolverSession:
     (``process_settings``, taken when its set-up ended) hold during each of its calls only.
     """
 
-    def __init__(self, solver, process_settings, rng_state):
+    def __init__(self, solver, process_settings, rng_state, console):
         self.solver = solver
+        self._console = console  # its hold on the logger's console set-up (ConsoleHold)
         self._process_settings = process_settings
         self._rng_state = rng_state  # every RNG as set-up left it (seeded after the model, or the resumed run's)
         self.history = []  # one dict per evaluation fit() ran
@@ -197,10 +237,13 @@ class SolverSession:
         return self.solver
 
     def close(self):
-        """Write out pending records and detach the log file (again: nothing)."""
+        """Write out pending records, detach the log file and let go of the console set-up (again: nothing)."""
         if not self._closed:
             self._closed = True
-            self.solver.close()
+            try:
+                self.solver.close()
+            finally:
+                self._console.let_go()
 
     def __enter__(self):
         return self

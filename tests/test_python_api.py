@@ -202,10 +202,10 @@ def test_twice_in_one_process_each_run_with_its_work_dir_rule(tmp_path, capsys, 
     for name in ('first', 'second'):  # a notebook cell run again, with its own WORK_DIR
         with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / name}']) as solver:
             solver.fit()
+            consoles = [h for h in logging.getLogger('scepter_like').handlers if getattr(h, '_scepter_console', False)]
+            assert len(consoles) == 1
     out = capsys.readouterr().out
     assert out.count('INFO eval epoch 3/3') == 2  # once per run: no second console handler
-    consoles = [h for h in logging.getLogger('scepter_like').handlers if getattr(h, '_scepter_console', False)]
-    assert len(consoles) == 1
     with open(tmp_path / 'second' / 'std_log.txt', encoding='utf-8') as f:
         assert str(tmp_path / 'first') not in f.read()  # each run logs to its own file only
     # the same WORK_DIR again: refused as on the command line, with its line
@@ -246,12 +246,12 @@ def test_a_level_the_program_set_is_kept_and_a_quiet_logger_says_what_the_log_fi
     with build_solver(api_cfg(tmp_path, tmp_path / 'first')):  # adds our console handler
         pass
     capsys.readouterr()
-    ours.setLevel(logging.WARNING)  # the notebook quieted, between two sessions
+    ours.setLevel(logging.WARNING)  # the notebook quieted, between two sessions: logging the program configured
     with build_solver(api_cfg(tmp_path, tmp_path / 'quiet')) as solver:
         solver.fit()
     assert ours.level == logging.WARNING  # building the second session had reset it to INFO
-    out = capsys.readouterr().out
-    assert not re.search(r':\d\d INFO ', out) and 'gets no INFO lines' in out
+    said = capsys.readouterr()  # no console of ours: warnings reach logging's last resort, stderr
+    assert not re.search(r':\d\d INFO ', said.out + said.err) and 'gets no INFO lines' in said.err
     # the documented way: the logger at INFO, the level on a console handler of the program's own
     ours.handlers[:] = []
     ours.setLevel(logging.INFO)
@@ -534,3 +534,37 @@ def test_fit_trains_from_the_rng_state_set_up_left_whatever_the_program_draws_be
     weights('part', overrides=['SOLVER.MAX_EPOCHS=1'])
     shutil.copytree(tmp_path / 'part', tmp_path / 'resumed')
     assert_same(weights('resumed', lambda: torch.rand(1), ['SOLVER.RESUME_FROM=auto']), plain, 'weights')
+
+
+def test_the_last_session_to_close_gives_the_program_its_logger_back(tmp_path, capsys, monkeypatch):
+    """A closed session left its console handler, propagate False and INFO on the ``scepter_like`` logger: the
+    logging the program set up afterwards (logging.basicConfig) never got the toolkit's records."""
+    from scepter_like import build_solver
+
+    no_user_logging(monkeypatch)
+    ours = logging.getLogger('scepter_like')
+    cfg = api_cfg(tmp_path, tmp_path / 'unused')
+    first = build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "first"}'])
+    second = build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "second"}'])
+    (console,) = [h for h in ours.handlers if getattr(h, '_scepter_console', False)]
+    first.close()  # the first-opened first: the second still logs to the console
+    second.fit()
+    assert 'INFO eval epoch 3/3' in capsys.readouterr().out
+    second.close()
+    assert (ours.handlers, ours.propagate, ours.level) == ([], True, logging.NOTSET)
+    assert console._closed  # logging's own mark of a closed handler
+    with pytest.raises(UserError):  # a failed build gives it back too
+        build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "bad"}', 'SOLVER.TRAIN_DATA.PATH=missing.npz'])
+    assert (ours.handlers, ours.propagate, ours.level) == ([], True, logging.NOTSET)
+    records = []  # the program's logging.basicConfig(level=logging.INFO, handlers=[handler]), set up now
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger().addHandler(handler)
+    monkeypatch.setattr(logging.getLogger(), 'level', logging.INFO)
+    second.predict({'img': np.zeros((1, 8))})
+    ours.info('a line of the toolkit')
+    with build_solver(cfg, overrides=[f'SOLVER.WORK_DIR={tmp_path / "third"}']) as third:
+        third.fit()
+    assert 'a line of the toolkit' in [r.getMessage() for r in records]
+    assert any(r.getMessage().startswith('eval epoch 3/3') for r in records)
+    assert 'eval epoch' not in capsys.readouterr().out  # the third session decided afresh: no console of ours

@@ -57,21 +57,42 @@ def is_own_handler(handler):
 
 def get_logger(name=LOGGER_NAME, rank=0, stream=None):
     """A logger with one console handler for this rank (handlers are replaced, not added); INFO unless the program
-    set a level of its own on it."""
+    set a level of its own on it.  The handler carries what ``release_console`` needs to give the program the
+    logger back as it was (``_scepter_before``) and the sessions holding it (``holders``), from one replaced."""
     logger = logging.getLogger(name)
+    consoles = [h for h in logger.handlers if getattr(h, '_scepter_console', False)]
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler._scepter_console = True
+    handler._scepter_before = consoles[0]._scepter_before if consoles else (logger.level, logger.propagate)
+    handler.holders = consoles[0].holders if consoles else weakref.WeakSet()
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     logger.propagate = False
-    for h in list(logger.handlers):
-        if getattr(h, '_scepter_console', False):
-            logger.removeHandler(h)
-    handler = logging.StreamHandler(stream or sys.stdout)
-    handler._scepter_console = True
+    for h in consoles:
+        logger.removeHandler(h)
     prefix = f'[rank {rank}] ' if rank else ''
     handler.setFormatter(_Formatter(f'{prefix}{FORMAT}', DATEFMT))
     handler.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     logger.addHandler(handler)
     return logger
+
+
+def console_handler(logger):
+    """The console handler ``get_logger`` gave ``logger``, or None."""
+    return next((h for h in logger.handlers if getattr(h, '_scepter_console', False)), None)
+
+
+def release_console(logger):
+    """Undo ``get_logger`` on ``logger``: its console handler removed and closed, the level (unless the program set
+    another since) and ``propagate`` as they were, so the program's own logging gets the records again."""
+    handler = console_handler(logger)
+    if handler is None:
+        return
+    logger.removeHandler(handler)
+    handler.close()
+    level, logger.propagate = handler._scepter_before
+    if logger.level == logging.INFO:  # get_logger's
+        logger.setLevel(level)
 
 
 def add_file_handler(logger, path):
