@@ -463,6 +463,52 @@ def test_multi_loss_terms_are_weighted_summed_and_logged(blobs, tmp_path):
 
 
 @MODELS.register_class()
+class LossAndTermsModel(TwoLossModel):
+    """Returns its own loss and, beside it, a term (logged only)."""
+
+    def forward(self, img, label):
+        out = super().forward(img, label)
+        if self.training:
+            out['loss'] = out['loss_ce']
+        return out
+
+
+@pytest.mark.parametrize(
+    'model, keys, pattern',
+    [
+        (
+            'LossAndTermsModel',
+            {'LOSS_WEIGHTS': {'loss_l2': 5.0}},
+            r"^SOLVER\.LOSS_WEIGHTS: the model returns 'loss', the objective as returned \(its loss_\* terms"
+            r" \['loss_ce', 'loss_l2'\] are only logged\); .* drop 'loss' from the model's train outputs, or drop"
+            r' SOLVER\.LOSS_WEIGHTS$',
+        ),
+        (
+            'Classifier',
+            {'LOSS_WEIGHTS': {'loss_typo': 5.0}},
+            r"^SOLVER\.LOSS_WEIGHTS: the model returns 'loss', the objective as returned, and no \['loss_typo'\];",
+        ),
+        (
+            'LossAndTermsModel',
+            {'LOSS_AGGREGATOR': {'NAME': 'Relobralo'}, 'LOSS_WEIGHTS': {'loss_kl': 1.0}},
+            r"^SOLVER\.LOSS_AGGREGATOR and SOLVER\.LOSS_WEIGHTS: the model returns 'loss', .* are only logged\), and"
+            r" no \['loss_kl'\];",
+        ),
+    ],
+    ids=['weights', 'unknown weight', 'aggregator'],
+)
+def test_loss_weights_and_aggregator_for_a_model_returning_loss_are_an_error(blobs, tmp_path, model, keys, pattern):
+    """A model's own 'loss' is trained on as returned: weights or an aggregator would silently do nothing."""
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1, SANITY_EVAL_BATCHES=0, **keys)
+    if model != 'Classifier':
+        cfg['SOLVER']['MODEL'] = {'NAME': model}
+    solver = build_solver(cfg)
+    with pytest.raises(ConfigError, match=pattern):
+        solver.solve()
+    assert solver.progress.total_iter == 0  # at the first step
+
+
+@MODELS.register_class()
 class StateOutputsModel(BaseModel):
     """Returns, beside its loss, scalars that change after the step: a parameter, a view of it, a buffer."""
 

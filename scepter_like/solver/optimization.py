@@ -299,8 +299,9 @@ class WeightUpdater:
         self._device_type = 'cpu'
         self._bad: torch.Tensor | None = None  # non-finite losses seen in the open accumulation group
         self._aggregator: LossAggregator | None = None
-        self._aggregator_path = (
-            solver_cfg.path_of('LOSS_AGGREGATOR') if solver_cfg.LOSS_AGGREGATOR is not None else None
+        # the loss keys the user set, which a model's own 'loss' would leave unused (aggregate_loss)
+        self._loss_keys_set = tuple(
+            solver_cfg.path_of(key) for key in ('LOSS_AGGREGATOR', 'LOSS_WEIGHTS') if solver_cfg[key]
         )
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -412,7 +413,7 @@ class WeightUpdater:
         through the aggregator (put back as ``results['loss']``; the terms stay in ``step.terms``)."""
         if 'loss' not in results:
             step.terms = loss_terms(results)
-        return aggregate_loss(self.loss_aggregator, results, step.index, self._aggregator_path)
+        return aggregate_loss(self.loss_aggregator, results, step.index, self._loss_keys_set)
 
     # -- the update -----------------------------------------------------------------------------
     def update(

@@ -40,19 +40,16 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
     over the ``loss_*`` terms, put back as ``results['loss']``; an aggregator whose weights
     change (``logs_weights``: Relobralo) puts each term's weight beside it, ``weight_<term>``
     (``weight_pde`` for ``loss_pde``), so the log shows both.
-    ``configured_at``: the config path of an aggregator the user asked for, which a single
-    ``loss`` would leave with nothing to balance (a ConfigError).
+    ``configured_at``: the config paths of the LOSS_AGGREGATOR and LOSS_WEIGHTS the user set
+    (computed once by the caller, so the check costs one test a step): a model's own ``loss``
+    is the objective as it returns it, which they would not change (a ConfigError).
     """
     loss = results.get('loss')
     if loss is not None:
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            got = f'a tensor of shape {list(loss.shape)}' if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise DataError(f"the model's 'loss' must be a scalar tensor, got {got}; reduce it (mean)")
+            raise not_scalar('loss', loss)
         if configured_at:
-            raise ConfigError(
-                f'{configured_at}: the model returns one loss, no loss_* terms to balance;'
-                ' return the terms (loss_<name>) instead, or drop LOSS_AGGREGATOR'
-            )
+            raise _unused_config(configured_at, aggregator, results)
         return loss
     terms = loss_terms(results)
     if not terms:
@@ -62,6 +59,27 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
         for name, weight in aggregator.weights().items():
             results[WEIGHT_PREFIX + name[len(TERM_PREFIX) :]] = weight
     return loss
+
+
+def not_scalar(name, value):
+    """The DataError of a model output ``name`` the loss needs as a scalar tensor."""
+    got = f'a tensor of shape {list(value.shape)}' if isinstance(value, torch.Tensor) else type(value).__name__
+    return DataError(f"the model's {name!r} must be a scalar tensor, got {got}; reduce it (mean)")
+
+
+def _unused_config(configured_at, aggregator, results):
+    """The ConfigError of LOSS_AGGREGATOR / LOSS_WEIGHTS set for a model that returns its own ``loss``: they apply to
+    the ``loss_*`` terms of a model that returns none (its terms beside ``loss`` are only logged)."""
+    terms = list(loss_terms(results))
+    unknown = [k for k in aggregator.static_weights if k not in terms]
+    paths = ' and '.join(configured_at)
+    return ConfigError(
+        f"{paths}: the model returns 'loss', the objective as returned"
+        + (f' (its loss_* terms {terms} are only logged)' if terms else '')
+        + (f', and no {unknown}' if unknown else '')
+        + "; LOSS_WEIGHTS and LOSS_AGGREGATOR apply only to the loss_* terms of a model that returns no 'loss':"
+        + f" drop 'loss' from the model's train outputs, or drop {paths}"
+    )
 
 
 class LossAggregator:
