@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
-from scepter_like.errors import ConfigError
+from scepter_like.errors import ConfigError, DataError
 from scepter_like.model import MODELS, BaseModel
 from scepter_like.utils.metrics_log import read_metrics
 
@@ -506,6 +506,25 @@ def test_loss_weights_and_aggregator_for_a_model_returning_loss_are_an_error(blo
     with pytest.raises(ConfigError, match=pattern):
         solver.solve()
     assert solver.progress.total_iter == 0  # at the first step
+
+
+@MODELS.register_class()
+class PerSampleTermModel(TwoLossModel):
+    """Returns one of its terms per sample ([N, 1]), not reduced."""
+
+    def forward(self, img, label):
+        out = super().forward(img, label)
+        if self.training:
+            out['loss_l2'] = self.net(img).pow(2).mean(1, keepdim=True)
+        return out
+
+
+def test_a_term_that_is_not_a_scalar_is_a_data_error_naming_it(blobs, tmp_path):
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1, SANITY_EVAL_BATCHES=0)
+    cfg['SOLVER']['MODEL'] = {'NAME': 'PerSampleTermModel'}
+    pattern = r"^the model's 'loss_l2' must be a scalar tensor, got a tensor of shape \[16, 1\]; reduce it \(mean\)$"
+    with pytest.raises(DataError, match=pattern):
+        build_solver(cfg).solve()
 
 
 @MODELS.register_class()

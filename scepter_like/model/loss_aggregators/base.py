@@ -37,7 +37,7 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
     """The loss to minimise from a model's train outputs ``results`` at train step ``step``.
 
     ``results['loss']`` when the model gives one (a scalar tensor); otherwise ``aggregator``
-    over the ``loss_*`` terms, put back as ``results['loss']``; an aggregator whose weights
+    over the ``loss_*`` terms (scalar tensors too), put back as ``results['loss']``; an aggregator whose weights
     change (``logs_weights``: Relobralo) puts each term's weight beside it, ``weight_<term>``
     (``weight_pde`` for ``loss_pde``), so the log shows both.
     ``configured_at``: the config paths of the LOSS_AGGREGATOR and LOSS_WEIGHTS the user set
@@ -54,6 +54,9 @@ def aggregate_loss(aggregator, results, step, configured_at=None):
     terms = loss_terms(results)
     if not terms:
         raise DataError(f"the model returned no 'loss' (nor 'loss_*' terms) in train mode: {sorted(results)}")
+    for name, term in terms.items():
+        if not isinstance(term, torch.Tensor) or term.dim():
+            raise not_scalar(name, term)
     loss = results['loss'] = aggregator(terms, step)
     if aggregator.logs_weights:
         for name, weight in aggregator.weights().items():
