@@ -3,6 +3,7 @@
 import contextlib
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -525,6 +526,59 @@ def test_a_term_that_is_not_a_scalar_is_a_data_error_naming_it(blobs, tmp_path):
     pattern = r"^the model's 'loss_l2' must be a scalar tensor, got a tensor of shape \[16, 1\]; reduce it \(mean\)$"
     with pytest.raises(DataError, match=pattern):
         build_solver(cfg).solve()
+
+
+@MODELS.register_class()
+class ValLossModel(TwoLossModel):
+    """Returns, in eval mode, its batch's mean cross entropy as ``val_loss`` (``EVAL_NAME``) beside the logits."""
+
+    EVAL_NAME = 'val_loss'
+
+    def forward(self, img, label):
+        out = super().forward(img, label)
+        if not self.training:
+            out[self.EVAL_NAME] = torch.nn.functional.cross_entropy(out['logits'], label)
+        return out
+
+
+def test_a_scalar_of_the_eval_step_is_averaged_over_the_pass_and_reported(blobs, tmp_path, caplog):
+    """val_loss: the mean over the samples (the last batch is short: not the mean of the batches' means), in
+    epoch_outputs, metrics.jsonl and the pass's log line, and SAVE_BEST_BY may name it (less is better)."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'SAVE_BEST_BY': 'val_loss'}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2, LOSS_WEIGHTS={'loss_l2': 0.5})
+    cfg['SOLVER']['MODEL'] = {'NAME': 'ValLossModel'}
+    solver = build_solver(cfg)
+    assert solver.metric_names('eval') == ['accuracy', 'val_loss']  # known before any pass
+    with caplog.at_level(logging.INFO, logger='scepter_like'):
+        solver.solve()
+    data = np.load(blobs)
+    with torch.no_grad():
+        model = solver.unwrapped_model.eval()
+        logits = model.net(torch.as_tensor(data['x']))
+        whole = torch.nn.functional.cross_entropy(logits, torch.as_tensor(data['y'])).item()
+    assert solver.epoch_outputs['eval']['val_loss'] == pytest.approx(whole, rel=1e-6)
+    evals = [r for r in read_metrics(tmp_path / 'w' / 'metrics.jsonl') if r['kind'] == 'eval']
+    assert len(evals) == 2 and all('val_loss' in r['values'] for r in evals)
+    assert evals[-1]['values']['val_loss'] == pytest.approx(whole, rel=1e-6)
+    assert 'keeps the least val_loss as best' in caplog.text
+    assert re.search(r'eval epoch 2/2 \(56 samples\): accuracy: \S+, val_loss: \S+', caplog.text)
+    best = min(r['values']['val_loss'] for r in evals)
+    hook = next(h for h in solver.hooks_dict['train'] if type(h).__name__ == 'CheckpointHook')
+    assert hook.best_value == best and (tmp_path / 'w' / 'checkpoints' / hook.best_name).is_file()
+
+
+def test_a_scalar_of_the_eval_step_named_as_a_metric_output_is_the_metrics(blobs, tmp_path, monkeypatch):
+    """scepter's Classifier METRIC returns each batch's accuracy beside METRICS' AccuracyMetric: the pass's is exact."""
+    monkeypatch.setattr(ValLossModel, 'EVAL_NAME', 'accuracy')
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1, LOSS_WEIGHTS={'loss_l2': 0.5})
+    cfg['SOLVER']['MODEL'] = {'NAME': 'ValLossModel'}
+    solver = build_solver(cfg)
+    solver.solve()
+    data = np.load(blobs)
+    with torch.no_grad():
+        pred = solver.unwrapped_model.eval().net(torch.as_tensor(data['x'])).argmax(1)
+    assert solver.metric_names('eval') == ['accuracy']
+    assert solver.epoch_outputs['eval'] == {'accuracy': (pred == torch.as_tensor(data['y'])).double().mean().item()}
 
 
 @MODELS.register_class()

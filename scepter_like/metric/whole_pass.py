@@ -57,6 +57,11 @@ class WholePassMetric:
         self.collector = PassCollector(keys, self.label)
         self.names = None  # known once the metric ran
 
+    @property
+    def keys(self):
+        """The keys it reads, as a Metric's."""
+        return self.collector.keys
+
     def reset(self):
         self.collector.reset()
 

@@ -8,9 +8,11 @@ import torch
 from scepter_like.data.loader import DATA_KEYS
 from scepter_like.errors import ConfigError, DataError
 from scepter_like.metric.base import Metric, checked_metric
+from scepter_like.metric.output_means import OutputMeans, batch_samples
 from scepter_like.metric.whole_pass import PassCollector, WholePassMetric
 from scepter_like.solver.base_solver import BaseSolver
 from scepter_like.solver.registry import SOLVERS
+from scepter_like.solver.sanity import first_eval_results
 from scepter_like.utils.checkpoint import atomic_torch_save
 
 ABSENT = object()
@@ -60,7 +62,9 @@ class TrainValSolver(BaseSolver):
     The results land in ``solver.epoch_outputs['eval' | 'test']`` as ``{name: float}``,
     exact under any world size (metrics reduce sums and counts over ranks).  A scepter
     metric (a callable over the whole pass, ``BaseMetric``) is given the tensors its KEYS
-    name, gathered from every batch and rank (``metric/whole_pass.py``).
+    name, gathered from every batch and rank (``metric/whole_pass.py``).  The scalars the
+    step returns that no metric reads (``val_loss``) join them, averaged over the pass
+    (``metric/output_means.py``).
     """
 
     para_dict = {
@@ -81,6 +85,9 @@ class TrainValSolver(BaseSolver):
         self.metrics = [self._metric(entry, metric) for entry, metric in zip(entries, self.metrics)]
         if not self.cfg.DO_FINAL_EVAL:
             self.metrics = []
+        read = [k for metric in self.metrics for k in getattr(metric, 'keys', ())]
+        self.output_means = OutputMeans(read) if self.cfg.DO_FINAL_EVAL else None
+        self._eval_outputs_learnt = False
         cfg = self.cfg
         check_distinct_names(self.metrics, cfg.METRICS)
         if cfg.EVAL_DATA is not None and not entries and not cfg.EVAL_HOOKS and not self.runs_own_pass('eval'):
@@ -120,8 +127,8 @@ class TrainValSolver(BaseSolver):
             )
 
     def start_pass_iters(self):
-        """Each eval / test pass starts its METRICS (and SAVE_EVAL_DATA's collector) from nothing."""
-        for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
+        """Each eval / test pass starts its METRICS (SAVE_EVAL_DATA's collector, the output means) from nothing."""
+        for metric in self.metrics + [m for m in (self.eval_data, self.output_means) if m]:
             metric.reset()
         super().start_pass_iters()
 
@@ -140,21 +147,35 @@ class TrainValSolver(BaseSolver):
             data = {**results, **extras}
         for metric in self.metrics + ([self.eval_data] if self.eval_data else []):
             metric.update(data)
+        if self.output_means is not None:
+            self.output_means.update(results, batch_samples(batch_data))
 
     def metric_names(self, mode='eval'):
         """The names ``epoch_outputs[mode]`` will hold; None while a scepter metric has not run yet, or when a
-        subclass's own ``run_eval`` / ``run_test`` fills them."""
+        subclass's own ``run_eval`` / ``run_test`` fills them.  The scalars the step returns beside (``val_loss``)
+        are learnt, before any pass, from one eval step (``sanity.first_eval_results``)."""
         if mode not in self.datas:
             return []
         if self.runs_own_pass(mode):
             return None
         names = [metric.output_names() for metric in self.metrics]
-        return None if None in names else [name for group in names for name in group]
+        if None in names:
+            return None
+        names = [name for group in names for name in group]
+        if self.output_means is None:
+            return names
+        if not self._eval_outputs_learnt:
+            self._eval_outputs_learnt = True
+            self.output_means.learn(first_eval_results(self) or {})
+        return names + [name for name in self.output_means.seen if name not in names]
 
     def compute_epoch_outputs(self):
         out = {}
         for metric in self.metrics:
             out.update(metric.compute(self.device))
+        if self.output_means is not None:  # a name a metric reports is the metric's (scepter's model METRIC)
+            means = self.output_means.compute(self.device)
+            out.update({name: value for name, value in means.items() if name not in out})
         if self.eval_data is not None:
             data = self.eval_data.gathered()  # every rank takes part
             path = os.path.join(self.work_dir, f'{self.mode}_{self.progress.epochs_completed():05d}.pth')

@@ -258,8 +258,10 @@ def model_state(solver: SolverSurface) -> dict[str, float]:
 
 def greater_is_better(solver: SolverSurface, name: str) -> bool:
     """Whether a greater eval metric ``name`` is better: not when the metric reporting it says less is
-    (``Metric.lower_is_better``: MSE, errors), else yes (scepter's default for an unsigned SAVE_BEST_BY)."""
-    return not any(name in getattr(metric, 'lower_is_better', ()) for metric in solver.metrics)
+    (``Metric.lower_is_better``: MSE, errors; a loss the model's eval step returns, ``val_loss``), else yes
+    (scepter's default for an unsigned SAVE_BEST_BY)."""
+    reporters = [*solver.metrics, getattr(solver, 'output_means', None)]
+    return not any(name in getattr(metric, 'lower_is_better', ()) for metric in reporters)
 
 
 def eval_metric(solver: SolverSurface, name: str, where: str) -> Any:
