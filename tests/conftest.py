@@ -205,6 +205,17 @@ def own_logger_restored():
     logger.propagate = saved[2]
 
 
+@pytest.fixture(autouse=True)
+def torch_settings_restored():
+    """Runs in this process set torch's process-wide settings from their ENV (DETERMINISTIC, NUM_THREADS): put them
+    back after every test, so no later test starts from another test's."""
+    from scepter_like.solver.environment import ProcessSettings
+
+    saved = ProcessSettings()
+    yield
+    saved.apply()
+
+
 @pytest.fixture
 def digits_args(tmp_path):
     """Overrides that make the digits job short and write into tmp_path."""

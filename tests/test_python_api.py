@@ -370,8 +370,9 @@ def test_each_session_call_runs_with_its_env_settings_and_the_program_keeps_its_
     cfg = api_cfg(tmp_path, tmp_path / 'unused')
     cfg['ENV'] = {'SEED': 0}
     x = np.load(tmp_path / 'blobs.npz')['x']
-    before = torch_settings()
+    before = (*torch_settings(), torch.is_deterministic_algorithms_warn_only_enabled())
     try:
+        torch.use_deterministic_algorithms(False)  # the program's own, whatever an earlier test left
         torch.set_num_threads(3)
         program = torch_settings()
         sessions, seen = {}, {}
@@ -404,7 +405,7 @@ def test_each_session_call_runs_with_its_env_settings_and_the_program_keeps_its_
         assert seen['own'][0] is False and torch.are_deterministic_algorithms_enabled()  # the program keeps its own
         assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
-        torch.use_deterministic_algorithms(before[0])
+        torch.use_deterministic_algorithms(before[0], warn_only=before[2])
         torch.set_num_threads(before[1])
 
 
