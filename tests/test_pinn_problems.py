@@ -310,6 +310,18 @@ BAD = {
         {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 'sin(z)'}]}},
         r"^SOLVER\.TRAIN_DATA\.SETS\.bc\.CONDITIONS\[0\]\.VALUE: 'sin\(z\)' names 'z'",
     ),
+    'a value that is not finite at a drawn point': (
+        {
+            'left': {
+                'KIND': 'boundary',
+                'COUNT': 4,
+                'FACES': ['x_low'],
+                'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': 'log(x)'}],
+            }
+        },
+        r"^SOLVER\.TRAIN_DATA\.SETS\.left\.CONDITIONS\[0\]\.VALUE: 'log\(x\)' is NaN or inf at 4 of 4 drawn point\(s\),"
+        r" the first at \{'x': 0\.0, 'y': 0\.[0-9]+\} \(value -inf\)",
+    ),
     'code in a value': (
         {'bc': {'KIND': 'boundary', 'COUNT': 3, 'CONDITIONS': [{'NAME': 'Dirichlet', 'VALUE': '__import__("os")'}]}},
         r'VALUE: .* only numbers',
@@ -337,6 +349,25 @@ def test_bad_point_sets_name_the_key(case):
     sets, message = BAD[case]
     with pytest.raises(ConfigError, match=message):
         point_sets(sets)
+
+
+def test_a_value_not_finite_at_a_point_of_a_later_draw_is_an_error_at_that_draw():
+    """Each resampling evaluates the values anew, and checks them: the error comes at the draw, not as a NaN loss."""
+
+    def sets(value):
+        condition = {'NAME': 'Dirichlet', 'VALUE': value}
+        return {'bc': {'KIND': 'boundary', 'COUNT': 3, 'RESAMPLE_EVERY': 1, 'CONDITIONS': [condition]}}
+
+    clean = point_sets(sets(0))
+    x0 = clean.take([0])['bc.x'][:, 0].max().item()
+    clean.set_epoch(1)
+    x1 = clean.take([0])['bc.x'][:, 0].max().item()
+    assert x1 > x0  # round 1 draws a point further right than round 0's: sqrt(c - x) is NaN there only
+    data = point_sets(sets(f'sqrt({(x0 + x1) / 2} - x)'))
+    with pytest.raises(
+        ConfigError, match=r'^SOLVER\.TRAIN_DATA\.SETS\.bc\.CONDITIONS\[0\]\.VALUE: .* is NaN or inf at \d of 3'
+    ):
+        data.set_epoch(1)
 
 
 def test_whitespace_separated_observation_files_as_numpy_loadtxt_reads_them(tmp_path):

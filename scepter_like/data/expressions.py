@@ -3,7 +3,9 @@
 ``VALUE: -sin(pi * x)`` or ``VALUE: exp(-t) * cos(2 * pi * y)``: arithmetic (+ - * / ** %), the
 domain's coordinate names, ``pi`` and ``e``, and the functions in ``FUNCTIONS``.  The text
 is parsed once (Python's ``ast``) and checked against that short list, so a config can
-never run code; it is evaluated with numpy on the points of a draw.
+never run code; it is evaluated with numpy on the points of a draw (each resampling too),
+and a value that is NaN or inf at a drawn point (``log(x)`` on a face at x = 0) is one
+error line naming the point, not a numpy warning and a NaN loss steps later.
 """
 
 import ast
@@ -76,8 +78,16 @@ class Expression:
 
     def __call__(self, points):
         values = {name: points[:, i] for i, name in enumerate(self.names)}
-        out = self._evaluate(self.tree, values)
-        return np.broadcast_to(np.asarray(out, dtype=np.float64), (len(points),)).copy()
+        with np.errstate(all='ignore'):  # a NaN or inf is the error below, not a warning lost in the set-up output
+            out = np.broadcast_to(np.asarray(self._evaluate(self.tree, values), dtype=np.float64), (len(points),))
+        if not np.isfinite(out).all():
+            bad = np.flatnonzero(~np.isfinite(out))
+            point = dict(zip(self.names, points[bad[0]].tolist()))
+            raise ConfigError(
+                f'{self.where}: {self.text!r} is NaN or inf at {len(bad)} of {len(points)} drawn point(s), the first'
+                f' at {point} (value {out[bad[0]]}); give a value that is finite at every point of the set'
+            )
+        return out.copy()
 
     def _evaluate(self, node, values):
         if isinstance(node, ast.Constant):
