@@ -17,6 +17,7 @@ from optimization_support import GradCaptureHook
 from test_checkpoint_resume import assert_same
 
 import tasks.pinn  # noqa: F401  (registers PoissonPINN)
+from scepter_like.errors import ConfigError
 from scepter_like.model.loss_aggregators.pcgrad import project_conflicting
 
 POISSON_CFG = os.path.join(REPO, 'configs', 'pinn', 'poisson2d.yaml')
@@ -174,6 +175,30 @@ def test_float64_weights_describe_their_dtype_and_rebuild_in_it(tmp_path):
     rebuilt = model_from_description(desc, 'test')
     assert all(p.dtype == torch.float64 for p in rebuilt.parameters())
     assert torch.get_default_dtype() == torch.float32
+
+
+@pytest.mark.parametrize(
+    'weight, message',
+    [
+        (None, 'a loss weight is a number >= 0 \\(0 switches the term off\\), got null'),
+        ('10', "a loss weight is a number >= 0 .*, got '10'"),
+        ([10], 'a loss weight is a number >= 0 .*, got \\[10\\]'),
+        (-1.0, 'the weight -1.0 is negative: the loss would grow loss_down instead of shrinking it'),
+    ],
+)
+def test_a_loss_weight_that_is_no_number_or_negative_is_an_error_at_set_up(tmp_path, weight, message):
+    cfg = blob_solver_cfg(
+        write_blobs(tmp_path / 'blobs.npz'),
+        tmp_path / 'run',
+        MODEL={'NAME': 'TwoTargetsModel'},
+        LOSS_WEIGHTS={'loss_down': weight},
+        METRICS=[],
+        MAX_EPOCHS=1,
+    )
+    with pytest.raises(ConfigError, match=f'^SOLVER\\.LOSS_WEIGHTS\\.loss_down: {message}'):
+        build_solver(cfg)  # at set-up: no train step reaches the aggregator's product
+    cfg['SOLVER']['LOSS_WEIGHTS'] = {'loss_down': 0}  # 0 switches a term off
+    build_solver(cfg).solve()
 
 
 def test_pcgrad_in_the_solver_steps_with_the_projected_gradient(tmp_path):

@@ -269,6 +269,25 @@ class OptimizerPhases:
         return self.starts[index + 1][1]
 
 
+def loss_weights(solver_cfg: Config) -> dict[str, float]:
+    """``SOLVER.LOSS_WEIGHTS`` as ``{term: weight}``, each a number >= 0 (0 switches its term off): checked when the
+    aggregator is built, before training, not at the first step's product; a negative weight would maximise its
+    term."""
+    weights = {}
+    for term, weight in solver_cfg.LOSS_WEIGHTS.items():
+        where = solver_cfg.LOSS_WEIGHTS.path_of(term)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            got = 'null' if weight is None else repr(weight)
+            raise ConfigError(f'{where}: a loss weight is a number >= 0 (0 switches the term off), got {got}')
+        if weight < 0:
+            raise ConfigError(
+                f'{where}: the weight {weight} is negative: the loss would grow {term} instead of shrinking it;'
+                ' give a number >= 0 (0 switches the term off)'
+            )
+        weights[term] = float(weight)
+    return weights
+
+
 class WeightUpdater:
     """Owns the optimisation step: optimizer phases, optimizer, scheduler, loss aggregator, GradScaler, settings.
 
@@ -310,7 +329,7 @@ class WeightUpdater:
         """The LOSS_AGGREGATORS entry that turns the model's ``loss_*`` terms into the loss (Sum by default)."""
         if self._aggregator is None:
             agg_cfg = self.cfg.LOSS_AGGREGATOR or {'NAME': 'Sum'}
-            weights = dict(self.cfg.LOSS_WEIGHTS)
+            weights = loss_weights(self.cfg)
             self._aggregator = LOSS_AGGREGATORS.build(agg_cfg, logger=self.logger, weights=weights, seed=self.seed)
         return self._aggregator
 
