@@ -3,6 +3,7 @@
 In-process and fast: every check builds the data and models directly.
 """
 
+import logging
 import math
 
 import numpy as np
@@ -16,6 +17,7 @@ from scepter_like.data.geometry import Ball, Box, Difference, Polygon, Union
 from scepter_like.data.point_sets import PointSets
 from scepter_like.data.sampling import METHODS, hammersley, unit_points
 from scepter_like.errors import ConfigError, DataError, ModelError, UserError
+from scepter_like.model.base import prepare_model
 from scepter_like.model.derivatives import Derivatives
 from scepter_like.model.pinn import PhysicsInformedModel
 from scepter_like.model.registry import MODELS
@@ -767,6 +769,24 @@ def test_a_pde_parameter_no_loss_depends_on_is_named_once_at_the_first_step(capl
     with caplog.at_level('WARNING'):
         slip_model('parameter', PARAMETERS={'D': 0.5})(**batch)
     assert not caplog.records
+
+
+def test_pretrained_weights_start_the_learned_parameters_and_a_warning_names_each_configured_start_they_replace(
+    tmp_path, caplog
+):
+    trained = slip_model('parameter', PARAMETERS={'D': 0.5, 'k': 1.0})
+    with torch.no_grad():
+        trained.D.fill_(0.25)  # k stays at its start: the file holds the same value the config gives
+    torch.save(trained.state_dict(), tmp_path / 'weights.pth')
+    model = slip_model('parameter', PARAMETERS={'D': 0.5, 'k': 1.0}, PRETRAINED_MODEL=str(tmp_path / 'weights.pth'))
+    with caplog.at_level('WARNING'):
+        prepare_model(model, model.cfg, logging.getLogger('scepter_like'))
+    assert model.D.item() == 0.25 and model.k.item() == 1.0  # loaded, as a fine-tune wants
+    torch.testing.assert_close(model.network.state_dict(), trained.network.state_dict())
+    assert [r.getMessage() for r in caplog.records] == [
+        f'PARAMETERS: {tmp_path / "weights.pth"} (PRETRAINED_MODEL) holds the learned parameters too, and they start'
+        ' from its values, not the configured ones: D 0.5 -> 0.25'
+    ]
 
 
 def test_a_pde_parameter_read_under_a_name_parameters_lacks_names_the_close_one():

@@ -150,6 +150,10 @@ class BaseModel(torch.nn.Module):
         """
         return arrays
 
+    def pretrained_loaded(self, path, logger):
+        """Called once PRETRAINED_MODEL's weights ``path`` are loaded: a model whose config also gives starting values
+        the file replaced says so here (a PINN's learned PARAMETERS); the default has none."""
+
 
 def prepare_model(model, model_cfg, logger):
     """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE; returns the
@@ -163,6 +167,8 @@ def prepare_model(model, model_cfg, logger):
     description = None
     if owner in (None, BaseModel):
         description = load_pretrained(model, model_cfg, logger)
+        if model_cfg.get('PRETRAINED_MODEL') and isinstance(model, BaseModel):
+            model.pretrained_loaded(model_cfg.PRETRAINED_MODEL, logger)
     elif model_cfg.get('PRETRAINED_MODEL'):
         logger.info(
             f'{model_cfg.path_of("PRETRAINED_MODEL")}: {owner.__name__} declares PRETRAINED_MODEL itself and loads it'

@@ -254,6 +254,20 @@ class PhysicsInformedModel(BaseModel):
             + ': fix NETWORK.OUT_DIM or exact_solution'
         )
 
+    def pretrained_loaded(self, path, logger):
+        """PRETRAINED_MODEL holds the learned PARAMETERS beside the network, and loads them (a fine-tune goes on from
+        where the run stopped): a warning names each whose configured starting value the file replaced."""
+        replaced = []
+        for name in self.parameter_names:
+            value, configured = getattr(self, name).detach(), float(self.cfg.PARAMETERS[name])
+            if value.item() != torch.tensor(configured, dtype=value.dtype).item():
+                replaced.append(f'{name} {configured:g} -> {value.item():.6g}')
+        if replaced:
+            logger.warning(
+                f'{self.cfg.path_of("PARAMETERS")}: {path} (PRETRAINED_MODEL) holds the learned parameters too, and'
+                f' they start from its values, not the configured ones: {", ".join(replaced)}'
+            )
+
     def _warn_untrained_parameters(self, losses):
         """Once, at the first train forward: a PARAMETERS entry that no loss term depends on never trains (the
         residual read ``self.cfg.PARAMETERS.D``, a number, or a misspelt name) and would be logged unchanged all run."""
