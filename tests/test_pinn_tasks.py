@@ -370,6 +370,32 @@ def test_rar_adds_the_points_of_largest_residual_from_the_next_pass_and_resumes_
         assert torch.equal(a, b)
 
 
+def test_rar_runs_no_round_at_the_last_step_whose_points_would_never_train(tmp_path):
+    solver = build_solver(rar_cfg(tmp_path / 'run', 6))
+    assert sizes_seen(solver, 6) == [40, 40, 43, 43, 46, 46]  # after steps 2 and 4; not after 6, the last
+    assert len(solver.hooks_dict['train'][-1].added) == 2
+
+
+def test_rar_rounds_inside_an_lbfgs_phase_are_a_warning_at_set_up(tmp_path, caplog):
+    cfg = rar_cfg(tmp_path / 'run', 9)
+    lbfgs = {'NAME': 'LBFGS', 'MAX_ITER': 1, 'HISTORY_SIZE': 10}
+    cfg['SOLVER']['TRAIN_DATA']['SETS']['pde']['RESAMPLE_EVERY'] = 0  # (its own warning under L-BFGS)
+    cfg['SOLVER']['OPTIMIZER_PHASES'] = [{'AT_STEP': 4, 'OPTIMIZER': lbfgs}]
+    solver = build_solver(cfg)
+    solver.hooks_dict['train'][-1].before_solve(solver)
+    assert [r.getMessage() for r in caplog.records if 'curvature' in r.getMessage()] == [
+        'SOLVER.TRAIN_HOOKS[2]: 2 refinement round(s), the first after step 6, fall in the LBFGS phase (steps 4 to 9,'
+        ' SOLVER.OPTIMIZER_PHASES[0].OPTIMIZER); LBFGS keeps curvature pairs from step to step, and each round adds'
+        ' points, a different loss: the pairs mix them and the steps can diverge; end refinement by step 4'
+        ' (ROUNDS: 2)'
+    ]  # rounds after steps 2 and 4 (the phase's first: its pairs start there) are fine; 8 is the last in it
+    caplog.clear()
+    cfg['SOLVER']['TRAIN_HOOKS'][-1]['ROUNDS'] = 2
+    solver = build_solver(cfg)
+    solver.hooks_dict['train'][-1].before_solve(solver)
+    assert 'curvature' not in caplog.text
+
+
 def test_rar_on_a_model_without_residuals_is_one_error_line(tmp_path, capsys):
     cfg = blob_solver_cfg(write_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1)
     cfg['SOLVER']['TRAIN_HOOKS'] = [{'NAME': 'BackwardHook'}, {'NAME': 'RARHook'}]
@@ -519,7 +545,7 @@ def test_burgers_under_two_process_torchrun_with_refinement(tmp_path):
     res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     log = (work / 'std_log.txt').read_text()
-    assert log.count('RAR round') == 4 and 'world size 2' in log
+    assert log.count('RAR round') == 3 and 'world size 2' in log  # after steps 1, 2, 3: none at the last step
     records = read_metrics(work / METRICS_FILE)
     assert [r['step'] for r in records if r['kind'] == 'train'] == [1, 2, 3, 4]
     assert [r for r in records if r['kind'] == 'eval'][-1]['values']['relative_l2'] > 0

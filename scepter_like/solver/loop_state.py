@@ -97,6 +97,12 @@ class TrainingProgress:
         long_epoch = self.epoch_iters['train'] >= interval
         return interval > 0 and (self.iters['train'] if long_epoch else self.total_iter) % interval == 0
 
+    @property
+    def last_step(self) -> int:
+        """The train step the run ends at as planned: MAX_EPOCHS epochs of this length, or MAX_STEPS if sooner."""
+        last = self.max_epochs * self.epoch_iters['train']
+        return min(last, self.max_steps) if self.max_steps > 0 else last
+
     def steps_left(self) -> int:
         """Train steps left in the run, from the current step on (for ETAs)."""
         left = self.epoch_iters['train'] - self.iters['train']

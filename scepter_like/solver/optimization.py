@@ -155,6 +155,9 @@ class OptimizerPhases:
             self.owners.append(phase)
             self.optimizers.append(phase.OPTIMIZER)
             self.schedulers.append(phase.LR_SCHEDULER)
+        # (first step, end step, OPTIMIZER config) of each phase whose optimizer takes a closure (L-BFGS), as
+        # ``check`` finds them: what changes the loss inside one (RARHook's rounds) would mix its curvature pairs
+        self.closure_spans: list[tuple[int, int, Config]] = []
 
     def __len__(self) -> int:
         return len(self.optimizers)
@@ -188,20 +191,20 @@ class OptimizerPhases:
     ) -> None:
         """Every phase builds and starts after the one before (one past the run's end is a warning); closure
         optimizers fit the loop and the train data (``resample_every``: the passes the data keeps one draw of
-        points for, 0 for all run).
+        points for, 0 for all run), and their phases' steps are noted (``closure_spans``).
 
         Builds each phase's optimizer and scheduler once and drops them, so a bad later phase
         fails before training, not thousands of steps in.
         """
-        epoch_steps = progress.epoch_iters['train']
-        last_step = progress.max_epochs * epoch_steps
-        if progress.max_steps > 0:
-            last_step = min(last_step, progress.max_steps)
+        epoch_steps, last_step = progress.epoch_iters['train'], progress.last_step
+        self.closure_spans = []
         previous = 0
         for index in range(len(self)):
             optimizer, _ = self.build(index, params, logger)
             if takes_closure(optimizer):
                 opt_cfg = self._check_closure(index, settings)
+                end = self.start_step(index + 1, epoch_steps) if index + 1 < len(self) else last_step
+                self.closure_spans.append((self.start_step(index, epoch_steps), min(end, last_step), opt_cfg))
                 changes = {}  # what makes the loss differ from step to step: the key that does it -> how
                 if epoch_steps > 1:
                     changes['BATCH_SIZE'] = f'an epoch here is {epoch_steps} mini-batches'

@@ -4,7 +4,9 @@ Every EVERY train steps it draws CANDIDATES points in the domain's interior, eva
 model's PDE residual there and adds the ADD points of largest squared residual to an
 interior point set of ``PointSets`` (SET; by default the first interior set), which keeps
 them from the next pass over the data on (the next step, in full-batch training) for the
-rest of the run, through resampling too.  ROUNDS caps the refinements.
+rest of the run, through resampling too.  ROUNDS caps the refinements; no round runs at
+the run's last step (its points would never train).  Rounds that fall inside an L-BFGS
+phase get a warning at set-up, as resampling does (``OptimizerPhases.check``).
 
 Reproducible: the candidates of round r are a pure function of (the data's SEED, the set,
 r); the points added so far, with the pass each entered at, are the hook's checkpoint
@@ -67,10 +69,35 @@ class RARHook(Hook):
             for first_pass, points in self.added:
                 self.dataset.add_points(name, points, first_pass)
             self._restored = True
+        self._warn_rounds_under_closure_optimizers(solver)
+
+    def _round_steps(self, last_step):
+        """The train steps after which the rounds run: every EVERY steps, ROUNDS at most, none at the run's last
+        step (its points would never train)."""
+        steps = range(self.cfg.EVERY, last_step, self.cfg.EVERY)
+        return steps[: self.cfg.ROUNDS] if self.cfg.ROUNDS else steps
+
+    def _warn_rounds_under_closure_optimizers(self, solver):
+        """A warning when rounds fall inside an L-BFGS phase (a closure optimizer's: ``phases.closure_spans``): the
+        points a round adds change the loss, and the curvature pairs kept from step to step would mix the two, as
+        for RESAMPLE_EVERY (physics_informed.md §9).  A round at the phase's first step is fine: its pairs start
+        there."""
+        steps = self._round_steps(solver.progress.last_step)
+        for start, end, opt_cfg in solver.updater.phases.closure_spans:
+            inside = [step for step in steps if start < step < end]
+            if inside:
+                before = sum(step <= start for step in steps)
+                solver.logger.warning(
+                    f'{self.cfg.path}: {len(inside)} refinement round(s), the first after step {inside[0]}, fall in the'
+                    f' {opt_cfg.NAME} phase (steps {start} to {end}, {opt_cfg.path}); {opt_cfg.NAME} keeps curvature'
+                    ' pairs from step to step, and each round adds points, a different loss: the pairs mix them and'
+                    f' the steps can diverge; end refinement by step {start}'
+                    + (f' (ROUNDS: {before})' if before else f' (EVERY <= {start})')
+                )
 
     def after_iter(self, solver):
         progress, cfg = solver.progress, self.cfg
-        if progress.total_iter % cfg.EVERY or (cfg.ROUNDS and len(self.added) >= cfg.ROUNDS):
+        if progress.total_iter not in self._round_steps(progress.last_step):
             return
         model, dtype = solver.unwrapped_model, next(solver.unwrapped_model.parameters()).dtype
         candidates = self.point_set.candidates(cfg.CANDIDATES, cfg.SAMPLING, len(self.added))
