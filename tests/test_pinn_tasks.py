@@ -19,6 +19,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 
 import tasks.pinn  # noqa: F401  (registers the PINN tasks)
 from scepter_like.cli import run
+from scepter_like.errors import ConfigError
 from scepter_like.model.pinn import PhysicsInformedModel
 from scepter_like.model.registry import MODELS
 from scepter_like.utils.log_values import LINE_KEYS
@@ -179,6 +180,7 @@ import math
 
 import torch
 
+from scepter_like.errors import ConfigError
 from scepter_like.model.pinn import PhysicsInformedModel
 from scepter_like.model.registry import MODELS
 
@@ -342,6 +344,32 @@ def test_eval_data_without_metrics_suggests_the_field_error_for_a_pinn(tmp_path,
         ' SlopedResidualPINN has no exact_solution: EVAL_DATA: {NAME: NpzDataset, PATH: ref.npz} holding x and'
         ' u_exact, and EXTRA_KEYS: [u_exact]\n'
     ) in caplog.text
+
+
+def test_eval_points_of_other_coordinates_than_the_train_points_name_the_data_key_not_in_dim(tmp_path):
+    """Not the network's first layer failing on them with 'set SOLVER.MODEL.NETWORK.IN_DIM'."""
+    cfg = rar_cfg(tmp_path / 'run', 1)
+    grid = {'NAME': 'GridPoints', 'GEOMETRY': {'NAME': 'Rectangle'}, 'RESOLUTION': [3, 3], 'BATCH_SIZE': 9}
+    cfg['SOLVER'].update(EVAL_DATA=grid, METRICS=[{'NAME': 'RelativeL2Error', 'KEYS': ['u', 'u']}])
+    cfg['SOLVER']['TRAIN_DATA']['TIME'] = [0, 1]  # train points (x, y, t); the grid's (x, y)
+    with pytest.raises(
+        ConfigError,
+        match=r"^SOLVER\.EVAL_DATA: its points have the coordinates \(x, y\), and the train data's, which the model is"
+        r' built for, \(x, y, t\); give it the time of the train data: SOLVER\.EVAL_DATA\.TIME as'
+        r' SOLVER\.TRAIN_DATA\.TIME$',
+    ):
+        build_solver(cfg)
+    del cfg['SOLVER']['TRAIN_DATA']['TIME']
+    grid.update(TIME=[0, 1], RESOLUTION=[3, 3, 3], BATCH_SIZE=27)
+    with pytest.raises(
+        ConfigError, match=r'\(x, y, t\), .*\(x, y\); leave out SOLVER\.EVAL_DATA\.TIME: the train data'
+    ):
+        build_solver(cfg)
+    grid.update(TIME=None, GEOMETRY={'NAME': 'Interval'}, RESOLUTION=[3], BATCH_SIZE=3)
+    with pytest.raises(
+        ConfigError, match=r'give SOLVER\.EVAL_DATA\.GEOMETRY the dimension of SOLVER\.TRAIN_DATA\.GEOMETRY$'
+    ):
+        build_solver(cfg)
 
 
 def sizes_seen(solver, steps):

@@ -37,6 +37,26 @@ def time_interval(value, where):
     return t0, t1
 
 
+def check_coordinates_agree(names, where):
+    """A ConfigError when the points of a split (eval, test) have other coordinates than the train data's, which the
+    model is built for (``names``: mode -> coordinate names, of the splits that have them; ``where``: mode -> config
+    path): the network's first layer would fail on them, its message blaming IN_DIM, where the data differ."""
+    train = names.get('train')
+    for mode, own in names.items():
+        if train is None or tuple(own) == tuple(train):
+            continue
+        if TIME_NAME in train and TIME_NAME not in own:
+            fix = f'give it the time of the train data: {where[mode]}.TIME as {where["train"]}.TIME'
+        elif TIME_NAME in own and TIME_NAME not in train:
+            fix = f'leave out {where[mode]}.TIME: the train data have no time'
+        else:
+            fix = f'give {where[mode]}.GEOMETRY the dimension of {where["train"]}.GEOMETRY'
+        raise ConfigError(
+            f"{where[mode]}: its points have the coordinates ({', '.join(own)}), and the train data's, which the"
+            f' model is built for, ({", ".join(train)}); {fix}'
+        )
+
+
 class Domain:
     """``geometry`` (space), times ``time = (t0, t1)`` when given."""
 

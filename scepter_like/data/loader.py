@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from scepter_like.config import Config
 from scepter_like.data.collate import DictCollate
 from scepter_like.data.datasets import ArrayDataset
+from scepter_like.data.domain import check_coordinates_agree
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import SAMPLERS, ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
@@ -204,8 +205,11 @@ def check_splits_agree(bundles, where, recorded=None, logger=None):
     train data's.  A split lacking a class numbers the others anew by name; a file whose header orders the
     columns otherwise (or COLUMNS listing them in another order) stacks the features in that order: either way
     the model would be measured on inputs or labels it was not trained on.  Labels given as numbers (a list
-    file) beside classes given by name cannot be checked: ``logger`` says so, with the order they must follow."""
+    file) beside classes given by name cannot be checked: ``logger`` says so, with the order they must follow.
+    Point data (PointSets, GridPoints) have the train data's coordinates (``check_coordinates_agree``)."""
     train = bundles.get('train')
+    named = {mode: b.dataset.coordinate_names for mode, b in bundles.items() if hasattr(b.dataset, 'coordinate_names')}
+    check_coordinates_agree(named, where)
     names, source = recorded if recorded is not None else ({}, None)
     classes, whose_classes = _names_or_train(names.get('classes'), source, train.classes if train else None)
     columns, whose_columns = _names_or_train(names.get('columns'), source, train.columns if train else None)
