@@ -440,6 +440,8 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         parts, value, append = parse_override(text)
         if parts[0] not in ROOT_KEYS and parts[0] not in cfg:
             raise ConfigError(f"override '{text}': unknown top-level key {parts[0]}{suggest(parts[0], ROOT_KEYS)}")
+        if DELETE_KEY in parts or _drop_delete_keys(value) != value:
+            _refuse_delete_key(text, parts)
         node = cfg
         for i, part in enumerate(parts[:-1]):
             node = _step(node, part, parts[: i + 1], text)
@@ -472,6 +474,22 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     for key in list(cfg.keys()):
         cfg[key] = _plain(cfg[key])
     return cfg
+
+
+def _refuse_delete_key(text, parts):
+    """``_delete_`` in an override: it belongs to a file's mapping merged over its _BASE_'s; a mapping given on the
+    command line already replaces the one it names whole, so there it would be a key of the config."""
+    if DELETE_KEY in parts:
+        whole = '.'.join(map(str, parts[: parts.index(DELETE_KEY)]))
+        raise ConfigError(
+            f"override '{text}': {DELETE_KEY} is for a YAML file with {BASE_KEY} (its mapping then replaces the"
+            f' inherited one); on the command line give the mapping whole, which replaces it: {whole}={{...}}'
+        )
+    raise ConfigError(
+        f"override '{text}': a mapping given on the command line already replaces {'.'.join(map(str, parts))} whole;"
+        f' leave out {DELETE_KEY}, which is for a YAML file with {BASE_KEY} (to replace an inherited mapping instead'
+        ' of merging into it)'
+    )
 
 
 def _step(node, part, so_far, text):

@@ -109,6 +109,26 @@ def test_delete_key_replaces_an_inherited_mapping(tmp_path):
         Config(cfg_file=bad)
 
 
+def test_delete_key_in_an_override_says_a_mapping_given_there_replaces_the_whole_one():
+    """_delete_ belongs to _BASE_ merging; the command line's mapping replaces already (and is not merged)."""
+    cfg = Config({'SOLVER': {'SETS': {'pde': {'COUNT': 1}, 'bc': {'COUNT': 2}}}})
+    assert apply_overrides(cfg, ['SOLVER.SETS={pde: {COUNT: 3}}']).SOLVER.SETS.to_dict() == {'pde': {'COUNT': 3}}
+    with pytest.raises(
+        ConfigError,
+        match=r"^override 'SOLVER\.SETS=\{_delete_: true, pde: \{COUNT: 3\}\}': a mapping given on the command line"
+        r' already replaces SOLVER\.SETS whole; leave out _delete_, which is for a YAML file with _BASE_',
+    ):
+        apply_overrides(cfg, ['SOLVER.SETS={_delete_: true, pde: {COUNT: 3}}'])
+    with pytest.raises(ConfigError, match=r'replaces SOLVER whole; leave out _delete_'):  # deeper in the value
+        apply_overrides(cfg, ['SOLVER={SETS: {_delete_: true}}'])
+    with pytest.raises(
+        ConfigError,
+        match=r"^override 'SOLVER\.SETS\._delete_=true': _delete_ is for a YAML file with _BASE_ .*; on the command"
+        r' line give the mapping whole, which replaces it: SOLVER\.SETS=\{\.\.\.\}$',
+    ):
+        apply_overrides(cfg, ['SOLVER.SETS._delete_=true'])
+
+
 def test_override_appends_to_a_list():
     cfg = Config({'SOLVER': {'HOOKS': [{'NAME': 'A'}]}})
     apply_overrides(cfg, ['SOLVER.HOOKS+={NAME: B}', 'SOLVER.HOOKS+={NAME: C}'])

@@ -516,7 +516,10 @@ def test_npz_observations_of_another_orientation_and_sets_that_are_not_mappings(
     torch.testing.assert_close(data.take([0])['d.values'], torch.tensor(u, dtype=torch.float32))
     for value, shown in [(None, 'null'), (3, '3')]:
         with pytest.raises(
-            ConfigError, match=rf'^SOLVER\.TRAIN_DATA\.SETS\.bc: a point set is a mapping .*, got {shown};'
+            ConfigError,
+            match=rf'^SOLVER\.TRAIN_DATA\.SETS\.bc: a point set is a mapping .*, got {shown}; to leave out a set, give'
+            r' SETS whole with only the sets to keep: on the command line SOLVER\.TRAIN_DATA\.SETS=\{\.\.\.\} \(it'
+            r' replaces SETS\), in a file whose _BASE_ has SETS, with _delete_: true beside them$',
         ):
             point_sets({'pde': {'KIND': 'interior', 'COUNT': 3}, 'bc': value})
 

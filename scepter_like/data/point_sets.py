@@ -439,8 +439,9 @@ class PointSets(torch.utils.data.Dataset):
             if not isinstance(set_cfg, Config):
                 raise ConfigError(
                     f'{cfg.SETS.path_of(name)}: a point set is a mapping such as {{KIND: interior, COUNT: 1000}}, got'
-                    f' {"null" if set_cfg is None else repr(set_cfg)}; to leave out a set of the _BASE_ config,'
-                    ' give SETS with _delete_: true and only the sets to keep'
+                    f' {"null" if set_cfg is None else repr(set_cfg)}; to leave out a set, give SETS whole with only'
+                    f' the sets to keep: on the command line {cfg.path_of("SETS")}={{...}} (it replaces SETS), in a'
+                    ' file whose _BASE_ has SETS, with _delete_: true beside them'
                 )
         world = get_world_size()
         self.sets = [
