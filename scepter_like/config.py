@@ -131,7 +131,7 @@ def _child_path(path, key):
 class Config:
     """A mapping with ``cfg.KEY`` access whose nested dicts are Configs too."""
 
-    __slots__ = ('_d', '_path', '_root')
+    __slots__ = ('_d', '_path', '_root', '_references')  # _references: the root's, set by resolve_references
 
     def __init__(
         self,
@@ -177,6 +177,11 @@ class Config:
 
     def path_of(self, key: str) -> str:
         return _child_path(self._path, key)
+
+    def reference_of(self, key: str) -> str:
+        """What the files or overrides wrote for ``key`` where it held a reference (``${SOLVER.MAX_EPOCHS}``), else
+        ``''``: an error about the value says where it came from."""
+        return getattr(self.root, '_references', {}).get(self.path_of(key), '')
 
     def _wrap(self, key, value, path=None):
         path = _child_path(self._path, key) if path is None else path
@@ -225,7 +230,9 @@ class Config:
         return f'Config({self.to_dict()!r})'
 
     def __deepcopy__(self, memo):
-        return Config(copy.deepcopy(self.to_dict(), memo), path=self._path)
+        copied = Config(copy.deepcopy(self.to_dict(), memo), path=self._path)
+        object.__setattr__(copied, '_references', getattr(self.root, '_references', {}))  # places are whole paths
+        return copied
 
     def __getstate__(self):
         return {'d': self.to_dict(), 'path': self._path}
@@ -526,9 +533,10 @@ def resolve_references(cfg: Config) -> Config:
     a cycle (a value referring to itself or to a mapping or list holding it), a nested
     reference (``${A.${B}}``) or a path that leads nowhere is a ConfigError naming the places.
     References read what the files and overrides write: a key left to its declared
-    default is not there yet.
+    default is not there yet.  The root keeps what each place wrote (``Config.reference_of``).
     """
     tree = cfg.to_dict()
+    written = {}
 
     def lookup(path, chain):
         """The resolved value at reference ``path``; ``chain`` holds the places being resolved (tuples of keys)."""
@@ -561,6 +569,7 @@ def resolve_references(cfg: Config) -> Config:
                 f'{_place(chain[-1])}: {value!r} nests a reference inside another; nested references are not'
                 ' supported: write the inner path out'
             )
+        written[_place(chain[-1])] = value.strip()
         whole = REFERENCE.fullmatch(value.strip())
         if whole:
             return lookup(whole.group(1).strip(), chain)
@@ -568,4 +577,5 @@ def resolve_references(cfg: Config) -> Config:
 
     for key, value in {key: resolve(tree[key], [(key,)]) for key in tree}.items():
         cfg[key] = value
+    object.__setattr__(cfg, '_references', written)
     return cfg

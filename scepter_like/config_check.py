@@ -65,7 +65,7 @@ def checked_config(cfg):
     from scepter_like.solver.environment import resolve_env
     from scepter_like.solver.optimization import OptimizerPhases
 
-    cfg = Config(copy.deepcopy(cfg.to_dict()))
+    cfg = copy.deepcopy(cfg)  # keeps what each place wrote, for the errors
     solvers, lists, singles, model_registries = _registries()
     _, solver_cfg = solvers.resolve(cfg.SOLVER)
     resolve_env(solver_cfg)

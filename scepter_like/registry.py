@@ -248,7 +248,8 @@ def resolve_params(cfg: Any, para: Any, owner: str, strict: bool = True, skip: t
             if spec.get('fill', True):  # 'fill': False -- accepted, left out when not written
                 cfg[key] = spec.get('value')
             continue
-        path = cfg.path_of(key)
+        reference = cfg.reference_of(key)
+        path = cfg.path_of(key) + (f' (written {reference})' if reference else '')
         onto_default = _onto_default(cfg[key], spec.get('value'))
         if onto_default is not cfg[key]:
             cfg[key] = onto_default

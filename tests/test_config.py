@@ -156,6 +156,26 @@ def test_references_resolve_after_overrides_keep_types_and_report_cycles():
         resolve_references(Config({'SOLVER': {'MAX_EPOCHS': 1}, 'X': '${SOLVER.MAX_EPOCH}'}))
 
 
+def test_an_error_about_a_referenced_value_names_the_reference():
+    """MAX_EPOCHS -1 (train by MAX_STEPS) leaves T_MAX: ${SOLVER.MAX_EPOCHS} at -1: the error says where -1 came
+    from, also on a copy of the config (--print-config checks one)."""
+    import copy
+
+    from scepter_like.opt import LR_SCHEDULERS
+
+    cfg = Config(
+        {'SOLVER': {'MAX_EPOCHS': -1, 'LR_SCHEDULER': {'NAME': 'CosineAnnealingLR', 'T_MAX': '${SOLVER.MAX_EPOCHS}'}}}
+    )
+    resolve_references(cfg)
+    assert cfg.SOLVER.LR_SCHEDULER.reference_of('T_MAX') == '${SOLVER.MAX_EPOCHS}'
+    assert cfg.SOLVER.LR_SCHEDULER.reference_of('NAME') == ''
+    message = r'SOLVER.LR_SCHEDULER.T_MAX (written ${SOLVER.MAX_EPOCHS}): must be at least 1, got -1'
+    for tree in (cfg, copy.deepcopy(cfg)):
+        with pytest.raises(ConfigError) as raised:
+            LR_SCHEDULERS.resolve(tree.SOLVER.LR_SCHEDULER)
+        assert str(raised.value) == message
+
+
 @pytest.mark.parametrize(
     'data, match',
     [

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import yaml
@@ -171,6 +173,28 @@ def test_torch_optimizers_and_schedulers_by_name():
         LR_SCHEDULERS.build({'NAME': 'StepLR', 'STEP_SIZE': 'ten'}, optimizer=opt)
     with pytest.raises(RegistryError, match='did you mean SGD'):
         OPTIMIZERS.build({'NAME': 'SDG'}, params=model.parameters())
+
+
+@pytest.mark.parametrize(
+    'entry, message',
+    [
+        ({'NAME': 'CosineAnnealingLR', 'T_MAX': -1}, 'T_MAX: must be at least 1, got -1'),  # swings the rate
+        ({'NAME': 'CosineAnnealingLR', 'T_MAX': 0}, 'T_MAX: must be at least 1, got 0'),  # divides by zero
+        ({'NAME': 'CosineAnnealingWarmRestarts', 'T_0': 0}, 'T_0: must be at least 1'),
+        ({'NAME': 'StepLR', 'STEP_SIZE': 0}, 'STEP_SIZE: must be at least 1'),
+        ({'NAME': 'LinearLR', 'TOTAL_ITERS': 0}, 'TOTAL_ITERS: must be at least 1'),
+        ({'NAME': 'OneCycleLR', 'MAX_LR': 0.1, 'TOTAL_STEPS': 0}, 'TOTAL_STEPS: must be at least 1'),
+        ({'NAME': 'OneCycleLR', 'MAX_LR': 0.1, 'TOTAL_STEPS': 2.5}, 'TOTAL_STEPS: expected an int'),
+        ({'NAME': 'ReduceLROnPlateau', 'PATIENCE': -1}, 'PATIENCE: must be at least 0'),
+    ],
+)
+def test_scheduler_lengths_are_checked_at_set_up(entry, message):
+    """torch takes a negative T_max (the rate swings between 0 and full) and a zero one (a ZeroDivisionError an
+    epoch later): the scheduler's lengths and counts are refused when the config is read."""
+    from scepter_like.opt import LR_SCHEDULERS
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LR_SCHEDULERS.resolve(entry)
 
 
 @pytest.mark.parametrize('named_by', ['path', 'module'])

@@ -11,6 +11,10 @@ CASES = {
         r'AMP_DTYPE: fp16 needs CUDA .*use bf16',
     ),
     'scheduler argument type': (['SOLVER.LR_SCHEDULER.T_MAX=long'], r'SOLVER\.LR_SCHEDULER\.T_MAX: expected an int'),
+    'scheduler length from MAX_EPOCHS -1': (  # the shipped digits config's T_MAX, on a run by MAX_STEPS
+        ['SOLVER.MAX_EPOCHS=-1', 'SOLVER.MAX_STEPS=20', 'SOLVER.LR_SCHEDULER.T_MAX=${SOLVER.MAX_EPOCHS}'],
+        r'SOLVER\.LR_SCHEDULER\.T_MAX \(written \$\{SOLVER\.MAX_EPOCHS\}\): must be at least 1, got -1',
+    ),
     'early stopping metric': (
         ['SOLVER.EVAL_HOOKS=[{NAME: EarlyStoppingHook, MONITOR: f1}]'],
         r"EVAL_HOOKS\[0\]\.MONITOR: no eval metric is called 'f1'",

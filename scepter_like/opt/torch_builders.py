@@ -4,7 +4,10 @@ Each gets a builder whose ``para_dict`` is read off the real signature: argument
 ``lr`` is the key ``LEARNING_RATE``, every other argument its upper-cased name
 (``WEIGHT_DECAY``, ``T_MAX``, ...), defaults as torch states them.  Arguments without a
 default are required.  Tuples (``betas``) are written as YAML lists of the default's
-length.  ``LEARNING_RATE`` must be a finite number, at least 0.
+length.  ``LEARNING_RATE`` must be a finite number, at least 0, and the schedulers' lengths
+and counts (``_LEAST``) integers of at least their lowest working value: torch checks few of
+them, and ``T_MAX: -1`` swings the rate between 0 and full every epoch, ``T_MAX: 0`` divides by
+zero after the first epoch.
 
 Not offered: ``LambdaLR`` / ``MultiplicativeLR`` (they take Python callables) and
 ``SequentialLR`` / ``ChainedScheduler`` (they take scheduler objects); compose warmup
@@ -20,6 +23,11 @@ from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
 
 _SKIP_ARGS = {'self', 'params', 'optimizer', 'verbose'}
 _NOT_OFFERED = {'LambdaLR', 'MultiplicativeLR', 'SequentialLR', 'ChainedScheduler', 'LRScheduler', '_LRScheduler'}
+_LEAST = {  # scheduler argument -> its least working value (an int); periods and step counts are at least 1
+    **dict.fromkeys(('T_max', 'T_0', 'T_mult', 'step_size', 'step_size_up', 'step_size_down', 'total_iters'), 1),
+    **dict.fromkeys(('total_steps', 'epochs', 'steps_per_epoch'), 1),  # OneCycleLR
+    **dict.fromkeys(('patience', 'cooldown'), 0),  # ReduceLROnPlateau
+}
 
 
 def key_of(arg):
@@ -34,8 +42,9 @@ def _plain_default(value):
     return value
 
 
-def signature_params(cls):
-    """(para_dict, {KEY: arg name}) from ``cls.__init__``'s signature."""
+def signature_params(cls, least=None):
+    """(para_dict, {KEY: arg name}) from ``cls.__init__``'s signature; ``least`` (arg name -> int) makes those
+    arguments ints of at least that value."""
     para, names = {}, {}
     for arg, p in inspect.signature(cls.__init__).parameters.items():
         if arg in _SKIP_ARGS or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -57,13 +66,15 @@ def signature_params(cls):
             spec['type'] = (int,)
         if key == 'LEARNING_RATE':  # torch accepts inf (the run then trains to NaN): refused here
             spec['min'] = 0.0
+        if arg in (least or {}):
+            spec.update(type=(int,), min=least[arg])
         para[key] = spec
         names[key] = arg
     return para, names
 
 
-def _make_builder(cls, kind):
-    para, names = signature_params(cls)
+def _make_builder(cls, kind, least=None):
+    para, names = signature_params(cls, least)
     # a bare list default (betas) becomes the tuple torch expects
     tuple_args = {k for k, s in para.items() if isinstance(s.get('value'), list)}
 
@@ -103,7 +114,7 @@ def _register_all():
         if name in _NOT_OFFERED or name.startswith('_') or not inspect.isclass(cls):
             continue
         if issubclass(cls, sched.LRScheduler) or cls is sched.ReduceLROnPlateau:
-            LR_SCHEDULERS.register_function(name)(_make_builder(cls, 'LR_SCHEDULER'))
+            LR_SCHEDULERS.register_function(name)(_make_builder(cls, 'LR_SCHEDULER', _LEAST))
 
 
 _register_all()
