@@ -2,12 +2,15 @@
 
 import json
 import os
+import re
 
 import numpy as np
+import pytest
 import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from PIL import Image
 
+from scepter_like.errors import DataError
 from scepter_like.model.base_model import BaseModel
 from scepter_like.model.registry import MODELS
 from scepter_like.solver import SOLVERS
@@ -56,7 +59,7 @@ def test_probe_files(tmp_path):
     assert sorted(p.name for p in (work / 'train_probe').iterdir()) == ['p-3', 'p-6']
     folder = work / 'train_probe' / 'p-3'
     meta = json.loads((folder / 'meta.json').read_text())
-    assert meta['mode'] == 'train' and meta['step'] == 3
+    assert meta['mode'] == 'train' and meta['step'] == 3 and meta['epoch'] == 1  # 1-based, as metrics.jsonl
     assert meta['entries']['rgb'] == {'kind': 'image', 'files': ['rgb.png'], 'shape': [2, 5, 3], 'dtype': 'uint8'}
     assert meta['entries']['batch']['files'] == ['batch_0.png', 'batch_1.png']
     rgb = np.asarray(Image.open(folder / 'rgb.png'))
@@ -69,7 +72,7 @@ def test_probe_files(tmp_path):
     assert json.loads((folder / 'note.json').read_text()) == 'batch 2'
     # eval: the first batch's probes, at the train step count
     eval_meta = json.loads((work / 'eval_probe' / 'probe-6' / 'meta.json').read_text())
-    assert eval_meta['entries']['logits']['shape'] == [16, 3]
+    assert eval_meta['entries']['logits']['shape'] == [16, 3] and eval_meta['epoch'] == 1
     assert solver._probes == {} and not solver.step.probe_wanted
 
 
@@ -212,3 +215,64 @@ def test_a_models_probes_reach_both_probe_hooks_as_model_entries(tmp_path):
     model.register_probe({'x': torch.zeros(2)})
     taken = model.probe_data()
     assert isinstance(taken['x'], ProbeData) and model.collect_probe() == {}
+
+
+DIGITS_SHAPE = (4, 8, 8)  # img[:4] of the digits: four grey 8x8 images, or one 8x8 RGBA image in CxHxW
+
+
+def test_probe_image_batch_says_what_the_first_axis_is(caplog):
+    """[4, 8, 8] read both ways: left to the shape it is one RGBA image, with a warning naming ``batch``;
+    ``batch=True`` makes four grey images, ``batch=False`` one image without the warning."""
+    x = torch.rand(DIGITS_SHAPE)
+    with caplog.at_level('WARNING', logger='scepter_like'):
+        images, batched = ProbeImage(x).to_uint8_images('input')
+    assert not batched and [i.shape for i in images] == [(8, 8, 4)]
+    assert "probe 'input': shape (4, 8, 8) is read as one 4-channel CxHxW image" in caplog.text
+    assert 'batch=True' in caplog.text
+    caplog.clear()
+    images, batched = ProbeImage(x, batch=True).to_uint8_images('input')
+    assert batched and [i.shape for i in images] == [(8, 8)] * 4
+    assert ProbeImage(x[:, None]).to_uint8_images('input')[0][0].shape == (8, 8)  # Nx1xHxW: the same
+    assert [i.shape for i in ProbeImage(x, batch=False).to_uint8_images('input')[0]] == [(8, 8, 4)]
+    assert ProbeImage(torch.rand(3, 8, 8), batch=False).to_uint8_images('rgb')[0][0].shape == (8, 8, 3)
+    assert caplog.text == ''
+    for probe, message in [
+        (ProbeImage(torch.rand(8, 8), batch=True), r'a batch \(batch=True\) must be NxHxW'),
+        (ProbeImage(torch.rand(2, 3, 8, 8), batch=False), r'an image \(batch=False\) must be HxW'),
+    ]:
+        with pytest.raises(DataError, match=message):
+            probe.to_uint8_images('x')
+
+
+@pytest.mark.slow
+def test_the_documented_probe_example_writes_four_digits(tmp_path, digits_args):
+    """docs/training_features.md's MySolver on the shipped digits config: four 8x8 PNGs, epoch 1 in meta.json
+    (metrics.jsonl counts epochs from 1); the example without ``batch=True`` wrote one 8x8 RGBA image."""
+    from conftest import REPO, run_cli
+
+    text = open(os.path.join(REPO, 'docs', 'training_features.md')).read()
+    example = next(b for b in re.findall(r'```python\n(.*?)```', text, re.S) if 'register_probe(' in b)
+    (tmp_path / 'probe_ext.py').write_text(example)
+    hook = 'SOLVER.TRAIN_HOOKS+=[{NAME: ProbeDataHook, PROB_INTERVAL: 2}]'
+    res = run_cli(
+        'run_train.py',
+        *digits_args,
+        '--import',
+        tmp_path / 'probe_ext.py',
+        'SOLVER.NAME=MySolver',
+        hook,
+        'SOLVER.MAX_EPOCHS=1',
+        'SOLVER.MAX_STEPS=2',
+        'SOLVER.LR_SCHEDULER.T_MAX=1',
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    meta = json.loads((tmp_path / 'run' / 'train_probe' / 'probe-2' / 'meta.json').read_text())
+    assert meta['epoch'] == 1 and meta['step'] == 2
+    assert meta['entries']['input'] == {
+        'kind': 'image',
+        'files': [f'input_{i}.png' for i in range(4)],
+        'shape': [8, 8],
+        'dtype': 'uint8',
+    }
+    assert 'is read as one' not in res.stdout + res.stderr

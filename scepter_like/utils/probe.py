@@ -9,6 +9,7 @@ scepter's videos, HTML pages and value distributions (``is_video``, ``build_html
 
 import copy
 import io
+import logging
 import os
 from numbers import Number
 
@@ -92,6 +93,11 @@ def _write_image(array, path, postfix):
 
 
 _CHANNELS = (1, 3, 4)
+_LAYOUTS = {  # ProbeImage's batch -> the shapes it takes
+    None: 'an image must be HxW, HxWxC, CxHxW or a batch of them',
+    False: 'an image (batch=False) must be HxW, HxWxC or CxHxW',
+    True: 'a batch (batch=True) must be NxHxW, NxHxWxC or NxCxHxW',
+}
 
 
 class ProbeImage:
@@ -99,20 +105,30 @@ class ProbeImage:
 
     Layouts: HxW, HxWxC, CxHxW (C in 1, 3, 4) and NxCxHxW / NxHxWxC batches.  uint8 is
     written as is; other dtypes are mapped from VALUE_RANGE (default 0..1) to 0..255 and clipped.
+    ``batch`` says what the first axis is: True, a batch (a 3-D NxHxW is N grey images); False,
+    one image; None (the default), the shape decides: 4-D is a batch.  A 3-D shape whose first
+    axis is 3 or 4 and whose last is no channel count reads both ways (RGB / RGBA CxHxW, or a
+    ``[:4]`` slice of grey images): it is one image, with a warning that ``batch`` settles it.
     """
 
-    def __init__(self, data, value_range=(0.0, 1.0)):
+    def __init__(self, data, value_range=(0.0, 1.0), batch=None):
         self.data = data
         self.value_range = value_range
+        self.batch = batch
 
     def to_uint8_images(self, name):
         """(list of HxW / HxWxC uint8 arrays, whether the data was a batch)."""
         arr = self.data.detach().cpu().numpy() if isinstance(self.data, torch.Tensor) else np.asarray(self.data)
-        if arr.ndim in (2, 3):
-            return [_to_uint8(_hwc(arr, name), self.value_range)], False
-        if arr.ndim == 4:
-            return [_to_uint8(_hwc(a, name), self.value_range) for a in arr], True
-        raise DataError(f'probe {name!r}: an image must be HxW, HxWxC, CxHxW or a batch of them, got {arr.shape}')
+        batched = arr.ndim == 4 if self.batch is None else bool(self.batch)
+        if arr.ndim not in ((3, 4) if batched else (2, 3)):
+            raise DataError(f'probe {name!r}: {_LAYOUTS[self.batch]}, got {arr.shape}')
+        if self.batch is None and arr.ndim == 3 and arr.shape[0] in (3, 4) and arr.shape[-1] not in _CHANNELS:
+            logging.getLogger(__name__).warning(
+                f'probe {name!r}: shape {tuple(arr.shape)} is read as one {arr.shape[0]}-channel CxHxW image; if its'
+                f' first axis is a batch of {arr.shape[0]} grey images, give ProbeImage(x, batch=True) (or x[:, None]);'
+                ' batch=False keeps one image without this warning'
+            )
+        return [_to_uint8(_hwc(a, name), self.value_range) for a in (arr if batched else [arr])], batched
 
 
 def _hwc(arr, name):

@@ -10,7 +10,7 @@ done):
 - ``ProbeImage(data)`` -> ``{name}.png`` (a batch -> ``{name}_{i}.png``);
 - other tensors / numpy arrays -> ``{name}.npy``;
 - numbers, 0-dim tensors, text, lists and dicts -> ``{name}.json``;
-- ``meta.json``: the index (mode, step, epoch, and per name its kind, files, shape, dtype),
+- ``meta.json``: the index (mode, step, epoch (1-based), and per name its kind, files, shape, dtype),
   written last, so a folder with ``meta.json`` is complete.
 
 What other steps register is dropped at their end (the model's too).  Outside a step it keeps
@@ -77,7 +77,7 @@ class ProbeDataHook(Hook):
     def _dump_popped(self, solver: SolverSurface):
         probes = solver.pop_probes()
         if probes and solver.is_main:
-            step, epoch = solver.progress.total_iter, solver.progress.epoch
+            step, epoch = solver.progress.total_iter, solver.progress.epoch + 1  # 1-based, as metrics.jsonl's
             folder = os.path.join(solver.work_dir, f'{solver.mode}_probe', f'{self.prefix}-{step}')
             self.dump(probes, folder, {'mode': solver.mode, 'step': step, 'epoch': epoch})
 
