@@ -16,7 +16,9 @@ import yaml
 from conftest import run_tool
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
+from scepter_like.config import Config
 from scepter_like.errors import ConfigError
+from scepter_like.solver.compile import compile_settings
 
 COMPILED = {'ENABLED': True, 'BACKEND': 'aot_eager'}
 
@@ -159,6 +161,10 @@ def test_compile_with_accumulation_and_bf16_trains_as_eager(blobs, tmp_path):
         ({'FULL_GRAPH': True}, ['SOLVER.COMPILE.FULL_GRAPH: unknown key', 'did you mean FULLGRAPH']),
         ({'ENABLED': True, 'MODE': 'fast'}, ["SOLVER.COMPILE.MODE: must be one of None, 'default'"]),
         ({'DYNAMIC': 'yes'}, ['SOLVER.COMPILE.DYNAMIC: expected a bool']),
+        (
+            {'BACKEND': 'inductr'},
+            ["SOLVER.COMPILE.BACKEND: 'inductr' is not a torch.compile backend; did you mean inductor"],
+        ),
     ],
 )
 def test_bad_compile_keys_are_config_errors(blobs, tmp_path, compile_cfg, words):
@@ -168,6 +174,13 @@ def test_bad_compile_keys_are_config_errors(blobs, tmp_path, compile_cfg, words)
         build_solver(cfg, set_up=False)
     for word in words:
         assert word in str(info.value), str(info.value)
+
+
+def test_the_default_backend_is_taken_without_listing_the_backends(monkeypatch):
+    """BACKEND is checked with COMPILE off too; the default (inductor) without importing torch._dynamo, which takes
+    seconds, at every start."""
+    monkeypatch.setattr(torch._dynamo, 'list_backends', lambda **kw: pytest.fail('listed the backends'))
+    assert compile_settings(Config({'COMPILE': {}}, path='SOLVER')).BACKEND == 'inductor'
 
 
 def test_an_unknown_backend_names_the_close_ones(blobs, tmp_path):

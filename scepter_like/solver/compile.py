@@ -38,14 +38,32 @@ COMPILE_PARA_DICT = {
 
 
 def compile_settings(solver_cfg):
-    """SOLVER.COMPILE with its defaults filled in (in the run's config too); unknown keys are a ConfigError."""
+    """SOLVER.COMPILE with its defaults filled in (in the run's config too); a bad key or BACKEND: a ConfigError."""
     path = solver_cfg.path_of('COMPILE')
     if solver_cfg.get('COMPILE') is None:  # written as a bare key
         solver_cfg['COMPILE'] = {}
     section = solver_cfg['COMPILE']
     if not isinstance(section, Config):
         raise ConfigError(f'{path}: expected a mapping of {", ".join(COMPILE_PARA_DICT)}, got {section!r}')
-    return resolve_params(section, COMPILE_PARA_DICT, path)
+    settings = resolve_params(section, COMPILE_PARA_DICT, path)
+    _check_backend(settings)
+    return settings
+
+
+def _check_backend(settings):
+    """A ConfigError for a BACKEND torch.compile does not know, ENABLED or not (a typo would otherwise wait for the
+    day compiling is turned on).  Listing the backends imports torch._dynamo (seconds): the default, always
+    there, is taken without it."""
+    if settings.BACKEND == COMPILE_PARA_DICT['BACKEND']['value']:
+        return
+    import torch._dynamo
+
+    backends = torch._dynamo.list_backends(exclude_tags=())  # entry-point and user-registered ones too
+    if settings.BACKEND not in backends:
+        raise ConfigError(
+            f'{settings.path_of("BACKEND")}: {settings.BACKEND!r} is not a torch.compile backend'
+            f'{suggest(settings.BACKEND, backends)} (torch._dynamo.list_backends(exclude_tags=()) lists them)'
+        )
 
 
 def compile_model(model, settings, logger):
@@ -67,12 +85,6 @@ def compile_model(model, settings, logger):
     options = {'backend': settings.BACKEND, 'mode': settings.MODE, 'dynamic': settings.DYNAMIC}
     try:
         compiled = torch.compile(model._call_impl, fullgraph=settings.FULLGRAPH, **options)
-    except torch._dynamo.exc.InvalidBackend:
-        backends = torch._dynamo.list_backends(exclude_tags=())
-        raise ConfigError(
-            f'{settings.path_of("BACKEND")}: {settings.BACKEND!r} is not a torch.compile backend'
-            f'{suggest(settings.BACKEND, backends)} (torch._dynamo.list_backends(exclude_tags=()) lists them)'
-        ) from None
     except RuntimeError as e:  # a combination torch refuses (it checks them here)
         raise ConfigError(f'{settings.path}: {_reason(e)}') from None
     dynamic_dims = (getattr(unwrap_model(model), 'DYNAMIC_DIMS', None) or {}) if settings.DYNAMIC is not False else {}
