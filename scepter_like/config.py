@@ -383,6 +383,12 @@ def _drop_delete_keys(value):
     return value
 
 
+def _holds_delete_key(value):
+    if isinstance(value, dict):
+        return DELETE_KEY in value or any(_holds_delete_key(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_delete_key(v) for v in value)
+
+
 def load_yaml_with_base(path, _seen=()):
     """Load ``path``; its ``_BASE_`` (a path or list of paths, relative to it) goes first."""
     path = os.path.abspath(path)
@@ -447,7 +453,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         parts, value, append = parse_override(text)
         if parts[0] not in ROOT_KEYS and parts[0] not in cfg:
             raise ConfigError(f"override '{text}': unknown top-level key {parts[0]}{suggest(parts[0], ROOT_KEYS)}")
-        if DELETE_KEY in parts or _drop_delete_keys(value) != value:
+        if DELETE_KEY in parts or _holds_delete_key(value):
             _refuse_delete_key(text, parts)
         node = cfg
         for i, part in enumerate(parts[:-1]):
