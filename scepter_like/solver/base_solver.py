@@ -401,13 +401,13 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     def end_pass(self) -> None:
         """An eval / test pass ends: its outputs recorded (a scepter-style ``run_eval`` fills ``_epoch_outputs``
-        itself), after_epoch hooks; an evaluation marks the epoch evaluated."""
+        itself), after_epoch hooks; an evaluation marks the epoch evaluated (not one of an epoch cut short)."""
         mode = self._mode
         if not self._outputs_recorded:
             self.record_epoch_outputs(broadcast_object(self.epoch_outputs[mode]))
         self.after_epoch()
         if mode == 'eval':
-            self.progress.last_eval_epoch = self.progress.epoch
+            self.progress.record_eval()
 
     def record_epoch_outputs(self, outputs: dict[str, Any]) -> None:
         """``epoch_outputs[mode]`` = ``outputs`` as ``{name: float}`` (one-element tensors too); metrics.jsonl."""

@@ -143,6 +143,17 @@ class TrainingProgress:
             or (self.max_steps > 0 and self.total_iter >= self.max_steps)
         )
 
+    @property
+    def epoch_cut(self) -> bool:
+        """The current train epoch stopped short of its end (MAX_STEPS, a stop): an evaluation now is of its weights
+        at iteration ``iters['train']``, not the epoch's evaluation, which a resumed run does when the epoch ends."""
+        return 0 < self.iters['train'] < self.epoch_iters['train'] and not self.epoch_finished
+
+    def record_eval(self) -> None:
+        """An evaluation is done: it is the current epoch's, unless the epoch was cut short (``epoch_cut``)."""
+        if not self.epoch_cut:
+            self.last_eval_epoch = self.epoch
+
     def eval_due(self) -> bool:
         """Whether the evaluation after the current epoch is still to run (given eval data)."""
         if self.last_eval_epoch == self.epoch:

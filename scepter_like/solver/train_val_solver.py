@@ -190,4 +190,12 @@ class TrainValSolver(BaseSolver):
         """What this evaluation is of: an epoch inside training, the final test, or (no training) the data."""
         if 'train' not in self.datas:  # run_eval: the weights loaded, on this mode's data
             return f'on {self.cfg[DATA_KEYS[self.mode]].NAME}'
-        return f'epoch {self.progress.epoch + 1}/{self.max_epochs}' if self.mode == 'eval' else 'final'
+        if self.mode != 'eval':
+            return 'final'
+        progress = self.progress
+        cut = (
+            f' at iter {progress.iters["train"]}/{progress.epoch_iters["train"]} (cut short)'
+            if progress.epoch_cut
+            else ''
+        )
+        return f'epoch {progress.epoch + 1}/{self.max_epochs}{cut}'

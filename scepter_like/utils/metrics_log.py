@@ -6,7 +6,9 @@ Lines (every one has ``kind``, ``step`` = train steps completed, ``epoch`` (1-ba
 - ``{"kind": "start", "step": S, "resumed_from": path|null}`` when training (``solve``) starts;
 - ``{"kind": "train", "iter": i, "epoch_iters": n, "values": {"loss": ..., "lr": ...}}`` per
   LogHook interval (the interval means LogHook prints);
-- ``{"kind": "eval", "values": {"accuracy": ...}}`` per evaluation;
+- ``{"kind": "eval", "values": {"accuracy": ...}}`` per evaluation; one after MAX_STEPS or a stop cut an epoch
+  short has ``iter`` and ``epoch_iters`` too, and ``epoch`` is the cut epoch (the log's ``eval epoch 2/4 at iter
+  3/7 (cut short)``): it is no evaluation of that epoch, which a resumed run evaluates when the epoch ends;
 - ``{"kind": "test", "weights": "last" | "checkpoints/....pth", "values": {...}}`` per test of this run's
   weights: the model's own (``last``, EMA / SWA average swapped in where the run evaluates with it), or a
   file in WORK_DIR (its path in WORK_DIR).  A test of weights outside WORK_DIR (another run's) writes
@@ -122,12 +124,17 @@ class MetricsLog:
         )
 
     def write_epoch_outputs(self, solver, mode):
-        """An eval / test line; ``epoch`` counts the train epochs completed by then."""
-        epoch, values = solver.progress.epochs_completed(), solver.epoch_outputs.get(mode, {})
-        if mode != 'test':
-            self.write(mode, solver.progress.total_iter, epoch, values=values)
+        """An eval / test line; ``epoch`` counts the train epochs completed by then.  An evaluation of an epoch cut
+        short (MAX_STEPS, a stop) is of that epoch at ``iter`` of its ``epoch_iters``, as the log says."""
+        progress, values = solver.progress, solver.epoch_outputs.get(mode, {})
+        epoch = progress.epochs_completed()
+        if mode == 'eval' and progress.epoch_cut:
+            at = {'iter': progress.iters['train'], 'epoch_iters': progress.epoch_iters['train']}
+            self.write(mode, progress.total_iter, progress.epoch + 1, values=values, **at)
+        elif mode != 'test':
+            self.write(mode, progress.total_iter, epoch, values=values)
         elif self._test_weights is not None:
-            self.write(mode, solver.progress.total_iter, epoch, weights=self._test_weights, values=values)
+            self.write(mode, progress.total_iter, epoch, weights=self._test_weights, values=values)
 
 
 def read_metrics(path):

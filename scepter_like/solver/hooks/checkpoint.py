@@ -140,7 +140,7 @@ class CheckpointHook(Hook):
         self.best_value = None
         self.best_epoch = None
         self.best_step = None  # the train step the best checkpoint holds: a test of the file checks it is that one
-        self.checked_eval = None
+        self.checked_eval = -1  # the last_eval_epoch considered (-1: none; an epoch cut short records none)
         self._steps = StepInterval(self.step_interval)
         self._registered = False
         self._newest = None  # (train step, path) of the newest checkpoint this run wrote or resumed from

@@ -55,7 +55,7 @@ class EarlyStoppingHook(Hook):
 
     def after_epoch(self, solver: SolverSurface):
         value = eval_metric(solver, self.monitor, self.cfg.path_of('MONITOR'))
-        if value is None:
+        if value is None or solver.progress.epoch_cut:  # (training stops there; a resumed run evaluates the epoch)
             return
         improved = self.best is None or (
             value > self.best + self.min_delta if self.greater else value < self.best - self.min_delta
