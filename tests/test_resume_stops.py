@@ -52,3 +52,25 @@ def test_an_evaluation_of_an_epoch_max_steps_cut_short_is_not_that_epochs(blobs,
     assert _checkpoint_hook(resumed).best_epoch == _checkpoint_hook(whole).best_epoch
     assert _checkpoint_hook(resumed).best_value == _checkpoint_hook(whole).best_value
     assert resumed.epoch_outputs['test'] == whole.epoch_outputs['test']
+
+
+@pytest.mark.slow
+def test_max_steps_inside_an_accumulation_group_is_a_warning_naming_the_group_and_the_steps_that_end_one(
+    blobs, tmp_path, caplog
+):
+    """MAX_STEPS counts train steps (micro-batches); a stop inside a group steps the optimizer on its part, which a
+    run that goes on does not (so a resume from there differs).  6 steps an epoch, groups of 4: 1-4, 5-6."""
+    for max_steps in (8, 10):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger='scepter_like.test'):
+            build_solver(blob_solver_cfg(blobs, tmp_path / f'w{max_steps}', ACCU_STEP=4, MAX_STEPS=max_steps))
+        warned = [r.getMessage() for r in caplog.records if 'accumulation group' in r.getMessage()]
+        if max_steps == 8:
+            assert warned == [
+                'SOLVER.MAX_STEPS: 8 stops inside a gradient accumulation group (accumulation of 4: iterations 1-4'
+                ' of epoch 2, counted from the epoch start); the stop steps the optimizer on part of that group, so'
+                ' a run resumed from there (RESUME_FROM) does not continue the run it stopped exactly. MAX_STEPS 6'
+                ' or 10 ends a group'
+            ]
+        else:  # 10 ends the group 1-4 of epoch 2
+            assert warned == []

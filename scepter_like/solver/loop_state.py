@@ -135,6 +135,20 @@ class TrainingProgress:
         size = max(min(n - group_start % n, self.train_stop - group_start), 1)  # (an own loop may run past the plan)
         return size, it + 1 >= group_start + size
 
+    def group_max_steps_cuts(self, n: int) -> tuple[int, int, int] | None:
+        """``(epoch, first, last)`` (1-based, iterations counted from the epoch's start) of the accumulation group of
+        ``n`` that MAX_STEPS stops inside, in a run from the start; None when the stop ends a group or an epoch (or
+        MAX_EPOCHS ends training first).  The stop steps the optimizer on the part of the group done, which a run
+        that goes on past it does not: a resume from there does not continue that run exactly."""
+        per_epoch = self.epoch_iters['train']
+        if n == 1 or self.max_steps <= 0 or per_epoch <= 0 or self.max_steps >= self.max_epochs * per_epoch:
+            return None
+        epoch, at = divmod(self.max_steps, per_epoch)
+        if at % n == 0:  # (at 0: the end of an epoch, whose last group may be short)
+            return None
+        first = at - at % n + 1
+        return epoch + 1, first, min(first + n - 1, per_epoch)
+
     # -- the end of things ------------------------------------------------------------------
     def train_finished(self) -> bool:
         return (

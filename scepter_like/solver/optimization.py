@@ -370,9 +370,30 @@ class WeightUpdater:
                 resample_every = getattr(getattr(train_data, 'dataset', None), 'resample_every', 0)
                 self.phases.check(progress, self.settings, params, self.logger, resample_every)
             self.use_phase(0, progress)
+            if progress is not None and self.active:
+                self._warn_max_steps_cuts_a_group(progress)
             if autocast is torch.float16:
                 self.scaler = torch.amp.GradScaler('cuda')
         _ = self.loss_aggregator  # built now, so that a bad LOSS_AGGREGATOR fails before training
+
+    def _warn_max_steps_cuts_a_group(self, progress: TrainingProgress) -> None:
+        """MAX_STEPS counts train steps (micro-batches), as scepter's does; a stop inside an accumulation group steps
+        the optimizer on that group's first micro-batches, so a run resumed from it differs from one that went on
+        (Lightning's max_steps counts optimizer steps and never stops inside a group): say so, and what ends one."""
+        n = self.settings.accumulate_steps
+        cut = progress.group_max_steps_cuts(n)
+        if cut is None:
+            return
+        epoch, first, last = cut
+        steps = progress.max_steps
+        at = steps - (epoch - 1) * progress.epoch_iters['train']  # the stop's iteration in its epoch
+        before, after = steps - (at - first + 1), steps + last - at
+        self.logger.warning(
+            f'{self.cfg.path_of("MAX_STEPS")}: {steps} stops inside a gradient accumulation group (accumulation of'
+            f' {n}: iterations {first}-{last} of epoch {epoch}, counted from the epoch start); the stop steps the'
+            f' optimizer on part of that group, so a run resumed from there (RESUME_FROM) does not continue the'
+            f' run it stopped exactly. MAX_STEPS {before} or {after} ends a group'
+        )
 
     def use_phase(self, index: int, progress: TrainingProgress | None = None) -> None:
         """Optimize with phase ``index``'s optimizer and scheduler from here on (fresh state; a resume loads it)."""
