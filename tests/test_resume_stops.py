@@ -5,6 +5,7 @@ import logging
 import os
 
 import pytest
+import torch
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.utils.metrics_log import read_metrics
@@ -74,3 +75,55 @@ def test_max_steps_inside_an_accumulation_group_is_a_warning_naming_the_group_an
             ]
         else:  # 10 ends the group 1-4 of epoch 2
             assert warned == []
+
+
+def _swa_cfg(blobs, work_dir, **keys):
+    saver = {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True}
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'SWAHook', 'START_EPOCH': 1}, saver]
+    return blob_solver_cfg(blobs, work_dir, hooks=hooks, DEFAULT_LOG_HOOK=False, **keys)
+
+
+def _state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same_weights(a, b):
+    return all(torch.equal(v, b.unwrapped_model.state_dict()[k]) for k, v in a.unwrapped_model.state_dict().items())
+
+
+@pytest.mark.slow
+def test_swa_save_last_holds_the_weights_training_ended_with_so_extending_the_run_trains_on_from_them(blobs, tmp_path):
+    """The model keeps the average after the run, but only once every hook's end-of-run work is done: SAVE_LAST's
+    checkpoint holds the training weights as ``model`` (the average as ``eval_model``), so RESUME_FROM=auto with
+    more epochs ends as the longer run (it trained on from the average)."""
+    whole = build_solver(_swa_cfg(blobs, tmp_path / 'whole', MAX_EPOCHS=3))
+    whole.solve()
+    first = build_solver(_swa_cfg(blobs, tmp_path / 'ext', MAX_EPOCHS=2))
+    ended_with = {}
+    first.register_callback_on_epoch_end(lambda s: ended_with.update(_state(s.unwrapped_model)))
+    first.solve()
+    first.close()
+    last = torch.load(tmp_path / 'ext' / 'checkpoints' / 'checkpoint-last.pth', weights_only=True)
+    swa = first.hooks_dict['train'][1]
+    for k, v in ended_with.items():
+        assert torch.equal(last['model'][k], v)
+        assert torch.equal(last['eval_model'][k], swa.averaged.module.state_dict()[k])
+        assert torch.equal(first.unwrapped_model.state_dict()[k], last['eval_model'][k])  # the model: the average
+    extended = build_solver(_swa_cfg(blobs, tmp_path / 'ext', MAX_EPOCHS=3, RESUME_FROM='auto'))
+    extended.solve()
+    assert extended.hooks_dict['train'][1].n_averaged == whole.hooks_dict['train'][1].n_averaged == 3
+    assert _same_weights(extended, whole)
+
+
+@pytest.mark.slow
+def test_swa_averages_an_epoch_max_steps_cut_short_once_when_the_resumed_run_finishes_it(blobs, tmp_path):
+    whole = build_solver(_swa_cfg(blobs, tmp_path / 'whole', MAX_EPOCHS=3))
+    whole.solve()
+    cut = build_solver(_swa_cfg(blobs, tmp_path / 'cut', MAX_EPOCHS=3, MAX_STEPS=8))  # iter 2 of epoch 2
+    cut.solve()
+    cut.close()
+    assert cut.hooks_dict['train'][1].n_averaged == 1  # epoch 1 only
+    resumed = build_solver(_swa_cfg(blobs, tmp_path / 'cut', MAX_EPOCHS=3, RESUME_FROM='auto'))
+    resumed.solve()
+    assert resumed.hooks_dict['train'][1].n_averaged == whole.hooks_dict['train'][1].n_averaged == 3
+    assert _same_weights(resumed, whole)

@@ -7,8 +7,9 @@ them; END_EPOCH 0: to the last) the weights enter an equal-weight running averag
 Evaluation, test and ``predict`` run with the average swapped in (``eval_weights``; in a session resumed
 from a checkpoint from the resume on, whether or not it trains), and checkpoints carry
 it as ``eval_model`` (so a best checkpoint chosen by it holds what was evaluated); at the end of
-a successful run the model keeps the average (and, with EXPORT, it is written to
-``WORK_DIR/swa/{EXPORT_NAME}.safetensors``).  SWA_LR > 0 hands the learning rate to
+a successful run, once every hook's ``after_solve`` is done, the model keeps the average (so SAVE_LAST's
+checkpoint holds the weights training ended with, and a run extended from it trains on from them); with
+EXPORT it is written to ``WORK_DIR/swa/{EXPORT_NAME}.safetensors``.  SWA_LR > 0 hands the learning rate to
 ``SWALR`` from START_EPOCH on (it anneals over ANNEAL_EPOCHS, stepping once per epoch).
 Under FSDP (``SOLVER.PARALLEL: fsdp``) it is a ConfigError before training: the average is
 a deep copy of the whole model, which a sharded model does not allow.
@@ -82,6 +83,7 @@ class SWAHook(Hook):
         self._loaded = None
         self._loaded_scheduler = None  # the checkpoint's SWALR state, until before_solve builds SWALR
         self._swap = None
+        self._keeps_average = False  # the after_solve callback that leaves the average in the model is registered
 
     def before_solve(self, solver: SolverSurface):
         from torch.optim.swa_utils import SWALR
@@ -126,6 +128,10 @@ class SWAHook(Hook):
             self._loaded = None
         if self.eval_with_swa and self._swap is None:
             self._swap = swap_in_for_eval(solver, lambda: self.averaged_weights(solver))
+        if not self._keeps_average:  # after every hook's after_solve, whatever the mode it runs in
+            for mode in ('train', 'eval', 'test'):
+                solver.register_stage_callback('after_solve', self._keep_average, mode=mode)
+            self._keeps_average = True
 
     @property
     def n_averaged(self):
@@ -136,8 +142,9 @@ class SWAHook(Hook):
 
     def after_epoch(self, solver: SolverSurface):
         progress = solver.progress
-        # an epoch a stop (a signal, request_stop) cut short is averaged when its resumed run finishes it, not twice
-        if (progress.stop_reason is not None and not progress.epoch_finished) or not self._in_range(progress.epoch + 1):
+        # an epoch MAX_STEPS or a stop (a signal, request_stop) cut short is averaged when a resumed run finishes it,
+        # not twice
+        if not progress.epoch_finished or not self._in_range(progress.epoch + 1):
             return
         self.averaged.update_parameters(solver.unwrapped_model)
         self._bn_stale = True
@@ -185,17 +192,22 @@ class SWAHook(Hook):
     def after_solve(self, solver: SolverSurface):
         if self._swap is not None:
             self._swap.swap_back()
-        if solver.failed is not None or self.n_averaged == 0:
+        if not self.export or solver.failed is not None or self.n_averaged == 0:
             return
-        weights = self.averaged_weights(solver)
-        solver.unwrapped_model.load_state_dict(weights)
-        solver.logger.info(f'SWA: the model now holds the average of {self.n_averaged} epochs')
-        if self.export and solver.is_main:
+        weights = self.averaged_weights(solver)  # every rank (recomputing BatchNorm statistics all-reduces)
+        if solver.is_main:
             from scepter_like.model.description import save_described_weights
 
             path = os.path.join(solver.work_dir, 'swa', f'{self.export_name}.safetensors')
             save_described_weights(path, weights, solver.unwrapped_model, swa_epochs=self.n_averaged)
             solver.logger.info(f'SWA weights exported to {path}')
+
+    def _keep_average(self, solver: SolverSurface):
+        """A callback after every hook's ``after_solve``: the hooks' end-of-run work (SAVE_LAST's checkpoint, an
+        export) saw the weights training ended with; from here on the model holds the average."""
+        if solver.failed is None and self.n_averaged > 0:
+            solver.unwrapped_model.load_state_dict(self.averaged_weights(solver))
+            solver.logger.info(f'SWA: the model now holds the average of {self.n_averaged} epochs')
 
     def state_dict(self):
         if self.averaged is None:
