@@ -127,3 +127,25 @@ def test_swa_averages_an_epoch_max_steps_cut_short_once_when_the_resumed_run_fin
     resumed.solve()
     assert resumed.hooks_dict['train'][1].n_averaged == whole.hooks_dict['train'][1].n_averaged == 3
     assert _same_weights(resumed, whole)
+
+
+@pytest.mark.slow
+def test_resuming_with_another_optimizer_class_is_one_config_error_naming_both(blobs, tmp_path):
+    """AdamW's state loaded into SGD failed at the first step with SGD's KeyError 'momentum' and a traceback."""
+    from scepter_like.errors import ConfigError
+
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'AdamW', 'LEARNING_RATE': 0.01}
+    first = build_solver(cfg)
+    first.solve()
+    first.close()
+    cfg['SOLVER'].update(RESUME_FROM='auto', MAX_EPOCHS=2, OPTIMIZER={'NAME': 'SGD', 'LEARNING_RATE': 0.01})
+    last = tmp_path / 'w' / 'checkpoints' / 'checkpoint-last.pth'
+    with pytest.raises(ConfigError) as caught:
+        build_solver(cfg)
+    assert str(caught.value) == (
+        f'SOLVER.OPTIMIZER.NAME: SGD, and {last} holds the state of optimizer AdamW, which SGD cannot resume from;'
+        f' resume with NAME: AdamW, or start a new run from its weights (SOLVER.MODEL.PRETRAINED_MODEL: {last})'
+        ' with SGD'
+    )

@@ -23,11 +23,28 @@ def _settings(state):
     return {k: state[k] for k in LENGTH_SETTINGS if k in state}
 
 
-def _old_lengths(ckpt):
+def _saved_solver_config(ckpt):
+    """The SOLVER config of the run that wrote ``ckpt``; None for a checkpoint without it."""
     try:
         solver = load_yaml(ckpt['meta']['config'])['SOLVER']
-        return {key: solver.get(key) for key in RUN_LENGTH_KEYS}
-    except (KeyError, TypeError, ValueError):  # a checkpoint without the config it was written with
+    except (KeyError, TypeError, ValueError):
+        return None
+    return solver if isinstance(solver, dict) else None
+
+
+def _old_lengths(ckpt):
+    solver = _saved_solver_config(ckpt)
+    return None if solver is None else {key: solver.get(key) for key in RUN_LENGTH_KEYS}
+
+
+def saved_optimizer_name(ckpt, phase):
+    """The NAME of the optimizer whose state ``ckpt`` holds (that of optimizer phase ``phase``), from the config it
+    was written with; None when that is unknown."""
+    solver = _saved_solver_config(ckpt) or {}
+    try:
+        entry = solver['OPTIMIZER'] if phase == 0 else solver['OPTIMIZER_PHASES'][phase - 1]['OPTIMIZER']
+        return entry['NAME']
+    except (KeyError, TypeError, IndexError):
         return None
 
 

@@ -49,6 +49,7 @@ from scepter_like.errors import CheckpointError, ConfigError, TrainingError
 from scepter_like.model.loss_aggregators import LOSS_AGGREGATORS, LossAggregator, aggregate_loss, loss_terms
 from scepter_like.opt.lr_schedulers.registry import build_lr_scheduler
 from scepter_like.opt.optimizers.registry import build_optimizer
+from scepter_like.opt.schedule_resume import saved_optimizer_name
 from scepter_like.registry import resolve_params
 from scepter_like.solver.loop_state import StepState, TrainingProgress
 from scepter_like.solver.parallel import full_tensor, load_optimizer_state, optimizer_state_dict
@@ -596,6 +597,8 @@ class WeightUpdater:
                     ' (SOLVER.OPTIMIZER_PHASES)'
                 )
             self.use_phase(phase, progress)  # the optimizer (and scheduler) whose state the checkpoint holds
+        if self.optimizer is not None:
+            self._check_optimizer_class(ckpt, phase, source)
         for name, obj, load in (
             ('optimizer', self.optimizer, load_optimizer_state),
             ('lr_scheduler', self.lr_scheduler, lambda o, s: o.load_state_dict(s)),
@@ -613,6 +616,19 @@ class WeightUpdater:
         self.nonfinite_total = update.get('nonfinite_total', 0)
         if self.scaler is not None and 'scaler' in update:
             self.scaler.load_state_dict(update['scaler'])
+
+    def _check_optimizer_class(self, ckpt: dict[str, Any], phase: int, source: str) -> None:
+        """An optimizer's state fits only its own class (SGD would read 'momentum' from AdamW's param groups at its
+        first step): another class than the checkpoint's is a ConfigError naming both and the ways out."""
+        saved, own_cfg = saved_optimizer_name(ckpt, phase), self.phases.optimizers[phase]
+        if saved is None or own_cfg is None or saved == own_cfg.NAME:
+            return
+        where, own = self.phases.owners[phase].path_of('OPTIMIZER'), own_cfg.NAME
+        raise ConfigError(
+            f'{where}.NAME: {own}, and {source} holds the state of optimizer {saved}, which {own} cannot resume from;'
+            f' resume with NAME: {saved}, or start a new run from its weights (SOLVER.MODEL.PRETRAINED_MODEL:'
+            f' {source}) with {own}'
+        )
 
 
 def _agreed(loss: torch.Tensor) -> torch.Tensor:
