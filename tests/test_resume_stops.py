@@ -149,3 +149,32 @@ def test_resuming_with_another_optimizer_class_is_one_config_error_naming_both(b
         f' resume with NAME: AdamW, or start a new run from its weights (SOLVER.MODEL.PRETRAINED_MODEL: {last})'
         ' with SGD'
     )
+
+
+@pytest.mark.slow
+def test_a_resume_under_other_optimizer_and_scheduler_settings_names_every_one_the_checkpoint_keeps(
+    blobs, tmp_path, caplog
+):
+    """Only a changed learning rate was said; weight decay, betas and T_max were replaced silently."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=1, EVAL_DATA=None)
+    cfg['SOLVER']['OPTIMIZER'] = {'NAME': 'AdamW', 'LEARNING_RATE': 0.01, 'WEIGHT_DECAY': 0.0001}
+    cfg['SOLVER']['LR_SCHEDULER'] = {'NAME': 'CosineAnnealingLR', 'T_MAX': 10}
+    first = build_solver(cfg)
+    first.solve()
+    first.close()
+    cfg['SOLVER']['RESUME_FROM'] = 'auto'
+    cfg['SOLVER']['OPTIMIZER'].update(LEARNING_RATE=0.02, WEIGHT_DECAY=0.05, BETAS=[0.8, 0.99])
+    cfg['SOLVER']['LR_SCHEDULER']['T_MAX'] = 20
+    last = tmp_path / 'w' / 'checkpoints' / 'checkpoint-last.pth'
+    with caplog.at_level(logging.WARNING, logger='scepter_like.test'):
+        resumed = build_solver(cfg)
+    assert [r.getMessage() for r in caplog.records if 'other settings' in r.getMessage()] == [
+        f"{last}'s optimizer and LR scheduler were made with other settings than this config's: learning rate 0.01"
+        ' (this config: 0.02), betas (0.9, 0.999) (this config: (0.8, 0.99)), weight_decay 0.0001 (this config:'
+        " 0.05), T_max 10 (this config: 20). A resume goes on with the checkpoint's optimizer and schedule, so it"
+        " keeps the checkpoint's values and the config's are not used. To train with them, start a fresh run from"
+        ' these weights (SOLVER.MODEL.PRETRAINED_MODEL)'
+    ]
+    group = resumed.optimizer.param_groups[0]
+    assert (group['weight_decay'], group['betas'], resumed.lr_scheduler.T_max) == (0.0001, (0.9, 0.999), 10)

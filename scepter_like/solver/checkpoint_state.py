@@ -23,7 +23,7 @@ from scepter_like.data.loader import DATA_KEYS, check_splits_agree
 from scepter_like.errors import CheckpointError, ConfigError, Preempted
 from scepter_like.model.classifier import Classifier
 from scepter_like.model.description import check_architecture, describe, parse_description
-from scepter_like.opt.schedule_resume import changed_lr_note, resumed_schedule_note
+from scepter_like.opt.schedule_resume import LENGTH_SETTINGS, changed_settings_note, resumed_schedule_note
 from scepter_like.solver.hooks.hook import Hook
 from scepter_like.solver.parallel import load_model_state, model_state_dict
 from scepter_like.solver.stages import HOOK_KEYS
@@ -107,12 +107,11 @@ def restore_training_state(solver, ckpt, source):
     take_data_names(solver, ckpt.get(MODEL_DESCRIPTION_KEY), source)
     load_model_state(solver.model, ckpt['model'], source)
     config_schedule = solver.lr_scheduler.state_dict() if solver.lr_scheduler is not None else None
-    config_lrs = [g.get('initial_lr', g['lr']) for g in solver.optimizer.param_groups] if solver.optimizer else None
+    config_groups = [dict(g) for g in solver.optimizer.param_groups] if solver.optimizer else None
     solver.updater.load_state_dict(ckpt, ckpt['solver'].get('phase', 0), solver.progress, source)
-    for note in (
-        resumed_schedule_note(solver, ckpt, config_schedule, source),
-        changed_lr_note(config_lrs, ckpt, source),
-    ):
+    length_note = resumed_schedule_note(solver, ckpt, config_schedule, source)
+    skip = LENGTH_SETTINGS if length_note else ()  # (named there)
+    for note in (length_note, changed_settings_note(config_groups, config_schedule, ckpt, source, skip)):
         if note is not None:
             solver.logger.warning(note)
     progress = dict(ckpt['solver'], iter=_map_position(solver, ckpt, source))
