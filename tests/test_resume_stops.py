@@ -178,3 +178,23 @@ def test_a_resume_under_other_optimizer_and_scheduler_settings_names_every_one_t
     ]
     group = resumed.optimizer.param_groups[0]
     assert (group['weight_decay'], group['betas'], resumed.lr_scheduler.T_max) == (0.0001, (0.9, 0.999), 10)
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_says_it_is_finished_and_only_tests(blobs, tmp_path, caplog):
+    """The resume line said 'goes on at epoch 3, iter 1' and the docs 'evaluates and tests again'."""
+    hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 0, 'SAVE_LAST': True}]
+    cfg = blob_solver_cfg(blobs, tmp_path / 'w', hooks=hooks, MAX_EPOCHS=2)
+    cfg['SOLVER']['TEST_DATA'] = dict(cfg['SOLVER']['EVAL_DATA'])
+    first = build_solver(cfg)
+    first.solve()
+    first.close()
+    cfg['SOLVER']['RESUME_FROM'] = 'auto'
+    with caplog.at_level(logging.INFO, logger='scepter_like.test'):
+        again = build_solver(cfg)
+        again.solve()
+    last = tmp_path / 'w' / 'checkpoints' / 'checkpoint-last.pth'
+    assert f'resumed from {last} after step 12: the run is finished, nothing is left to train\n' in caplog.text
+    assert 'MAX_STEPS 0): nothing is left to train; only the test runs\n' in caplog.text
+    assert [r['step'] for r in _evals(tmp_path / 'w')] == [6, 12]
+    assert again.epoch_outputs['test'] == first.epoch_outputs['test']

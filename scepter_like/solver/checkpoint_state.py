@@ -313,6 +313,8 @@ def resume(solver):
     ended = progress.epoch_finished or progress.iters['train'] >= progress.epoch_iters['train']
     if ended and solver.eval_due():  # its evaluation was cut off
         goes_on = f'the evaluation of epoch {progress.epoch + 1} first'
+    elif progress.train_finished():  # MAX_EPOCHS, MAX_STEPS or a stop (EarlyStoppingHook) had ended it
+        goes_on = 'the run is finished, nothing is left to train'
     elif ended:  # no evaluation due after it (EVAL_INTERVAL)
         goes_on = f'goes on at epoch {progress.epoch + 2}, iter 1'
     else:

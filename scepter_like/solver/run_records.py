@@ -145,10 +145,14 @@ def announce_run(solver):
         solver.logger.info(model_summary(solver, solver.cfg.MODEL_SUMMARY_DEPTH))
     done = progress.epochs_completed() >= progress.max_epochs or 0 < progress.max_steps <= progress.total_iter
     if solver.resumed_from and done:
+        rest = (
+            [f'the evaluation of epoch {progress.epoch + 1}'] if progress.epoch_finished and solver.eval_due() else []
+        )
+        rest += ['the test'] if 'test' in solver.datas else []  # (its last evaluation is in the checkpoint)
         solver.logger.warning(
             f'{solver.resumed_from} ends a finished run (step {progress.total_iter}, MAX_EPOCHS'
-            f' {progress.max_epochs}, MAX_STEPS {progress.max_steps}): nothing is left to train;'
-            ' only evaluation and test run'
+            f' {progress.max_epochs}, MAX_STEPS {progress.max_steps}): nothing is left to train; '
+            + (f'only {" and ".join(rest)} {"runs" if len(rest) == 1 else "run"}' if rest else 'nothing runs')
         )
     solver.logger.info('hook order per stage:\n' + solver.get_hooks_info())
 
