@@ -145,7 +145,11 @@ def coerce_value(value, spec, path):
     if list in types and isinstance(default, (list, tuple)) and len(default) == 1 and not isinstance(value, Config):
         return [coerce_value(value, {'value': default[0]}, path)]
     hint = ''
-    if isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
+    if list in types and not isinstance(value, (list, Config)) and not _is_array(value):
+        # ``MILESTONES: 1,2`` is the string '1,2' to YAML (torch would read its characters)
+        items = value.replace(',', ' ').split() if isinstance(value, str) else [value_text(value)]
+        hint = f'; write a YAML list: [{", ".join(items)}]'
+    elif isinstance(value, str) and (int in types or float in types) and _NUMBER_WORD.match(value.strip()):
         # a quoted YAML value, a Python str in a dict, or a YAML 1.1 loader's reading of 1e-3: one hint fits each
         word = value.strip()
         hint = (

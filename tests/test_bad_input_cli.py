@@ -117,6 +117,27 @@ CASES = {
         lambda t, b: ['--cfg', b, _work(t), 'SOLVER.OPTIMIZER={NAME: AdamW, BETAS: [0.9]}'],
         r'SOLVER\.OPTIMIZER\.BETAS: AdamW takes 2 values here .*got 1',
     ),
+    'milestones as a string': (  # YAML reads 1,2 as the string '1,2': torch took its characters, the LR never fell
+        lambda t, b: [
+            '--cfg',
+            _write(
+                t,
+                'ms.yaml',
+                f'_BASE_: {b}\nSOLVER:\n  LR_SCHEDULER:\n    NAME: MultiStepLR\n    MILESTONES: 1,2\n',
+            ),
+            '--print-config',
+        ],
+        r"SOLVER\.LR_SCHEDULER\.MILESTONES: expected a list, got '1,2'; write a YAML list: \[1, 2\]$",
+    ),
+    'milestones as a number': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'SOLVER.LR_SCHEDULER={NAME: MultiStepLR, MILESTONES: 3}'],
+        r'SOLVER\.LR_SCHEDULER\.MILESTONES: expected a list, got 3; write a YAML list: \[3\]$',
+    ),
+    'betas as a string': (
+        lambda t, b: ['--cfg', DIGITS_CFG, '--print-config', 'SOLVER.OPTIMIZER.BETAS=0.9 0.99'],
+        r"SOLVER\.OPTIMIZER\.BETAS: expected a list \(like \[0\.9, 0\.999\]\), got '0\.9 0\.99'; write a YAML list:"
+        r' \[0\.9, 0\.99\]$',
+    ),
     'a remote file system': (
         lambda t, b: ['--cfg', b, _work(t), 'SOLVER.FILE_SYSTEM={NAME: AliyunOssFs, BUCKET: b}'],
         r"^error: SOLVER\.FILE_SYSTEM: 'AliyunOssFs' is not supported; scepter_like uses local files only",

@@ -4,10 +4,11 @@ Each gets a builder whose ``para_dict`` is read off the real signature: argument
 ``lr`` is the key ``LEARNING_RATE``, every other argument its upper-cased name
 (``WEIGHT_DECAY``, ``T_MAX``, ...), defaults as torch states them.  Arguments without a
 default are required.  Tuples (``betas``) are written as YAML lists of the default's
-length.  ``LEARNING_RATE`` must be a finite number, at least 0, and the schedulers' lengths
-and counts (``_LEAST``) integers of at least their lowest working value: torch checks few of
-them, and ``T_MAX: -1`` swings the rate between 0 and full every epoch, ``T_MAX: 0`` divides by
-zero after the first epoch.
+length, and an argument annotated as a list without a default (``milestones``) takes a YAML list only.
+``LEARNING_RATE`` must be a finite number, at least 0, and the schedulers' lengths and counts
+(``_LEAST``) integers of at least their lowest working value: torch checks few of them, and
+``T_MAX: -1`` swings the rate between 0 and full every epoch, ``T_MAX: 0`` divides by zero
+after the first epoch.
 
 Not offered: ``LambdaLR`` / ``MultiplicativeLR`` (they take Python callables) and
 ``SequentialLR`` / ``ChainedScheduler`` (they take scheduler objects); compose warmup
@@ -22,6 +23,7 @@ from scepter_like.errors import ConfigError
 from scepter_like.opt.registry import LR_SCHEDULERS, OPTIMIZERS
 
 _SKIP_ARGS = {'self', 'params', 'optimizer', 'verbose'}
+_LIST_ANNOTATIONS = ('Iterable[', 'Sequence[', 'list', 'tuple', "<class 'list'>", "<class 'tuple'>")
 _NOT_OFFERED = {'LambdaLR', 'MultiplicativeLR', 'SequentialLR', 'ChainedScheduler', 'LRScheduler', '_LRScheduler'}
 _LEAST = {  # scheduler argument -> its least working value (an int); periods and step counts are at least 1
     **dict.fromkeys(('T_max', 'T_0', 'T_mult', 'step_size', 'step_size_up', 'step_size_down', 'total_iters'), 1),
@@ -64,6 +66,8 @@ def signature_params(cls, least=None):
                 spec['type'] = (int, float)
         elif value is None and annotation in ('int', "<class 'int'>"):
             spec['type'] = (int,)
+        elif value is None and annotation.startswith(_LIST_ANNOTATIONS):
+            spec['type'] = (list,)  # MultiStepLR's milestones: a string would pass on as its characters
         if key == 'LEARNING_RATE':  # torch accepts inf (the run then trains to NaN): refused here
             spec['min'] = 0.0
         if arg in (least or {}):
