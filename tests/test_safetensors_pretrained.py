@@ -10,7 +10,7 @@ import yaml
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from safetensors.torch import load_file
 
-from scepter_like.errors import CheckpointError
+from scepter_like.errors import CheckpointError, ConfigError
 from scepter_like.model.description import save_described_weights
 from scepter_like.utils.checkpoint import read_safetensors_metadata, save_safetensors
 
@@ -126,3 +126,38 @@ def test_pretrained_strict_off_keeps_a_new_head_of_another_class_count(tmp_path,
     assert torch.equal(own['backbone.2.weight'], fresh['backbone.2.weight'])  # the new head: its own init
     said = [r.getMessage() for r in caplog.records if 'mis-shaped' in r.getMessage()]
     assert len(said) == 1 and 'backbone.2.weight (5, 16) vs model (3, 16)' in said[0], said
+
+
+def test_a_part_loads_its_own_pretrained_model_and_freezes_its_own_prefixes(tmp_path, caplog):
+    """SOLVER.MODEL.BACKBONE.PRETRAINED_MODEL and FREEZE were accepted and ignored (no load, no freeze, no error for
+    a missing file): the part's keys apply to the part, named by the part's config path."""
+    source = build_solver(blob_cfg(tmp_path / 'a')).unwrapped_model.backbone
+    path = tmp_path / 'backbone.safetensors'
+    save_safetensors(source.state_dict(), path)  # the backbone's own names: 0.weight, 2.bias, ...
+    cfg = blob_cfg(tmp_path / 'b')
+    cfg['ENV']['SEED'] = 1  # a different init, so equality below proves the load
+    cfg['SOLVER']['MODEL']['BACKBONE'].update(PRETRAINED_MODEL=str(path), FREEZE=['0'])
+    with caplog.at_level(logging.INFO):
+        backbone = build_solver(cfg).unwrapped_model.backbone
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in backbone.state_dict().items())
+    assert [n for n, p in backbone.named_parameters() if not p.requires_grad] == ['0.weight', '0.bias']
+    assert f'SOLVER.MODEL.BACKBONE.PRETRAINED_MODEL: loaded pretrained weights from {path}' in caplog.messages
+    cfg['SOLVER']['MODEL']['BACKBONE'].update(PRETRAINED_MODEL=str(tmp_path / 'nope.pth'), FREEZE=[])
+    with pytest.raises(CheckpointError, match=r'^SOLVER\.MODEL\.BACKBONE\.PRETRAINED_MODEL: weights file not found'):
+        build_solver(cfg)
+    cfg['SOLVER']['MODEL']['BACKBONE'].update(PRETRAINED_MODEL='', FREEZE=['backbone.0'])  # the top level's name
+    with pytest.raises(ConfigError, match=r"^SOLVER\.MODEL\.BACKBONE\.FREEZE: 'backbone\.0' names no parameter"):
+        build_solver(cfg)
+
+
+def test_evaluation_weights_replace_a_parts_pretrained_model_too():
+    from scepter_like.config import Config
+    from scepter_like.solver.inference_solver import inference_config
+
+    model = {
+        'NAME': 'Classifier',
+        'PRETRAINED_MODEL': 'a.pth',
+        'BACKBONE': {'NAME': 'MLP', 'PRETRAINED_MODEL': 'b.pth'},
+    }
+    cfg = inference_config(Config({'SOLVER': {'NAME': 'TrainValSolver', 'MODEL': model}}))
+    assert cfg.SOLVER.MODEL.PRETRAINED_MODEL == '' and cfg.SOLVER.MODEL.BACKBONE.PRETRAINED_MODEL == ''

@@ -2,6 +2,7 @@
 
 import torch
 
+from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.registry import normalize_para
 from scepter_like.utils.checkpoint import load_pretrained
@@ -28,7 +29,7 @@ class BaseModel(torch.nn.Module):
     ``PRETRAINED_MODEL`` is read by the solver, which loads the weights (strict) right
     after building the model, so finetuning is one config key (a subclass declaring the key
     itself loads them itself, scepter's way); then it freezes the parameters ``FREEZE``
-    names (``prepare_model``).
+    names (``prepare_model``).  A part built from a config of its own (a BACKBONE) gets its own.
 
     Every checkpoint and ``.safetensors`` export carries ``describe()``, from which
     ``from_description`` builds the model again without the training config (see
@@ -159,6 +160,29 @@ def prepare_model(model, model_cfg, logger):
     """What a MODEL config asks of the model once built: PRETRAINED_MODEL's weights, then FREEZE; returns the
     description the weights file carries (its class names and table columns: the solver checks the data against
     them), or None.
+
+    A part built from a MODELS config of its own (``SOLVER.MODEL.BACKBONE``) gets its own PRETRAINED_MODEL and
+    FREEZE first, inner parts before outer ones, as a scepter backbone loads its weights when built: the model's
+    own weights, loaded last, win where both hold a parameter."""
+    for part, part_cfg in reversed(list(_configured_parts(model, model_cfg))):
+        _prepare(part, part_cfg, logger)
+    return _prepare(model, model_cfg, logger)
+
+
+def _configured_parts(model, model_cfg):
+    """The BaseModel parts of ``model`` (``model.modules()`` order: each before its own parts) whose config, not
+    ``model_cfg``, sets PRETRAINED_MODEL or FREEZE."""
+    seen = {id(model_cfg)}
+    for part in model.modules():
+        cfg = getattr(part, 'cfg', None)
+        if isinstance(part, BaseModel) and isinstance(cfg, Config) and id(cfg) not in seen:
+            seen.add(id(cfg))
+            if cfg.get('PRETRAINED_MODEL') or cfg.get('FREEZE'):
+                yield part, cfg
+
+
+def _prepare(model, model_cfg, logger):
+    """PRETRAINED_MODEL, then FREEZE, of one model or part.
 
     The weights are loaded here only when PRETRAINED_MODEL is BaseModel's key: a model class that declares it in
     its own ``para_dict`` loads them itself, scepter's way (LatentDiffusion and the embedders, with their

@@ -4,8 +4,8 @@ The tools ``run_eval``, ``run_inference`` and ``export`` take the same config as
 ``run_train`` and build the same solver, minus what only training needs: TRAIN_DATA,
 OPTIMIZER, LR_SCHEDULER, OPTIMIZER_PHASES, LOSS_AGGREGATOR, the TRAIN_HOOKS but BackwardHook
 (its AMP setting: a mixed-precision run evaluated under autocast, and so do the tools),
-RESUME_FROM, the log file (and MAX_EPOCHS is 1), and MODEL.PRETRAINED_MODEL (the given
-weights replace it); ``ENV.USE_PL`` is turned off (the native loop
+RESUME_FROM, the log file (and MAX_EPOCHS is 1), and MODEL.PRETRAINED_MODEL and its parts' (the given
+weights replace them); ``ENV.USE_PL`` is turned off (the native loop
 evaluates a Lightning run's weights to the same numbers).  The weights come from a training
 checkpoint, a bare state dict or a ``.safetensors`` file, and must fit the model exactly
 (and, where the file describes its model, be of the config's architecture; where it names the classes
@@ -62,10 +62,18 @@ def inference_config(cfg, data_modes=EVAL_MODES):
     for mode, key in DATA_KEYS.items():
         if mode not in data_modes:
             solver_cfg[key] = None
-    model_cfg = solver_cfg.get('MODEL')
-    if model_cfg is not None and model_cfg.get('PRETRAINED_MODEL'):
-        model_cfg['PRETRAINED_MODEL'] = ''
+    _drop_pretrained(solver_cfg.get('MODEL'))
     return cfg
+
+
+def _drop_pretrained(model_cfg):
+    """Empty PRETRAINED_MODEL in ``model_cfg`` and in its parts' configs (a BACKBONE's): the given weights replace
+    them all."""
+    if isinstance(model_cfg, Config):
+        if model_cfg.get('PRETRAINED_MODEL'):
+            model_cfg['PRETRAINED_MODEL'] = ''
+        for value in model_cfg.values():
+            _drop_pretrained(value)
 
 
 def build_solver_with_weights(cfg, weights, logger, data_modes=EVAL_MODES):

@@ -359,12 +359,16 @@ def load_pretrained(model, model_cfg, logger):
     pretrained = model_cfg.get('PRETRAINED_MODEL')
     if not pretrained:
         return None
-    state, description = load_weights_and_description(pretrained)
+    where = model_cfg.path_of('PRETRAINED_MODEL')
+    try:
+        state, description = load_weights_and_description(pretrained)
+    except CheckpointError as e:
+        raise CheckpointError(f'{where}: {e}') from None
     missing, unexpected, shaped = load_state_dict_checked(
         model, state, pretrained, model_cfg.get('PRETRAINED_STRICT', True), model_cfg.path_of('PRETRAINED_STRICT')
     )
     logger.info(
-        f'loaded pretrained weights from {pretrained}'
+        f'{where}: loaded pretrained weights from {pretrained}'
         + (f' ({len(missing)} missing, {len(unexpected)} unexpected keys)' if missing or unexpected else '')
     )
     if shaped:  # a new head, most likely; anything else the user should see
