@@ -138,6 +138,29 @@ CASES = {
         r"SOLVER\.OPTIMIZER\.BETAS: expected a list \(like \[0\.9, 0\.999\]\), got '0\.9 0\.99'; write a YAML list:"
         r' \[0\.9, 0\.99\]$',
     ),
+    'two BackwardHooks': (  # the second's GRADIENT_CLIP was dropped without a word
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            'SOLVER.TRAIN_HOOKS=[{NAME: BackwardHook}, {NAME: LogHook}, {NAME: BackwardHook, GRADIENT_CLIP: 1.0}]',
+        ],
+        r'^error: SOLVER\.TRAIN_HOOKS\[2\]: a second BackwardHook after SOLVER\.TRAIN_HOOKS\[0\]; .* merge their keys'
+        r' into one$',
+    ),
+    'two LogHooks': (  # every line printed twice
+        lambda t, b: [
+            '--cfg',
+            b,
+            _work(t),
+            'SOLVER.TRAIN_HOOKS=[{NAME: BackwardHook}, {NAME: LogHook}, {NAME: LogHook}]',
+        ],
+        r'^error: SOLVER\.TRAIN_HOOKS\[2\]: a second LogHook after SOLVER\.TRAIN_HOOKS\[1\]',
+    ),
+    'a CheckpointHook in EVAL_HOOKS': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.EVAL_HOOKS=[{NAME: CheckpointHook}]'],
+        r'^error: SOLVER\.EVAL_HOOKS\[0\]: a CheckpointHook saves the training state, from TRAIN_HOOKS only',
+    ),
     'a remote file system': (
         lambda t, b: ['--cfg', b, _work(t), 'SOLVER.FILE_SYSTEM={NAME: AliyunOssFs, BUCKET: b}'],
         r"^error: SOLVER\.FILE_SYSTEM: 'AliyunOssFs' is not supported; scepter_like uses local files only",

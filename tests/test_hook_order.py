@@ -1,8 +1,10 @@
 """Hooks run in ascending PRIORITY at all eight stages; ties keep config order."""
 
+import pytest
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
-from scepter_like.solver.hooks import HOOKS, Hook
+from scepter_like.errors import ConfigError
+from scepter_like.solver.hooks import HOOKS, Hook, LogHook
 from scepter_like.solver.hooks.hook import STAGES
 
 CALLS = []
@@ -198,3 +200,20 @@ def test_an_after_iter_hook_ordered_before_backward_hook_is_told_the_update_has_
     warned = [r.getMessage() for r in caplog.records if 'runs after_iter before BackwardHook' in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith('OnlyAfterIterHook(-10) runs after_iter before BackwardHook(0)')
     assert 'change the loss in run_step_train or the model' in warned[0]
+
+
+@HOOKS.register_class()
+class MyLogHook(LogHook):  # a subclass counts as a LogHook
+    pass
+
+
+def test_a_run_takes_one_hook_of_each_once_per_mode_kind_and_a_subclass_counts(tmp_path):
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    train = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook'}]
+    solver = build_solver(blob_solver_cfg(npz, tmp_path / 'a', train, EVAL_HOOKS=[{'NAME': 'LogHook'}]))
+    assert [type(h).__name__ for h in solver.hooks_dict['eval']] == ['LogHook']  # another mode's: fine
+    cfg = blob_solver_cfg(npz, tmp_path / 'b', [*train, {'NAME': 'MyLogHook'}])
+    with pytest.raises(
+        ConfigError, match=r'^SOLVER\.TRAIN_HOOKS\[2\]: a second LogHook after SOLVER\.TRAIN_HOOKS\[1\]'
+    ):
+        build_solver(cfg)

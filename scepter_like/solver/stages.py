@@ -12,7 +12,10 @@ from scepter_like.errors import ConfigError, suggest
 from scepter_like.opt.lr_schedulers import LR_SCHEDULERS, BaseScheduler
 from scepter_like.registry import qualname
 from scepter_like.solver.hooks.backward import BackwardHook
+from scepter_like.solver.hooks.checkpoint import CheckpointHook
 from scepter_like.solver.hooks.hook import STAGES, Hook
+from scepter_like.solver.hooks.log import LogHook
+from scepter_like.solver.hooks.lr import LrHook
 from scepter_like.solver.hooks.registry import HOOKS
 from scepter_like.solver.loop_state import MODES
 
@@ -27,6 +30,7 @@ REQUIRED_TRAIN_HOOKS = {
     'LR_SCHEDULER': {'NAME': 'LrHook', 'WARMUP_EPOCHS': 0},
 }
 WEIGHT_HOOKS = ('CheckpointHook', 'SafetensorsHook')  # the hooks that write a run's weights
+ONCE_PER_MODE = (BackwardHook, LrHook, LogHook, CheckpointHook)  # two of a kind in one list: ConfigError
 BUILTIN_HOOKS = {'BackwardHook': BackwardHook}  # this project's, whatever a user module registered under the name
 
 
@@ -142,9 +146,32 @@ def build_hooks(cfg, logger):
             check_is_hook(hook, places[index])
             check_stage_methods(hook, places[index], logger)
             keys[f'{mode}.{index}.{type(hook).__name__}'] = hook
+        check_one_of_each(mode, hooks, places)
         hooks_dict[mode] = sorted(hooks, key=lambda h: h.priority)
     warn_hooks_meant_before_the_update(hooks_dict['train'], logger)
     return hooks_dict, keys
+
+
+def check_one_of_each(mode, hooks, places):
+    """A second hook of a kind a run takes once (a subclass counts as its kind) is a ConfigError naming both: the
+    loop would read one BackwardHook's GRADIENT_CLIP and drop the other's, a later LrHook's warmup would override
+    the first's, two LogHooks write every line twice and two CheckpointHooks both move ``latest``.  A CheckpointHook
+    saves the training state, so it belongs in TRAIN_HOOKS only."""
+    first = {}
+    for hook, where in zip(hooks, places):
+        kind = next((kind for kind in ONCE_PER_MODE if isinstance(hook, kind)), None)
+        if kind is CheckpointHook and mode != 'train':
+            raise ConfigError(
+                f'{where}: a CheckpointHook saves the training state, from TRAIN_HOOKS only (here it would move'
+                ' `latest` too); move its keys into the one in TRAIN_HOOKS'
+            )
+        if kind in first:
+            raise ConfigError(
+                f'{where}: a second {kind.__name__} after {first[kind]}; a run takes one, the second would be'
+                f' ignored or work twice: merge their keys into one'
+            )
+        if kind is not None:
+            first[kind] = where
 
 
 def warn_hooks_meant_before_the_update(train_hooks, logger):
