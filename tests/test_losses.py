@@ -50,3 +50,18 @@ def test_a_one_output_binary_classifier_trains_with_bce(tmp_path):
         session.fit()
         logits = session.predict({'x': x})['logits'][:, 0]
     assert ((logits > 0) == (x[:, 0] + x[:, 1] > 0)).mean() > 0.95
+
+
+@pytest.mark.parametrize(
+    'cfg, pattern',
+    [
+        ({'NAME': 'CrossEntropyLoss', 'LABEL_SMOOTHING': 1.5}, r'^LABEL_SMOOTHING: must be below 1\.0, got 1\.5$'),
+        ({'NAME': 'CrossEntropyLoss', 'LABEL_SMOOTHING': -0.1}, r'^LABEL_SMOOTHING: must be at least 0\.0, got -0\.1$'),
+        ({'NAME': 'HuberLoss', 'DELTA': 0}, r'^DELTA: must be above 0, got 0\.0$'),
+        ({'NAME': 'BCEWithLogitsLoss', 'POS_WEIGHT': [1, -2]}, r'^POS_WEIGHT: must be at least 0, got -2$'),
+    ],
+)
+def test_a_loss_key_out_of_its_range_is_a_config_error_not_torchs_traceback(cfg, pattern):
+    """torch raised RuntimeError at the first step (label_smoothing, delta) or trained on a negative pos_weight."""
+    with pytest.raises(ConfigError, match=pattern):
+        LOSSES.build(cfg)

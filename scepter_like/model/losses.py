@@ -20,7 +20,7 @@ class CrossEntropyLoss(nn.Module):
     """Cross entropy of class logits; WEIGHT weighs each class (rare classes count more), as torch's ``weight``."""
 
     para_dict = {
-        'LABEL_SMOOTHING': {'value': 0.0, 'description': 'label smoothing in [0, 1)'},
+        'LABEL_SMOOTHING': {'value': 0.0, 'description': 'label smoothing in [0, 1)', 'min': 0.0, 'below': 1.0},
         'WEIGHT': {
             'value': None,
             'type': (list, type(None)),
@@ -101,7 +101,7 @@ class L1Loss(PairLoss):
 class HuberLoss(PairLoss):
     """Squared below DELTA, absolute above it (torch's ``huber_loss``): MSE near the target, robust far from it."""
 
-    para_dict = {'DELTA': {'value': 1.0, 'description': 'where the loss turns from squared to absolute', 'min': 0}}
+    para_dict = {'DELTA': {'value': 1.0, 'description': 'where the loss turns from squared to absolute', 'above': 0}}
 
     def __init__(self, cfg, logger=None):
         super().__init__(cfg, logger)
@@ -122,6 +122,7 @@ class BCEWithLogitsLoss(PairLoss):
             'value': None,
             'type': (int, float, list, type(None)),
             'description': 'weight of the positive targets: one number, or one per output (null: 1)',
+            'min': 0,
         }
     }
 
