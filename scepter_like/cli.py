@@ -139,6 +139,27 @@ def refuse_config_options(args, tool):
         raise ConfigError(f'{given} needs --cfg; without it {tool} builds the model the checkpoint describes')
 
 
+def check_output(path, what, suffix=None):
+    """Refuse a tool's ``--output`` before the tool does its work (a sweep, a model build), which it would otherwise
+    lose at the write: ``what`` is 'file' (ending in ``suffix`` when given, the format the tool writes) or 'folder'.
+    A path of the other kind, or under a file, is a ConfigError; a missing folder above it is made at the write."""
+    path = os.fspath(path)
+    if what == 'file' and os.path.isdir(path):
+        raise ConfigError(
+            f'--output {path} is a folder; give the file to write, e.g. {os.path.join(path, "out")}{suffix}'
+        )
+    if what == 'file' and suffix and not path.endswith(suffix):
+        stem = os.path.splitext(path)[0]
+        raise ConfigError(f'--output {path}: this tool writes a {suffix} file; name it {stem}{suffix}')
+    if what == 'folder' and os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f'--output {path} is a file; give a folder to write into (made when missing)')
+    above = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ConfigError(f'--output {path}: {above} is a file, not a folder; give another path')
+
+
 def _rank_prefix():
     rank = os.environ.get('RANK')
     return f'[rank {rank}] ' if rank not in (None, '', '0') else ''

@@ -312,3 +312,44 @@ def test_inference_imports_a_users_model_file_by_its_path_when_the_checkpoint_na
     assert res.returncode == 0, res.stderr[-3000:]
     with np.load(other / 'y.npz') as y:
         assert y['logits'].shape == (5, 3)
+
+
+OUTPUT_CASES = {  # tool args from tmp_path (holding a folder 'taken' and a file 'afile'), the one error line
+    'inference into a folder': (
+        lambda t: ['run_inference.py', '--checkpoint', t / 'none', '--output', t / 'taken'],
+        r'--output .*taken is a folder; give the file to write, e\.g\. .*taken/out\.npz$',
+    ),
+    'inference to a .csv': (  # an npz zip was written under the .csv name
+        lambda t: ['run_inference.py', '--checkpoint', t / 'none', '--output', t / 'pred.csv'],
+        r'--output .*pred\.csv: this tool writes a \.npz file; name it .*pred\.npz$',
+    ),
+    'inference under a file': (
+        lambda t: ['run_inference.py', '--checkpoint', t / 'none', '--output', t / 'afile' / 'y.npz'],
+        r'--output .*afile/y\.npz: .*afile is a file, not a folder; give another path$',
+    ),
+    'export into a folder': (
+        lambda t: ['export.py', '--checkpoint', t / 'none', '--format', 'safetensors', '--output', t / 'taken'],
+        r'--output .*taken is a folder; give the file to write, e\.g\. .*taken/out\.safetensors$',
+    ),
+    'onnx export to .safetensors': (
+        lambda t: ['export.py', '--checkpoint', t / 'none', '--format', 'onnx', '--output', t / 'm.safetensors'],
+        r'--output .*m\.safetensors: this tool writes a \.onnx file; name it .*m\.onnx$',
+    ),
+    'find_lr into a file': (  # the sweep ran to its end, then its result was lost at the write
+        lambda t: ['find_lr.py', '--cfg', DIGITS_CFG, '--output', t / 'afile'],
+        r'--output .*afile is a file; give a folder to write into \(made when missing\)$',
+    ),
+}
+
+
+@pytest.mark.parametrize('case', sorted(OUTPUT_CASES))
+def test_an_output_path_the_tool_cannot_write_is_one_error_line_before_the_work(case, tmp_path):
+    (tmp_path / 'taken').mkdir()
+    (tmp_path / 'afile').write_text('kept\n')
+    make_args, pattern = OUTPUT_CASES[case]
+    res = run_cli(*make_args(tmp_path), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr[-3000:]
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and re.match(f'error: {pattern}', lines[0]), res.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ['afile', 'taken'] and not os.listdir(tmp_path / 'taken')
+    assert (tmp_path / 'afile').read_text() == 'kept\n'

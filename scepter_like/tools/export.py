@@ -8,7 +8,8 @@ model's eval-mode forward with named inputs and outputs and a dynamic batch dime
 checked with onnxruntime against torch on sample inputs (``--input x.npz``, else the first
 samples of TEST_DATA or EVAL_DATA) within ``--atol`` / ``--rtol`` before it is written.
 Without ``--cfg`` the model is the one the checkpoint describes (ONNX then needs
-``--input``).  Files are written atomically (rank 0).
+``--input``).  ``--output`` ends in the format's extension, checked before anything is built; files are
+written atomically (rank 0).
 """
 
 import os
@@ -16,6 +17,7 @@ import sys
 
 from scepter_like.cli import (
     add_checkpoint_argument,
+    check_output,
     import_modules,
     load_config,
     make_parser,
@@ -134,6 +136,7 @@ def main(argv):
     if args.cfg and args.print_config:
         print(load_config(args).dump(), end='')
         return 0
+    check_output(args.output, 'file', f'.{args.format}')
     from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
 

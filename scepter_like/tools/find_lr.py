@@ -9,7 +9,7 @@ the suggested learning rate (``scepter_like/lr_finder.py``).
 import os
 import sys
 
-from scepter_like.cli import make_parser, run
+from scepter_like.cli import check_output, make_parser, run
 from scepter_like.errors import ConfigError
 from scepter_like.utils.checkpoint import atomic_write, atomic_write_text
 
@@ -27,6 +27,7 @@ def main(argv):
         raise ConfigError('--cfg FILE is required; give the YAML config to sweep')
     if args.steps < 2 or not 0 < args.min_lr < args.max_lr:
         raise ConfigError('--steps must be at least 2 and 0 < --min-lr < --max-lr')
+    check_output(args.output, 'folder')  # before the sweep, which a failed write would lose
     from scepter_like.lr_finder import find_lr
 
     result = find_lr(args.cfg, args.overrides, args.imports, args.min_lr, args.max_lr, args.steps)

@@ -5,9 +5,9 @@ a sample file in the layout the model reads: ``BaseModel.inputs_from_arrays``; o
 table, its columns taken by the names the model was trained on, ``BaseModel.input_columns``) to the model
 in eval mode, ``--batch-size`` samples at a time (a model with INPUT_BATCHING 'whole', such
 as a graph model, takes the file as one batch), and writes every per-sample output (e.g.
-``logits``) to ``--output`` atomically.  Without ``--input`` it runs over the whole
-TEST_DATA in order.  Without ``--cfg`` the model is the one the checkpoint describes
-(``scepter_like.model.description``); ``--input`` is then needed.  Under torchrun every
+``logits``) to ``--output`` (an ``.npz``, checked before the model is built) atomically.
+Without ``--input`` it runs over the whole TEST_DATA in order.  Without ``--cfg`` the model is the
+one the checkpoint describes (``scepter_like.model.description``); ``--input`` is then needed.  Under torchrun every
 rank computes the same outputs and rank 0 writes them.
 """
 
@@ -15,6 +15,7 @@ import sys
 
 from scepter_like.cli import (
     add_checkpoint_argument,
+    check_output,
     import_modules,
     load_config,
     make_parser,
@@ -102,6 +103,7 @@ def main(argv):
     if args.cfg and args.print_config:
         print(load_config(args).dump(), end='')
         return 0
+    check_output(args.output, 'file', '.npz')
     from scepter_like.solver.inference_solver import write_npz
     from scepter_like.utils.launch_env import process_rank
     from scepter_like.utils.logger import get_logger
