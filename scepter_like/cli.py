@@ -84,9 +84,15 @@ def read_config(source, overrides=(), imports=(), given_as='the --cfg path'):
     """
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
+        if os.path.isdir(name):
+            inside = sorted(n for n in os.listdir(name) if n.endswith(('.yaml', '.yml')))
+            held = f' (it holds {", ".join(inside[:3])}{", ..." if len(inside) > 3 else ""})' if inside else ''
+            raise ConfigError(f'{os.path.abspath(name)} is a folder, not a config file; give a YAML file{held}')
         if not os.path.isfile(name):  # relative to the working directory, which a notebook's kernel picks
             raise ConfigError(f'config file not found: {os.path.abspath(name)}; check {given_as}')
         cfg = Config(cfg_file=name)
+        if not cfg.keys():  # else an override's key alone would make the error a missing SOLVER NAME
+            raise ConfigError(f'{name} is empty (no keys: blank, or comments only); write the config there')
     elif isinstance(source, (dict, Config)):
         name = 'the config'
         cfg = Config(copy.deepcopy(source.to_dict() if isinstance(source, Config) else source))

@@ -179,7 +179,12 @@ CASES = {
     ),
     'log file is a folder': (
         lambda t, b: ['--cfg', b, *_prepare_work(t, lambda w: (w / 'std_log.txt').mkdir())],
-        r'SOLVER\.WORK_DIR: .*work/std_log\.txt is a folder where the run writes a file',
+        r'SOLVER\.LOG_FILE: .*work/std_log\.txt is a folder where the run writes a file; move it away or use'
+        r' another SOLVER\.LOG_FILE$',
+    ),
+    'log file is the work dir': (
+        lambda t, b: ['--cfg', b, _work(t), 'SOLVER.LOG_FILE=.'],
+        r'^error: SOLVER\.LOG_FILE: .*work/\. is a folder where the run writes a file',
     ),
     'metrics.jsonl is a folder': (
         lambda t, b: ['--cfg', b, *_prepare_work(t, lambda w: (w / 'metrics.jsonl').mkdir())],

@@ -260,6 +260,20 @@ def test_nan_in_a_users_table_or_arrays_is_one_line_naming_the_row(tmp_path, cap
     assert f"{npz}: array 'img': NaN or inf in 3 row(s), the first at row 5" in one_error_line(capsys)
 
 
+def test_arrays_of_different_lengths_name_the_dataset_the_file_and_its_arrays(tmp_path, capsys):
+    """The line was "dataset arrays differ in length: {'img': 200, 'label': 150}": no config key, no file, and the
+    batch keys where the file says x and y."""
+    npz = numpy_blobs(tmp_path / 'blobs.npz')
+    with np.load(npz) as data:
+        x, y = data['x'].copy(), data['y'][:-10]
+    np.savez(npz, x=x, y=y)
+    assert train(tmp_path, blob_solver_cfg(npz, tmp_path / 'run', MAX_STEPS=1)) == 2
+    assert one_error_line(capsys) == (
+        f"error: SOLVER.TRAIN_DATA: the arrays of {npz} differ in length ('x' (batch key 'img'): {len(x)},"
+        f" 'y' (batch key 'label'): {len(y)}); every array holds one entry per sample"
+    )
+
+
 def test_a_key_map_naming_an_array_the_file_lacks_is_one_line(tmp_path, capsys):
     cfg = blob_solver_cfg(numpy_blobs(tmp_path / 'blobs.npz'), tmp_path / 'run', MAX_STEPS=1)
     cfg['SOLVER']['TRAIN_DATA']['KEY_MAP'] = {'x': 'img', 'labels': 'label'}

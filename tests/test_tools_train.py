@@ -112,6 +112,11 @@ def test_print_config_shows_overrides_and_loads_back(tmp_path):
     assert typo.stderr.startswith('error: SOLVER.MAX_EPOCH: unknown key') and 'did you mean MAX_EPOCHS' in typo.stderr
 
 
+def _written(path, text):
+    path.write_text(text)
+    return str(path)
+
+
 def _bad_yaml(tmp_path):
     p = tmp_path / 'bad.yaml'
     p.write_text('SOLVER:\n  NAME: [unclosed\n')
@@ -121,6 +126,18 @@ def _bad_yaml(tmp_path):
 BAD_INPUTS = {
     'missing cfg file': (lambda t: ['--cfg', str(t / 'nope.yaml')], r'config file not found: .*nope\.yaml'),
     'no cfg': (lambda t: [], r'--cfg FILE is required'),
+    'cfg is a folder': (
+        lambda t: ['--cfg', os.path.dirname(DIGITS_CFG)],
+        r'^error: \S*configs/cate_recognition is a folder, not a config file; give a YAML file \(it holds digits_',
+    ),
+    'empty cfg': (  # with an override (WORK_DIR) the error was a missing SOLVER NAME
+        lambda t: ['--cfg', _written(t / 'empty.yaml', '')],
+        r'^error: \S*empty\.yaml is empty \(no keys: blank, or comments only\); write the config there$',
+    ),
+    'comments-only cfg': (
+        lambda t: ['--cfg', _written(t / 'notes.yaml', '# only a comment\n\n')],
+        r'^error: \S*notes\.yaml is empty \(no keys',
+    ),
     'invalid yaml': (_bad_yaml, r'invalid YAML in .*bad\.yaml at line'),
     'misspelled NAME': (
         lambda t: ['--cfg', DIGITS_CFG, 'SOLVER.TRAIN_HOOKS.1.NAME=LogHok'],

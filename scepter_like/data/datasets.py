@@ -25,7 +25,9 @@ class ArrayDataset(torch.utils.data.Dataset):
 
     FIRST_ROW_LINE = None  # a text table's file line of row 0 (CsvDataset: 2), for messages naming a row
 
-    def __init__(self, arrays, source='a dataset'):
+    def __init__(self, arrays, source='a dataset', names=None, where=None):
+        """``names``: {batch key: the source's name of its array} where they differ (NpzDataset's KEY_MAP);
+        ``where``: the config path of the dataset, for an error about the arrays as a whole."""
         if not arrays:
             raise DataError(f'{source}: a dataset needs at least one array')
         self.arrays = {
@@ -35,7 +37,15 @@ class ArrayDataset(torch.utils.data.Dataset):
             reject_nonfinite(array, f'{source}: array {key!r}', self.FIRST_ROW_LINE)
         lengths = {k: len(v) for k, v in self.arrays.items()}
         if len(set(lengths.values())) != 1:
-            raise DataError(f'dataset arrays differ in length: {lengths}')
+            names = names or {}
+            said = ', '.join(
+                f'{names.get(k, k)!r}' + (f' (batch key {k!r})' if names.get(k, k) != k else '') + f': {n}'
+                for k, n in lengths.items()
+            )
+            raise DataError(
+                f'{where + ": " if where else ""}the arrays of {source} differ in length ({said}); every array holds'
+                ' one entry per sample'
+            )
         self._len = next(iter(lengths.values()))
 
     def __len__(self):
@@ -171,5 +181,5 @@ class NpzDataset(ArrayDataset):
                     ' rename the one it holds by that name too, or map another'
                 )
             arrays = {key: npz_array(data, name, path) for key, name in zip(keys, data.files)}
-        super().__init__(arrays, path)
+        super().__init__(arrays, path, dict(zip(keys, data.files)), cfg.path)
         self.set_dtypes(cfg.DTYPES, cfg.path_of('DTYPES'))

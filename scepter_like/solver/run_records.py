@@ -75,11 +75,13 @@ def check_work_dir(solver):
         os.makedirs(work_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f'{where}: cannot create {work_dir} ({e.strerror})') from None
-    files = [os.path.join(work_dir, name) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE, LOCK_FILE)]
-    for path in files + ([solver.log_file] if solver.log_file else []):
+    files = [(where, os.path.join(work_dir, name)) for name in (METRICS_FILE, CONFIG_FILE, ENV_FILE, LOCK_FILE)]
+    if solver.log_file:  # LOG_FILE=. names WORK_DIR itself: its key is the one to change
+        files.append((solver.cfg.path_of('LOG_FILE'), solver.log_file))
+    for key, path in files:
         if os.path.isdir(path):
             raise ConfigError(
-                f'{where}: {path} is a folder where the run writes a file; move it away or use another WORK_DIR'
+                f'{key}: {path} is a folder where the run writes a file; move it away or use another {key}'
             )
     for name in (CHECKPOINT_DIR, SNAPSHOT_DIR, HISTORY_DIR):
         path = os.path.join(work_dir, name)
