@@ -203,7 +203,7 @@ def test_an_after_iter_hook_ordered_before_backward_hook_is_told_the_update_has_
 
 
 @HOOKS.register_class()
-class MyLogHook(LogHook):  # a subclass counts as a LogHook
+class StepLinesHook(LogHook):  # a subclass; a name unlike LogHook keeps other tests' did-you-mean lists
     pass
 
 
@@ -212,7 +212,7 @@ def test_a_run_takes_one_hook_of_each_once_per_mode_kind_and_a_subclass_counts(t
     train = [{'NAME': 'BackwardHook'}, {'NAME': 'LogHook'}]
     solver = build_solver(blob_solver_cfg(npz, tmp_path / 'a', train, EVAL_HOOKS=[{'NAME': 'LogHook'}]))
     assert [type(h).__name__ for h in solver.hooks_dict['eval']] == ['LogHook']  # another mode's: fine
-    cfg = blob_solver_cfg(npz, tmp_path / 'b', [*train, {'NAME': 'MyLogHook'}])
+    cfg = blob_solver_cfg(npz, tmp_path / 'b', [*train, {'NAME': 'StepLinesHook'}])
     with pytest.raises(
         ConfigError, match=r'^SOLVER\.TRAIN_HOOKS\[2\]: a second LogHook after SOLVER\.TRAIN_HOOKS\[1\]'
     ):
