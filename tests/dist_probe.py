@@ -193,3 +193,27 @@ class DistProbeHook(Hook):
             'failed': repr(solver.failed) if solver.failed is not None else None,
         }
         torch.save(record, os.path.join(self.out, f'rank{solver.rank}.pt'))
+
+
+@HOOKS.register_class()
+class RequestStopHook(Hook):
+    """Requests a stop on one rank only (a rank-local condition: a wall-clock limit, a STOP file only it reads),
+    after the train step AT_STEP or, with AT_STEP 0, in the train ``after_epoch`` of epoch AT_EPOCH (1-based)."""
+
+    para_dict = {
+        'RANK': {'value': 1, 'description': 'the rank that asks'},
+        'AT_STEP': {'value': 0, 'description': 'after this train step (0: not in a step)'},
+        'AT_EPOCH': {'value': 0, 'description': 'in the train after_epoch of this epoch (0: not there)'},
+    }
+
+    def __init__(self, cfg, logger=None):
+        super().__init__(cfg, logger)
+        self.rank, self.at_step, self.at_epoch = cfg.RANK, cfg.AT_STEP, cfg.AT_EPOCH
+
+    def after_iter(self, solver):
+        if solver.rank == self.rank and solver.progress.total_iter == self.at_step:
+            solver.request_stop(f'a condition only rank {self.rank} sees, at step {self.at_step}')
+
+    def after_epoch(self, solver):
+        if solver.mode == 'train' and solver.rank == self.rank and solver.progress.epoch + 1 == self.at_epoch:
+            solver.request_stop(f'a condition only rank {self.rank} sees, after epoch {self.at_epoch}')

@@ -270,6 +270,33 @@ def test_a_stop_signal_under_torchrun_stops_every_rank_at_one_step_and_resumes_b
     assert_state_equal(reference['model'], got['model'])
 
 
+@pytest.mark.parametrize(
+    'where, stop_step',
+    [({'AT_STEP': 10}, 11), ({'AT_EPOCH': 1}, 6)],
+    ids=['in-a-step', 'in-after-epoch'],
+)
+def test_a_stop_requested_on_one_rank_stops_every_rank_at_one_step(tmp_path, where, stop_step):
+    """Only rank 1 calls request_stop (a rank-local condition): the ranks agree on it, as on a signal.  Asked in step
+    10 with STOP_CHECK_SECONDS 0, the all-reduce that carries it is read at step 11's boundary; asked in the first
+    epoch's after_epoch, it is agreed before the second epoch.  Both ranks stop there, the last checkpoint is of that
+    step, the job exits 0 and both ranks say why (rank 1 on its console, which shows warnings only)."""
+    npz = write_blobs(tmp_path / 'blobs.npz', n=96)  # 2 ranks of batch 8: 6 steps an epoch
+    hooks = [
+        {'NAME': 'BackwardHook'},
+        {'NAME': 'RequestStopHook', 'RANK': 1, **where},
+        {'NAME': 'CheckpointHook', 'INTERVAL': 1, 'SAVE_LAST': True},
+    ]
+    cfg = blob_cfg(tmp_path, 'run', npz, hooks, MAX_EPOCHS=3, TEST_DATA=None)
+    proc, logs = torchrun(cfg, ['ENV.STOP_CHECK_SECONDS=0'], tmp_path, 'run')
+    assert proc.returncode == 0, (proc.stderr[-2000:], logs)
+    assert load(tmp_path / 'run' / 'checkpoints' / 'checkpoint-last.pth')['solver']['total_iter'] == stop_step
+    said = 'training stops at the next step boundary: a condition only rank 1 sees'
+    asker = '(asked by RequestStopHook (SOLVER.TRAIN_HOOKS[1]) on rank 1)'
+    assert said in logs[0][0] and asker in logs[0][0], logs[0][0][-2000:]
+    assert said in logs[1][0] and asker in logs[1][0], logs[1][0][-2000:]
+    assert said in (tmp_path / 'run' / 'std_log.txt').read_text()
+
+
 def test_elastic_restart_resumes_from_latest_by_itself(blobs_job):
     """rank 1 dies at step 9; torchrun restarts both workers, which resume from the step-8 checkpoint."""
     tmp, config, reference = blobs_job

@@ -39,6 +39,7 @@ def run_boundaries(monkeypatch, check_seconds, signal_before, count=20):
             if boundary == signal_before:
                 stop_signals.received = signal.SIGTERM
             answers.append(stop_signals.agreed())
+            answers[-1] = answers[-1].signal if answers[-1] else 0
             if answers[-1]:
                 break
     return answers, started

@@ -49,7 +49,7 @@ from scepter_like.solver.loop_state import MODES, StepState, TrainingProgress, d
 from scepter_like.solver.model_call import forward_checked
 from scepter_like.solver.optimization import UpdateSettings, WeightUpdater
 from scepter_like.solver.parallel import PARALLEL_MODES, eval_context, wrap_model
-from scepter_like.solver.preemption import StopSignals
+from scepter_like.solver.preemption import AgreedStop, StopSignals
 from scepter_like.solver.registry import SOLVERS
 from scepter_like.solver.run_records import announce_run, close_work_dir_log, open_work_dir, start_training_run
 from scepter_like.solver.sanity import sanity_eval
@@ -270,14 +270,12 @@ class BaseSolver(HookStages, ScepterProtocol):
 
     # -- requests from hooks ------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
-        """End training at the next step boundary (the current step, evaluation and checkpoints complete).
-
-        The first request is logged with its reason and who asked.
-        """
-        if self.progress.stop_reason is None:
-            self.progress.stop_reason = reason
-            asker = describe_caller(sys._getframe(1))
-            self.logger.info(f'training stops at the next step boundary: {reason} (asked by {asker})')
+        """End training at the next step boundary (the current step, evaluation and checkpoints complete); under
+        DDP at the step boundary the ranks agree on (solver/preemption.py), a request in an epoch stage before the
+        next epoch.  The first request is logged, on every rank, with its reason and who asked."""
+        asker = describe_caller(sys._getframe(1))
+        if self.progress.stop_reason is None and not self.stop_signals.defer(reason, asker):
+            AgreedStop(0, reason, asker).take(self)
 
     def request_probes(self) -> None:
         """Keep what ``register_probe`` is given during the current step (ProbeDataHook dumps it)."""
@@ -332,7 +330,7 @@ class BaseSolver(HookStages, ScepterProtocol):
             if self.eval_due():  # (it may no longer be due, e.g. with another EVAL_INTERVAL)
                 self.solve_eval()
             progress.next_epoch()
-        while 'train' in self.datas and not progress.train_finished():
+        while 'train' in self.datas and not (progress.train_finished() or self._agree_on_stop(between_epochs=True)):
             self.solve_train()
             if progress.stop_signal:
                 raise checkpoint_state.save_preempted(self)
@@ -479,11 +477,12 @@ class BaseSolver(HookStages, ScepterProtocol):
         call_after_iter()
         self.end_step()
 
-    def _agree_on_stop(self) -> None:
-        """At an optimizer-step boundary: stop when every rank has agreed on a stop signal (preemption.py)."""
-        if signal := self.stop_signals.agreed():
-            self.progress.stop_signal = signal
-            self.request_stop(f'signal {signal}')
+    def _agree_on_stop(self, between_epochs: bool = False) -> bool:
+        """At an optimizer-step boundary (or ``between_epochs``): stop when every rank has agreed on a stop
+        (preemption.py); whether it stops."""
+        if stop := self.stop_signals.agreed_between_epochs() if between_epochs else self.stop_signals.agreed():
+            stop.take(self)
+        return stop is not None
 
     def _run_no_grad_loop(self, mode: str, step_fn: Callable) -> None:
         self.mode = mode  # (a solve_eval written scepter's way calls run_eval in train mode: its run_eval sets it)

@@ -40,8 +40,8 @@ ENV_PARA_DICT = {
     },
     'STOP_CHECK_SECONDS': {
         'value': 1.0,
-        'description': 'under DDP: seconds between the boundaries at which the ranks agree on a stop signal'
-        ' (0: every optimizer step; solver/preemption.py, docs/clusters.md)',
+        'description': 'under DDP: seconds between the boundaries at which the ranks agree on a stop (a signal,'
+        ' request_stop; 0: every optimizer step; solver/preemption.py, docs/clusters.md)',
         'min': 0,
     },
     'USE_PL': {'value': False, 'description': "run on PyTorch Lightning's Trainer (the [lightning] extra)"},

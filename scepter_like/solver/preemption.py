@@ -22,14 +22,25 @@
   checkpoint, marks it ``latest`` and raises ``errors.Preempted``.
 - A second SIGINT stops at once (KeyboardInterrupt).
 
+A hook's ``solver.request_stop(reason)`` is agreed the same way under DDP, since a rank that
+left the loop alone would leave the others waiting in the gradients' all-reduce: a request
+during the train steps travels in the agreement's flags (the requesting rank, in a third
+element) and every rank stops at the same agreement boundary, within about two intervals plus
+two steps; a request outside the steps (an ``after_epoch`` hook, evaluation) is agreed by one
+all-reduce where the loop decides whether to train another epoch (``agreed_between_epochs``).
+Every rank then has the reason and who asked (one broadcast from the requesting rank).  In one
+process a request stops at the next step boundary, without a collective.
+
 The tools exit with ``128 + signal number`` (143 for SIGTERM, 138 for SIGUSR1, 130 for
 SIGINT), the shell's convention for a signalled process.
 """
 
 import contextlib
+import logging
 import signal
 import threading
 import time
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -37,6 +48,21 @@ import torch.distributed as dist
 from scepter_like.errors import Preempted
 from scepter_like.utils.distributed import is_dist
 from scepter_like.utils.launch_env import STOP_SIGNALS
+
+
+class AgreedStop(NamedTuple):
+    """A stop every rank acts on: the signal (0: a hook's request), why, and who asked."""
+
+    signal: int
+    reason: str
+    asker: str
+
+    def take(self, solver):
+        """Training ends at this step boundary: the solver's progress says why, and so does the log, on every rank
+        (the other ranks' consoles show warnings only)."""
+        solver.progress.stop_reason, solver.progress.stop_signal = self.reason, self.signal
+        level = logging.INFO if solver.is_main else logging.WARNING
+        solver.logger.log(level, f'training stops at the next step boundary: {self.reason} (asked by {self.asker})')
 
 
 class StopSignals:
@@ -48,6 +74,7 @@ class StopSignals:
 
     def __init__(self):
         self.received = 0  # the first stop signal's number; 0: none
+        self.requested = None  # (reason, asker) of a stop a hook requested on this rank, still to be agreed
         self.training = False  # set for good by training_loop(): signals wait for a step boundary
         self._depth = 0
         self._previous = {}
@@ -94,6 +121,7 @@ class StopSignals:
             if is_dist() and self._group is None:  # every rank enters the loop: the group is made together
                 self._group = dist.new_group(backend='gloo')
             yield self
+            self.requested = None  # a request after training (the final test) has no loop left to stop
 
     def close(self):
         """Release the agreement's process group (its gloo threads and sockets), so a process that runs one
@@ -110,26 +138,57 @@ class StopSignals:
         if not self.training:  # set-up: nothing to save, so no reason to wait
             raise Preempted(signum)
 
+    def defer(self, reason, asker):
+        """Keep a hook's stop request for the ranks to agree on (True) under DDP; in one process False: the
+        solver stops at the next step boundary itself."""
+        if not is_dist():
+            return False
+        self.requested = self.requested or (reason, asker)
+        return True
+
     def agreed(self):
-        """The signal every rank acts on at this boundary (0: go on); under DDP a collective at agreement
-        boundaries, which every rank reaches at the same optimizer step."""
+        """The stop every rank acts on at this optimizer-step boundary (None: go on); under DDP a collective at
+        agreement boundaries, which every rank reaches at the same optimizer step."""
         if self._group is None:
-            return self.received
+            return AgreedStop(self.received, f'signal {self.received}', 'a stop signal') if self.received else None
         self._steps_to_check -= 1
         if self._steps_to_check > 0:
-            return 0
+            return None
         interval = 1
         if self._pending is not None:
             work, flags = self._pending
             work.wait()
-            decided, interval = flags.tolist()
-            if decided:  # the stop: no further boundary to decide
+            signum, interval, by = flags.tolist()
+            if signum or by:  # the stop: no further boundary to decide
                 self._pending = None
-                return decided
-        flags = torch.tensor([self.received, self._proposed_interval()], dtype=torch.int64)
+                return self._decided(signum, by)
+        flags = torch.tensor([self.received, self._proposed_interval(), self._request_flag()], dtype=torch.int64)
         self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._group, async_op=True), flags)
         self._interval = self._steps_to_check = interval
-        return 0
+        return None
+
+    def agreed_between_epochs(self):
+        """A stop requested outside the train steps (or after the epoch's last agreement), agreed where the loop
+        decides whether to train another epoch: one all-reduce an epoch under DDP, none in one process."""
+        if self._group is None:
+            return None
+        flags = torch.tensor([self._request_flag()], dtype=torch.int64)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._group)
+        return self._decided(0, flags.item()) if flags.item() else None
+
+    def _request_flag(self):
+        """This rank's part of the agreement on requests: its rank + 1 when it has one (the MAX names one asker)."""
+        return dist.get_rank() + 1 if self.requested else 0
+
+    def _decided(self, signum, by):
+        """The agreed stop: a signal, else the request of rank ``by - 1``, its reason sent to every rank."""
+        if signum:
+            return AgreedStop(signum, f'signal {signum}', 'a stop signal')
+        asked = [self.requested]
+        dist.broadcast_object_list(asked, src=by - 1, group=self._group)
+        self.requested = None
+        reason, asker = asked[0]
+        return AgreedStop(0, reason, f'{asker} on rank {by - 1}')
 
     def _proposed_interval(self):
         """The optimizer steps that take ``check_seconds`` at the step time measured since the last boundary."""

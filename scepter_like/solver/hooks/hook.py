@@ -106,7 +106,9 @@ class SolverSurface(Protocol):
     def device(self) -> torch.device: ...
 
     # -- requests
-    def request_stop(self, reason: str) -> None: ...  # training ends at the next step boundary
+    def request_stop(
+        self, reason: str
+    ) -> None: ...  # training ends at the next step boundary (under DDP: the one agreed)
 
     def log_scalar(self, name: str, value: Any) -> None: ...  # a scalar in this step's outputs (log, TensorBoard)
 

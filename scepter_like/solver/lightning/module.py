@@ -127,7 +127,7 @@ class SolverModule(pl.LightningModule):
         progress = self.solver.progress
         if progress.epoch_finished:  # not when MAX_STEPS or a stop cut the epoch short
             progress.next_epoch()
-        if progress.train_finished():
+        if progress.train_finished() or self.solver._agree_on_stop(between_epochs=True):
             self.trainer.should_stop = True
 
     # -- evaluation and test ---------------------------------------------------------------------
