@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, REPO, free_port, tool_env
+from conftest import DIGITS_CFG, REPO, free_port, tool_env, torchrun_pair
 from safetensors.torch import load_file
 
 from scepter_like.cli import load_config
@@ -718,3 +718,31 @@ def test_a_collective_that_lost_its_peer_is_one_line_not_a_traceback(tmp_path, p
     assert res.returncode == 1 and other.returncode == (9 if peer == 'dies' else -9), res.stderr[-2000:]
     assert res.stderr.startswith(said) and res.stderr.count('\n') == 1, res.stderr[-2000:]
     assert ('(Connection closed by peer [127.0.0.1]:' if peer == 'dies' else '(Timed out waiting 3000ms') in res.stderr
+
+
+def test_save_eval_data_holds_the_rows_in_dataset_order_on_two_processes(tmp_path):
+    """Rank r evaluates samples r, r + 2, ...; SAVE_EVAL_DATA's file (and a whole-pass metric's inputs) still hold
+    the rows in dataset order, so the 2-process file equals the 1-process one row by row (45 samples: uneven
+    shares).  The evaluation of a model without training, so the logits agree too."""
+    rng = np.random.default_rng(0)
+    npz = tmp_path / 'rows.npz'
+    n = 45
+    np.savez(npz, x=rng.normal(size=(n, 8)).astype(np.float32), y=rng.integers(0, 3, n), index=np.arange(n))
+    cfg = blob_cfg(
+        tmp_path, 'run', str(npz), [], EXTRA_KEYS=['index'], TRAIN_DATA=None, TEST_DATA=None, SAVE_EVAL_DATA=True
+    )
+    saved = {}
+    for procs in (1, 2):
+        work = tmp_path / f'w{procs}'
+        args = [RUN_TRAIN, '--cfg', cfg, f'SOLVER.WORK_DIR={work}']
+        if procs == 1:
+            res = subprocess.run(
+                [sys.executable, *args], env=tool_env(), capture_output=True, text=True, timeout=TIMEOUT
+            )
+        else:
+            res = torchrun_pair(*args, timeout=TIMEOUT)
+        assert res.returncode == 0, res.stderr[-3000:]
+        saved[procs] = torch.load(work / 'eval_00000.pth', weights_only=True)
+    assert saved[1]['index'].tolist() == list(range(n))
+    assert torch.equal(saved[2]['index'], saved[1]['index']) and torch.equal(saved[2]['label'], saved[1]['label'])
+    torch.testing.assert_close(saved[2]['logits'], saved[1]['logits'])

@@ -15,15 +15,24 @@ from scepter_like.utils.distributed import all_gather_object
 
 
 class PassCollector:
-    """The values of ``keys`` over an evaluation pass: tensors concatenated, lists joined, in rank order."""
+    """The values of ``keys`` over an evaluation pass: tensors concatenated, lists joined, in dataset order.
+
+    Rank ``r`` of ``W`` evaluates samples ``r, r + W, ...`` (the loader's sampler), so the ranks' rows joined in rank
+    order would differ from one process's order; ``gathered`` puts a key's rows back in dataset order when it holds
+    one row per sample.  A key with another number of rows (one value a batch) stays in rank order (as scepter's
+    ``gather_data`` joins everything).
+    """
 
     def __init__(self, keys, owner):
         self.keys = list(keys)
         self.owner = owner
         self.parts = {key: [] for key in self.keys}
+        self.sampler = None  # the pass's sampler: which sample each rank's rows are of
 
-    def reset(self):
+    def reset(self, sampler=None):
+        """A new pass over the data ``sampler`` deals out to the ranks (None: rows kept in rank order)."""
         self.parts = {key: [] for key in self.keys}
+        self.sampler = sampler
 
     def update(self, data):
         missing = [k for k in self.keys if k not in data]
@@ -37,7 +46,19 @@ class PassCollector:
         """``{key: value over the pass on every rank}`` (every rank gets all of it)."""
         local = {key: _joined(parts) for key, parts in self.parts.items()}
         ranks = all_gather_object(local)
-        return {key: _joined([rank[key] for rank in ranks if rank[key] is not None]) for key in self.keys}
+        data = {key: _joined([rank[key] for rank in ranks if rank[key] is not None]) for key in self.keys}
+        rows = getattr(self.sampler, 'rows_of_ranks', None)  # (a SAMPLERS entry of a user's may lack it)
+        if rows is None or len(ranks) == 1:
+            return data
+        positions = torch.argsort(rows())  # row i of dataset order is row positions[i] of rank order
+        return {key: _reordered(value, positions) for key, value in data.items()}
+
+
+def _reordered(value, positions):
+    """``value``'s rows at ``positions``, when it has one row per sample; otherwise as it is."""
+    if value is None or len(value) != len(positions):
+        return value
+    return value[positions] if isinstance(value, torch.Tensor) else [value[i] for i in positions.tolist()]
 
 
 def _joined(parts):
@@ -62,8 +83,8 @@ class WholePassMetric:
         """The keys it reads, as a Metric's."""
         return self.collector.keys
 
-    def reset(self):
-        self.collector.reset()
+    def reset(self, sampler=None):
+        self.collector.reset(sampler)
 
     def update(self, data):
         self.collector.update(data)

@@ -74,8 +74,8 @@ class TrainValSolver(BaseSolver):
         },
         'SAVE_EVAL_DATA': {
             'value': False,
-            'description': 'save what METRICS and EXTRA_KEYS read in each eval / test pass, gathered over ranks,'
-            ' to WORK_DIR/{mode}_{epochs done:05d}.pth (rank 0)',
+            'description': 'save what METRICS and EXTRA_KEYS read in each eval / test pass, gathered over ranks in'
+            ' dataset order, to WORK_DIR/{mode}_{epochs done:05d}.pth (rank 0)',
         },
     }
 
@@ -127,9 +127,11 @@ class TrainValSolver(BaseSolver):
             )
 
     def start_pass_iters(self):
-        """Each eval / test pass starts its METRICS (SAVE_EVAL_DATA's collector, the output means) from nothing."""
+        """Each eval / test pass starts its METRICS (SAVE_EVAL_DATA's collector, the output means) from nothing; what
+        gathers whole-pass rows learns from the pass's sampler how to put them in dataset order."""
+        sampler = self.datas[self._mode].sampler
         for metric in self.metrics + [m for m in (self.eval_data, self.output_means) if m]:
-            metric.reset()
+            metric.reset(sampler) if isinstance(metric, (PassCollector, WholePassMetric)) else metric.reset()
         super().start_pass_iters()
 
     def update_metrics(self, batch_data, results):

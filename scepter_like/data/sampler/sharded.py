@@ -71,6 +71,16 @@ class ShardedSampler(Sampler):
 
     def _indices(self, epoch):
         """This rank's indices for pass ``epoch``."""
+        return self._pass_order(epoch)[self.rank :: self.num_replicas]
+
+    def rows_of_ranks(self):
+        """The dataset index of each row of the current pass gathered in rank order (rank 0's rows, then rank 1's,
+        ...): unshuffled and unpadded (eval and test), ``0, W, 2W, ..., 1, W + 1, ...``."""
+        order = self._pass_order(self.epoch)
+        return torch.cat([order[rank :: self.num_replicas] for rank in range(self.num_replicas)])
+
+    def _pass_order(self, epoch):
+        """The indices of pass ``epoch`` (padded to a multiple of the world size), which the ranks take in turn."""
         n, w = self.num_samples, self.num_replicas
         if self.shuffle:
             g = torch.Generator()
@@ -84,7 +94,7 @@ class ShardedSampler(Sampler):
                 reps = -(-total // n)
                 order = order.repeat(reps)
             order = order[:total]
-        return order[self.rank :: w]
+        return order
 
     def window_indices(self):
         """This rank's indices for the current pass within the window (``set_window``), as one tensor."""
