@@ -179,6 +179,24 @@ def test_launch_env_reads_slurm_and_prefers_torchrun():
         read_launch_env({'RANK': '2', 'WORLD_SIZE': '2'})
 
 
+def test_a_torchrun_worker_says_what_it_waits_for_before_joining(monkeypatch, caplog):
+    """A worker whose peers never come (the other node failed at start: its IMPORTS file missing) waited
+    DIST_TIMEOUT (30 minutes by default) in silence; now it says, once, before joining, for whom and how long."""
+    from scepter_like.utils.distributed import init_distributed
+
+    port = free_port()
+    for key, value in {'RANK': '0', 'WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv('TORCHELASTIC_RESTART_COUNT', raising=False)
+    with caplog.at_level('INFO'), pytest.raises(DistributedError):
+        init_distributed(backend='gloo', timeout_s=1, device='cpu')
+    waiting = [r.getMessage() for r in caplog.records if 'waiting up to' in r.getMessage()]
+    assert waiting == [
+        f'rank 0 of 2: waiting up to 1 s (ENV.DIST_TIMEOUT) for the other processes at 127.0.0.1:{port}'
+        " (each node's torchrun starts its own)"
+    ]
+
+
 def test_a_slurm_task_started_without_srun_says_what_it_waits_for_and_why_it_timed_out(monkeypatch, caplog):
     """The batch step of ``sbatch --ntasks=4`` sets SLURM_PROCID 0 and SLURM_NTASKS 4; a plain python there is one
     task of four, and it waited DIST_TIMEOUT (30 minutes by default) in silence."""

@@ -86,11 +86,7 @@ def init_distributed(backend='', timeout_s=1800, device=''):
             f'ENV.BACKEND nccl runs on CUDA devices, and this process has {dev}; use gloo, or leave ENV.BACKEND empty'
         )
     if world_size > 1 and not dist.is_initialized():
-        if launch.launcher == 'slurm':  # the wait below is silent until DIST_TIMEOUT: say what it waits for
-            logging.getLogger(__name__).info(
-                f'SLURM task {rank} of {world_size}: waiting up to {timeout_s} s (ENV.DIST_TIMEOUT) for the other tasks'
-                f' at {launch.master_addr}:{launch.master_port} (srun starts one per task)'
-            )
+        logging.getLogger(__name__).info(launch.waiting_line(timeout_s))  # the wait below is silent until then
         try:
             timeout = datetime.timedelta(seconds=timeout_s)
             dist.init_process_group(

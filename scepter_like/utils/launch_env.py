@@ -30,6 +30,19 @@ class LaunchEnv:
     master_port: str = ''
     launcher: str = 'none'  # 'torchrun' | 'slurm' | 'none'
 
+    def waiting_line(self, timeout_s):
+        """What this process waits for as it joins the others: the join says nothing until ENV.DIST_TIMEOUT, and a
+        node that failed at start (a missing IMPORTS file) would leave the rest waiting that long in silence."""
+        who, others, starter = (
+            (f'SLURM task {self.rank}', 'tasks', 'srun starts one per task')
+            if self.launcher == 'slurm'
+            else (f'rank {self.rank}', 'processes', "each node's torchrun starts its own")
+        )
+        return (
+            f'{who} of {self.world_size}: waiting up to {timeout_s} s (ENV.DIST_TIMEOUT) for the other {others} at'
+            f' {self.master_addr}:{self.master_port} ({starter})'
+        )
+
 
 def _int(env, name, default):
     value = env.get(name)
