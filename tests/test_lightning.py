@@ -284,7 +284,7 @@ def srun_like(cmd, cwd, work):
     port, procs = free_port(), []
     for rank in (0, 1):
         slurm = {'SLURM_PROCID': rank, 'SLURM_NTASKS': 2, 'SLURM_LOCALID': rank, 'SLURM_JOB_ID': 1}
-        env = tool_env(**slurm, SLURM_LAUNCH_NODE_IPADDR='127.0.0.1', MASTER_PORT=port, PROBE_GUARD_DIR=work)
+        env = tool_env(**slurm, MASTER_ADDR='127.0.0.1', MASTER_PORT=port, PROBE_GUARD_DIR=work)
         task = [*cmd, f'SOLVER.WORK_DIR={work}']
         procs.append(
             subprocess.Popen(task, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

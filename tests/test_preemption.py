@@ -168,7 +168,14 @@ def test_launch_env_reads_slurm_and_prefers_torchrun():
     got = read_launch_env({**slurm, 'SLURM_NODELIST': 'gpu[07-09,12],cpu1'})
     assert (got.launcher, got.rank, got.world_size, got.local_rank) == ('slurm', 3, 4, 1)
     assert (got.master_addr, got.master_port) == ('gpu07', str(29500 + 1 + 77))
-    assert read_launch_env({**slurm, 'SLURM_LAUNCH_NODE_IPADDR': '10.0.0.5'}).master_addr == '10.0.0.5'
+    # under salloc SLURM_LAUNCH_NODE_IPADDR is the login node, which runs no task; the first host runs task 0
+    salloc = {**slurm, 'SLURM_NODELIST': 'gpu[07-08]', 'SLURM_LAUNCH_NODE_IPADDR': '10.0.0.5'}
+    assert read_launch_env(salloc).master_addr == 'gpu07'
+    assert read_launch_env({**salloc, 'MASTER_ADDR': '10.0.0.6'}).master_addr == '10.0.0.6'  # (Lightning's order)
+    with pytest.raises(
+        DistributedError, match=r'^SLURM gives no SLURM_NODELIST; set MASTER_ADDR to the host of task 0'
+    ):
+        read_launch_env({**slurm, 'SLURM_LAUNCH_NODE_IPADDR': '10.0.0.5'})
     torchrun_env = {**slurm, 'RANK': '1', 'WORLD_SIZE': '2', 'LOCAL_RANK': '1', 'MASTER_ADDR': 'h', 'MASTER_PORT': '5'}
     assert read_launch_env(torchrun_env).launcher == 'torchrun' and read_launch_env(torchrun_env).rank == 1
     assert read_launch_env({'SLURM_PROCID': '0', 'SLURM_NTASKS': '1'}).world_size == 1  # one task: no group
@@ -205,7 +212,7 @@ def test_a_slurm_task_started_without_srun_says_what_it_waits_for_and_why_it_tim
     for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT'):
         monkeypatch.setenv(key, '')  # recorded, so the variables init_distributed sets are gone after the test
         monkeypatch.delenv(key)
-    slurm = {'SLURM_PROCID': '0', 'SLURM_NTASKS': '4', 'SLURM_JOB_ID': '9', 'SLURM_LAUNCH_NODE_IPADDR': '127.0.0.1'}
+    slurm = {'SLURM_PROCID': '0', 'SLURM_NTASKS': '4', 'SLURM_JOB_ID': '9', 'SLURM_NODELIST': '127.0.0.1'}
     for key, value in {**slurm, 'MASTER_PORT': str(free_port())}.items():
         monkeypatch.setenv(key, value)
     with caplog.at_level('INFO'), pytest.raises(DistributedError) as failed:
@@ -339,7 +346,7 @@ def test_slurm_variables_launch_two_processes_without_torchrun(blobs_job):
             SLURM_NTASKS=2,
             SLURM_LOCALID=rank,
             SLURM_JOB_ID=1,
-            SLURM_LAUNCH_NODE_IPADDR='127.0.0.1',
+            MASTER_ADDR='127.0.0.1',
             MASTER_PORT=port,
         )
         cmd = [sys.executable, RUN_TRAIN, '--cfg', cfg, '--import', os.path.join(REPO, 'tests', 'dist_probe.py')]

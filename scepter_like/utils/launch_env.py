@@ -2,9 +2,11 @@
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT.  ``srun python
 tools/run_train.py ...`` starts one process per task with SLURM_PROCID / SLURM_NTASKS /
-SLURM_LOCALID; the rendezvous host is SLURM_LAUNCH_NODE_IPADDR, else the first host of
-SLURM_NODELIST (or SLURM_JOB_NODELIST); the port is MASTER_PORT when set, else one derived
-from SLURM_JOB_ID, so every task of a job (and of its requeued run) picks the same one.
+SLURM_LOCALID; the rendezvous host is MASTER_ADDR when set, else the first host of
+SLURM_NODELIST (or SLURM_JOB_NODELIST), which runs task 0, as Lightning's SLURMEnvironment
+picks it (not SLURM_LAUNCH_NODE_IPADDR: under salloc that is the login node, which runs no
+task); the port is MASTER_PORT when set, else one derived from SLURM_JOB_ID, so every task of
+a job (and of its requeued run) picks the same one.
 torchrun's variables win when both are present.  ``STOP_SIGNALS`` are the signals a launcher
 sends to end a job (SLURM before its time limit, torchrun, Ctrl-C).
 """
@@ -82,11 +84,11 @@ def read_launch_env(env=None):
         )
     if env.get('SLURM_PROCID') in (None, '') or _int(env, 'SLURM_NTASKS', 1) < 2:
         return LaunchEnv()
-    addr = env.get('MASTER_ADDR') or env.get('SLURM_LAUNCH_NODE_IPADDR')
+    addr = env.get('MASTER_ADDR')
     if not addr:
         nodelist = env.get('SLURM_NODELIST') or env.get('SLURM_JOB_NODELIST')
         if not nodelist:
-            raise DistributedError('SLURM gives no SLURM_LAUNCH_NODE_IPADDR nor SLURM_NODELIST; set MASTER_ADDR')
+            raise DistributedError('SLURM gives no SLURM_NODELIST; set MASTER_ADDR to the host of task 0')
         addr = first_host(nodelist)
     port = env.get('MASTER_PORT') or str(DEFAULT_PORT + 1 + _int(env, 'SLURM_JOB_ID', 0) % 20000)
     launch = LaunchEnv(
