@@ -13,14 +13,15 @@ import argparse
 import copy
 import logging
 import os
-import re
 import sys
 import traceback
 
 from scepter_like.about import PACKAGE_DIR
 from scepter_like.config import ROOT_KEYS, Config, apply_overrides, resolve_references
 from scepter_like.errors import ComponentError, ConfigError, Preempted, UserError, suggest, user_message
+from scepter_like.utils.blame import raising_component
 from scepter_like.utils.distributed import destroy_distributed, lost_peer
+from scepter_like.utils.failure_text import component_failure_line, first_line, peer_failure_line
 from scepter_like.utils.imports import import_user_modules
 from scepter_like.utils.torchrun_error import record_error
 
@@ -178,25 +179,11 @@ def _say_error(line, after_peer=False):
     record_error(line, after_peer)
 
 
-def _first_line(error):
-    lines = str(error).strip().splitlines()
-    return f'{type(error).__name__}: {lines[0]}' if lines else type(error).__name__
-
-
 def _report_component(component, error):
     """A first line naming the component that raised ``error``, then its traceback; the exit status (1)."""
-    _say_error(f'error: {component} raised {_first_line(error)} (its traceback follows)')
+    _say_error(component_failure_line(component, error))
     traceback.print_exception(error)
     return 1
-
-
-PEER_FAILURES = {  # lost_peer's reasons, as the line says them
-    'lost': "another process of the job stopped, so this one cannot go on; the cause is in that process's log",
-    'late': (
-        'a collective waited ENV.DIST_TIMEOUT for another process of the job in vain (it stopped, hangs or is far'
-        " behind); that process's log may say why"
-    ),
-}
 
 
 def _report_lost_peer(error, debug):
@@ -204,8 +191,7 @@ def _report_lost_peer(error, debug):
     process's traceback would only show where it waited); the exit status (1)."""
     if debug:
         traceback.print_exception(error)
-    said = re.sub(r'^\[[^\]]*\]\s*', '', str(error).strip()).split('. ')[0].splitlines()  # gloo's source place off
-    _say_error(f'error: {PEER_FAILURES[lost_peer(error)]} ({said[0] if said else type(error).__name__})', True)
+    _say_error(peer_failure_line(error), True)
     return 1
 
 
@@ -234,12 +220,10 @@ def run(main, argv=None):
     except ComponentError as e:
         status = _report_lost_peer(e.error, debug) if lost_peer(e.error) else _report_component(e.component, e.error)
     except Exception as e:
-        from scepter_like.utils.blame import raising_component
-
         if lost_peer(e):
             status = _report_lost_peer(e, debug)
         elif (component := raising_component(e)) is None:  # the toolkit's own failure: the plain traceback
-            record_error(_first_line(e))
+            record_error(first_line(e))
             raise
         else:
             status = _report_component(component, e)

@@ -26,12 +26,13 @@ import sys
 import sysconfig
 import tempfile
 
-from scepter_like.errors import ConfigError, Preempted, RunPruned, UserError, user_message
+from scepter_like.errors import ConfigError, Preempted, RunPruned
 from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
 from scepter_like.solver.config_agreement import config_differences
 from scepter_like.solver.model_summary import model_summary
 from scepter_like.solver.work_dir_lock import LOCK_FILE, lock_for_training
 from scepter_like.utils.checkpoint import CHECKPOINT_DIR, atomic_write, atomic_write_text
+from scepter_like.utils.failure_text import failure_line
 from scepter_like.utils.imports import source_files
 from scepter_like.utils.logger import add_file_handler
 from scepter_like.utils.metrics_log import METRICS_FILE, MetricsLog
@@ -99,25 +100,22 @@ def check_work_dir(solver):
 
 def close_work_dir_log(solver):
     """Detach the run's log file (rank 0).  Called as an error ends the run, it first writes why (a log read on
-    shared storage would not say): a user error as the console's ``error:`` line, anything else by its type and
-    first line; a run a search pruned, as an INFO line (no failure).  A stop signal's checkpoint was logged already."""
+    shared storage would not say): the line the console gets (``utils/failure_text.py``), and the traceback after
+    it where the console prints one; a run a search pruned, as an INFO line (no failure).  A stop signal's
+    checkpoint was logged already."""
     handler, solver._file_handler = solver._file_handler, None
     if handler is None:
         return
-    error, level = sys.exc_info()[1], logging.ERROR
+    error, level, with_traceback = sys.exc_info()[1], logging.ERROR, False
     if isinstance(getattr(solver, 'failed', None), RunPruned):  # the search may be handling its own exception now
         line, level = f'the run ends here, pruned by the search (not failed): {solver.failed}', logging.INFO
     elif isinstance(error, Exception) and not isinstance(error, Preempted):
-        said = str(error).strip().splitlines()
-        line = (
-            f'error: {user_message(error)}'
-            if isinstance(error, UserError)
-            else f'the run ended with {type(error).__name__}{": " + said[0] if said else ""} (see its traceback)'
-        )
+        line, with_traceback = failure_line(error)
     else:
         line = None
     if line is not None:
         record = {'name': solver.logger.name, 'msg': line, 'levelno': level, 'levelname': logging.getLevelName(level)}
+        record['exc_info'] = (type(error), error, error.__traceback__) if with_traceback else None
         handler.handle(logging.makeLogRecord(record))
     solver.logger.removeHandler(handler)
     handler.close()
