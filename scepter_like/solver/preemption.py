@@ -181,12 +181,15 @@ class StopSignals:
         return dist.get_rank() + 1 if self.requested else 0
 
     def _decided(self, signum, by):
-        """The agreed stop: a signal, else the request of rank ``by - 1``, its reason sent to every rank."""
+        """The agreed stop: a signal, else a request: this rank's own, or rank ``by - 1``'s, its reason sent to
+        every rank (EarlyStoppingHook asks on every rank: each then logs its own request, as in one process)."""
         if signum:
             return AgreedStop(signum, f'signal {signum}', 'a stop signal')
         asked = [self.requested]
         dist.broadcast_object_list(asked, src=by - 1, group=self._group)
-        self.requested = None
+        own, self.requested = self.requested, None
+        if own is not None:
+            return AgreedStop(0, *own)
         reason, asker = asked[0]
         return AgreedStop(0, reason, f'{asker} on rank {by - 1}')
 
