@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from scepter_like.solver import preemption
-from scepter_like.solver.preemption import StopSignals
+from scepter_like.solver.preemption import AgreedStop, StopSignals
 
 STEP = 1 / 64  # seconds a step takes on the fake clock (exact in binary)
 
@@ -88,3 +88,19 @@ def test_close_releases_the_agreement_group_and_its_threads(one_rank_group):
         assert group_threads
     stop_signals.close()
     assert stop_signals._group is None and not group_threads & os_threads()
+
+
+def test_a_request_travels_in_the_agreement_and_between_epochs_takes_one_all_reduce(one_rank_group, monkeypatch):
+    """A hook's request_stop under DDP waits for the agreement (STOP_CHECK_SECONDS 0: read one step later); one made
+    outside the steps is agreed by the all-reduce between epochs.  In one process nothing is deferred."""
+    stop_signals = StopSignals()
+    with stop_signals.training_loop(0):
+        assert stop_signals.agreed() is None  # boundary 1 starts an all-reduce without a request
+        assert stop_signals.defer('enough', 'MyHook')
+        assert stop_signals.agreed() is None  # boundary 2 reads boundary 1's, starts one carrying the request
+        assert stop_signals.agreed() == AgreedStop(0, 'enough', 'MyHook')
+        assert stop_signals.agreed_between_epochs() is None  # agreed once: nothing left to agree
+        stop_signals.defer('after an epoch', 'MyHook')
+        assert stop_signals.agreed_between_epochs() == AgreedStop(0, 'after an epoch', 'MyHook')
+    monkeypatch.setattr(preemption, 'is_dist', lambda: False)
+    assert not StopSignals().defer('enough', 'MyHook')

@@ -172,6 +172,8 @@ class StopSignals:
         decides whether to train another epoch: one all-reduce an epoch under DDP, none in one process."""
         if self._group is None:
             return None
+        if self._pending is not None:  # one collective at a time on the group (the next step boundary still reads it)
+            self._pending[0].wait()
         flags = torch.tensor([self._request_flag()], dtype=torch.int64)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._group)
         return self._decided(0, flags.item()) if flags.item() else None
