@@ -133,9 +133,11 @@ def find_lr(cfg, overrides=(), imports=(), min_lr=1e-7, max_lr=10.0, num_steps=1
     from scepter_like.api import run_logger
     from scepter_like.cli import read_config
     from scepter_like.solver import SOLVERS
+    from scepter_like.solver.environment import ProcessSettings
     from scepter_like.solver.hooks.lr_range import LrRangeHook
 
     config = read_config(cfg, overrides, imports, given_as='the path given to find_lr')
+    program = ProcessSettings()  # the program's torch settings, back after the sweep set its ENV's
     with tempfile.TemporaryDirectory(prefix='scepter_lr_find_') as work_dir:
         sweep = sweep_config(config, min_lr, max_lr, num_steps, work_dir)
         solver = SOLVERS.build(sweep.SOLVER, logger=logger or run_logger())
@@ -146,5 +148,6 @@ def find_lr(cfg, overrides=(), imports=(), min_lr=1e-7, max_lr=10.0, num_steps=1
                 solver.solve()
         finally:
             solver.close()
+            program.apply()
     hook = next(h for h in solver.hooks_dict['train'] if isinstance(h, LrRangeHook))
     return LrRangeTest(hook.lrs, hook.losses, hook.smoothed, suggest_lr(hook.lrs, hook.smoothed))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import DIGITS_CFG, REPO, tool_env
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from newcomer_support import run_cli, tool_main
@@ -43,7 +44,10 @@ def test_lr_range_test_api_sweeps_without_touching_work_dir(blobs, tmp_path):
     from scepter_like.lr_finder import find_lr
 
     cfg = blob_solver_cfg(blobs, tmp_path / 'run', hooks=[{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook'}])
+    cfg['ENV'].update(NUM_THREADS=torch.get_num_threads() + 1, DETERMINISTIC=True)
+    program = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
     result = find_lr(cfg, min_lr=1e-5, max_lr=100.0, num_steps=60)
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == program  # the sweep's ENV ended
     assert not os.path.exists(tmp_path / 'run')
     assert 10 < len(result.lrs) <= 60 and result.lrs == sorted(result.lrs)
     assert result.lrs[0] == pytest.approx(1e-5)
