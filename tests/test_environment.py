@@ -1,4 +1,4 @@
-"""ENV: the intra-op thread count a run gets; the CPU heap kept between steps."""
+"""ENV: the seed's range; the intra-op thread count a run gets; the CPU heap kept between steps."""
 
 import resource
 import subprocess
@@ -9,12 +9,25 @@ import torch
 from conftest import tool_env
 
 from scepter_like.config import Config
-from scepter_like.solver.environment import resolve_env, set_up_environment
+from scepter_like.errors import ConfigError
+from scepter_like.solver.environment import SEED_MAX, resolve_env, set_up_environment
 from scepter_like.utils.heap import glibc_version
 
 
 def _env(**keys):
     return resolve_env(Config({'ENV': keys, 'SOLVER': {}}).SOLVER)
+
+
+@pytest.mark.parametrize('seed', [2**64, -1, SEED_MAX + 1])
+def test_a_seed_some_rng_would_refuse_or_fold_is_a_config_error_naming_the_range(seed):
+    # 2**64 ended in torch's "Overflow when unpacking long long"; -1 ran 2**64 - 1's torch stream, 2**32 numpy's 0
+    with pytest.raises(ConfigError, match=rf'^ENV\.SEED: must be an integer from 0 to {SEED_MAX} .*got {seed}$'):
+        _env(SEED=seed)
+
+
+def test_the_largest_seed_seeds_every_rng_unchanged():
+    set_up_environment(_env(SEED=SEED_MAX))
+    assert torch.initial_seed() == SEED_MAX
 
 
 def test_one_intra_op_thread_by_default_and_zero_keeps_torchs_choice():

@@ -22,8 +22,12 @@ from scepter_like.utils.file_system import check_local_file_system
 from scepter_like.utils.heap import keep_heap
 from scepter_like.utils.seed import seed_everything
 
+SEED_MAX = 2**32 - 1  # numpy's legacy np.random.seed takes 0 .. 2**32 - 1; python's random and torch take all of those
 ENV_PARA_DICT = {
-    'SEED': {'value': 2024, 'description': 'seed of python, numpy and torch (rank r uses SEED + r after model init)'},
+    'SEED': {
+        'value': 2024,
+        'description': f'seed of python, numpy and torch, 0 to {SEED_MAX} (rank r uses SEED + r after model init)',
+    },
     'DETERMINISTIC': {'value': False, 'description': 'torch.use_deterministic_algorithms and no cudnn autotuning'},
     'BACKEND': {'value': '', 'description': "process-group backend; '' picks nccl on CUDA, gloo on CPU"},
     'DEVICE': {'value': '', 'description': "'' picks cuda:LOCAL_RANK when CUDA is available, else cpu"},
@@ -58,9 +62,22 @@ def resolve_env(solver_cfg):
         root['ENV'] = {}
     env = resolve_params(root['ENV'], ENV_PARA_DICT, 'ENV')
     resolve_params(env.PL, PL_PARA_DICT, 'ENV.PL')
+    _check_seed(env)
     _check_device(env)
     check_local_file_system(solver_cfg.get('FILE_SYSTEM'), solver_cfg.path_of('FILE_SYSTEM'))  # where files live
     return env
+
+
+def _check_seed(env):
+    """ENV.SEED must be a seed every RNG it seeds takes as it is: torch's overflowed at 2**64 with a traceback, and
+    a negative seed or one of 2**32 on was folded (python's random uses abs(), torch wraps to 64 bits, numpy took
+    the seed mod 2**32), so two different seeds ran the same streams."""
+    seed = env.SEED
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(
+            f"{env.path_of('SEED')}: must be an integer from 0 to {SEED_MAX} (2**32 - 1, the seeds python's random,"
+            f" numpy's and torch's generators all take unchanged), got {seed!r}"
+        )
 
 
 def _check_device(env):
