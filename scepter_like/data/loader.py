@@ -20,7 +20,7 @@ from scepter_like.data.domain import check_coordinates_agree
 from scepter_like.data.registry import DATASETS
 from scepter_like.data.sampler import SAMPLERS, ShardedSampler
 from scepter_like.data.transformed import TransformedDataset
-from scepter_like.data.worker_start import start_worker
+from scepter_like.data.worker_start import start_worker, worker_context
 from scepter_like.errors import ConfigError, DataError, DistributedError, class_of, suggest
 from scepter_like.registry import NAME_KEY, declared_params, resolve_params
 from scepter_like.transform.registry import build_pipeline
@@ -329,6 +329,7 @@ def build_data(cfg, mode, dist_info, seed, logger=None):
         drop_last=loader_cfg.DROP_LAST if train else False,
         collate_fn=DictCollate(source, torch.get_default_dtype()),  # SOLVER.DTYPE here
         worker_init_fn=start_worker if workers > 0 else None,
+        multiprocessing_context=worker_context(workers),
         generator=torch.Generator(),
     )
     return DataBundle(dataset, loader, sampler, loader_cfg.BATCH_SIZE, seed, classes, columns)

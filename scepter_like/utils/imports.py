@@ -33,6 +33,15 @@ def importable_name(module_name):
     return module_name
 
 
+def imported_files():
+    """The ``.py`` files this process imported from IMPORTS by path (their modules' names exist only here)."""
+    return sorted(
+        module.__file__
+        for name, module in list(sys.modules.items())
+        if name.rpartition('.')[2].startswith(FILE_MODULE_PREFIX) and getattr(module, '__file__', None)
+    )
+
+
 def import_user_modules(names, base_dir=None):
     """Import each dotted module name or ``.py`` path (relative paths from ``base_dir`` or cwd)."""
     modules = []
