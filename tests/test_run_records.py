@@ -9,6 +9,9 @@ import pytest
 import yaml
 from helpers import blob_solver_cfg, build_solver, write_blobs
 
+from scepter_like.about import PACKAGE_DIR, __version__
+from scepter_like.solver.run_records import toolkit_state
+
 pytestmark = pytest.mark.skipif(shutil.which('git') is None, reason='git is not installed')
 
 GIT_ENV = {
@@ -93,6 +96,30 @@ def test_code_snapshot_restores_the_work_tree_with_git_apply(tmp_path, dirty_rep
     assert git(clone, 'diff', '--cached', '--name-status') == git(dirty_repo, 'diff', '--cached', '--name-status')
 
 
+def test_the_toolkits_own_checkout_is_recorded_by_commit_and_dirty_flag(tmp_path, dirty_repo, monkeypatch):
+    # env.json had only "version": "0.1.0" for an editable checkout at any commit, edited or not
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # tmp_path may sit inside some repo
+    package = dirty_repo / 'pkg'
+    state = toolkit_state(str(package))
+    assert state == {
+        'version': __version__,
+        'path': str(package),
+        'commit': git(dirty_repo, 'rev-parse', 'HEAD').strip(),
+        'dirty': True,
+    }
+    git(dirty_repo, 'add', '-A')
+    git(dirty_repo, 'commit', '-qm', 'clean')
+    assert toolkit_state(str(package))['dirty'] is False
+    (dirty_repo / 'gone.txt').write_text("a change outside the package is not the toolkit's\n")
+    assert toolkit_state(str(package))['dirty'] is False
+    (package / 'new.py').write_text('N = 1\n')  # an untracked file of the package is
+    assert toolkit_state(str(package))['dirty'] is True
+    outside = tmp_path / 'unpacked'
+    outside.mkdir()
+    state = toolkit_state(str(outside))  # not a git checkout: the version alone
+    assert state['version'] == __version__ and 'commit' not in state and 'not a git checkout' in state['note']
+
+
 def test_imported_files_that_git_does_not_track_are_saved(tmp_path, dirty_repo, monkeypatch):
     npz = write_blobs(tmp_path / 'blobs.npz')
     (dirty_repo / 'my_ext.py').write_text('X = 1\n')  # untracked, inside the work tree
@@ -132,6 +159,7 @@ def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
     run(cfg)
     env = json.loads((work / 'env.json').read_text())
     assert 'not inside a git work tree' in env['git']['note'] and 'commit' not in env['git']
+    assert env['toolkit']['version'] == env['version'] and env['toolkit']['path'] == PACKAGE_DIR  # its own code
     assert not (work / 'code_snapshot').exists()
     first = yaml.safe_load((work / 'config.yaml').read_text())
     assert first['SOLVER']['CODE_SNAPSHOT'] is True and first['ENV']['SEED'] == 0  # defaults filled

@@ -1,7 +1,8 @@
 """Run records: what a run was, written to WORK_DIR when it starts (rank 0).
 
 - ``config.yaml``: the resolved config (every default filled in); ``--cfg`` it to rerun.
-- ``env.json``: versions, world size, device, host, command line, git commit.
+- ``env.json``: versions, world size, device, host, command line, git commit (of the run's folder and, under
+  ``toolkit``, of scepter_like's own checkout when it runs from one).
 - ``code_snapshot/`` (unless ``SOLVER.CODE_SNAPSHOT`` is false): inside a git work tree
   ``staged.diff`` (HEAD -> index), ``unstaged.diff`` (index -> work tree), ``untracked.txt``
   (names of untracked, not ignored files; their contents are not saved — ``git add`` new
@@ -26,6 +27,7 @@ import sys
 import sysconfig
 import tempfile
 
+from scepter_like.about import PACKAGE_DIR, __version__
 from scepter_like.errors import ConfigError, Preempted, RunPruned
 from scepter_like.solver.checkpoint_state import refuse_to_mix_runs
 from scepter_like.solver.config_agreement import config_differences
@@ -227,6 +229,23 @@ def git_state(cwd):
     }
 
 
+def toolkit_state(package_dir=None):
+    """scepter_like's own code: its version, and the commit and dirty flag of the git checkout it runs from (an
+    editable install) in one ``git status``; an installed copy, or a folder git does not know, gives a note."""
+    package_dir = package_dir or PACKAGE_DIR
+    state = {'version': __version__, 'path': package_dir}
+    if _installed(os.path.realpath(package_dir)):
+        return state
+    try:
+        lines = _git(['status', '--porcelain=v2', '--branch', '--', '.'], package_dir).decode(errors='replace')
+    except GitError as e:
+        return {**state, 'note': f'not a git checkout ({e})'}
+    heads = [line.split()[2] for line in lines.splitlines() if line.startswith('# branch.oid ')]
+    state['commit'] = heads[0] if heads and heads[0] != '(initial)' else None
+    state['dirty'] = any(not line.startswith('#') for line in lines.splitlines())  # changed or untracked files
+    return state
+
+
 def restore_command(state, snapshot_dir):
     """The shell command that rebuilds the snapshot's work tree (run in a clone)."""
     parts = [f'git checkout {state["commit"]}']
@@ -346,8 +365,6 @@ def environment_info(solver, resumed_from=None):
     import numpy
     import torch
 
-    from scepter_like.about import __version__
-
     device = solver.device
     info = {
         'project': 'scepter_like',
@@ -365,6 +382,7 @@ def environment_info(solver, resumed_from=None):
         'command': shlex.join([sys.executable, *sys.argv]),
         'cwd': os.getcwd(),
         'resumed_from': resumed_from,
+        'toolkit': toolkit_state(),
     }
     if device.type == 'cuda':
         info['device_name'] = torch.cuda.get_device_name(device)
