@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -11,6 +12,7 @@ from helpers import blob_solver_cfg, build_solver, write_blobs
 
 from scepter_like.about import PACKAGE_DIR, __version__
 from scepter_like.solver.run_records import toolkit_state
+from scepter_like.utils.imports import import_user_modules
 
 pytestmark = pytest.mark.skipif(shutil.which('git') is None, reason='git is not installed')
 
@@ -172,6 +174,36 @@ def test_records_outside_git_history_and_opt_out(tmp_path, monkeypatch):
     assert yaml.safe_load((old / 'config.yaml').read_text()) == first
     assert json.loads((old / 'env.json').read_text()) == env
     assert yaml.safe_load((work / 'config.yaml').read_text())['SOLVER']['MAX_EPOCHS'] == 3
+
+
+def test_an_imported_package_outside_git_keeps_its_layout_and_parent_packages(tmp_path, monkeypatch):
+    # saved flat before (external/__init__.py, external/a.py; a second package's external/2-__init__.py), and
+    # snap_pkg/__init__.py, which importing snap_pkg.sub runs, not at all
+    npz = write_blobs(tmp_path / 'blobs.npz')
+    src = tmp_path / 'src'
+    (src / 'snap_pkg' / 'sub').mkdir(parents=True)
+    for rel, text in (('__init__.py', 'TOP = 1\n'), ('sub/__init__.py', 'SUB = 1\n'), ('sub/a.py', 'A = 1\n')):
+        (src / 'snap_pkg' / rel).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # tmp_path may sit inside some repo
+    monkeypatch.syspath_prepend(str(src))
+    work = tmp_path / 'run'
+    cfg = blob_solver_cfg(npz, work)
+    cfg['IMPORTS'] = ['snap_pkg.sub']
+    try:
+        import_user_modules(cfg['IMPORTS'])  # as a run's command does
+        run(cfg)
+    finally:
+        for name in ('snap_pkg.sub', 'snap_pkg'):
+            sys.modules.pop(name, None)
+    saved = json.loads((work / 'env.json').read_text())['saved_imports']
+    assert saved == {
+        f'imports/external/snap_pkg/{rel}': os.path.realpath(src / 'snap_pkg' / rel)
+        for rel in ('sub/__init__.py', 'sub/a.py', '__init__.py')
+    }
+    for rel in saved:  # external/ on PYTHONPATH imports snap_pkg.sub again
+        assert (work / 'code_snapshot' / rel).read_bytes() == open(saved[rel], 'rb').read()
+    assert 'PYTHONPATH' in (work / 'code_snapshot' / 'README.md').read_text()
 
 
 def test_code_snapshot_opt_out(tmp_path, dirty_repo, monkeypatch):

@@ -285,7 +285,9 @@ def save_imported_files(files, snapshot_dir, top=None):
     """Copy ``files`` into ``snapshot_dir/imports/``; returns ``{saved path (relative): original path}``.
 
     A file inside the git work tree keeps its path relative to the top folder (copy
-    ``imports/`` over a restored clone); any other goes to ``imports/external/``.
+    ``imports/`` over a restored clone); any other goes to ``imports/external/`` under its path
+    from the folder above its top package (``external/pkg/sub/mod.py``), so ``external/`` on
+    PYTHONPATH imports it by the same module name.
     """
     saved = {}
     top = os.path.realpath(top) if top else None
@@ -293,7 +295,7 @@ def save_imported_files(files, snapshot_dir, top=None):
         rel = (
             os.path.relpath(path, top)
             if top and _inside(path, top)
-            else os.path.join('external', os.path.basename(path))
+            else os.path.join('external', os.path.relpath(path, _import_root(path)))
         )
         stem, n = rel, 1
         while os.path.join(IMPORTS_DIR, rel) in saved:
@@ -306,11 +308,26 @@ def save_imported_files(files, snapshot_dir, top=None):
     return saved
 
 
+def _import_root(path):
+    """The folder above the outermost package holding ``path`` (its own folder when that is no package)."""
+    folder = os.path.dirname(path)
+    while os.path.isfile(os.path.join(folder, '__init__.py')) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def _imports_note(saved):
     if not saved:
         return ''
     listing = ''.join(f'  - `{rel}` (from `{original}`)\n' for rel, original in saved.items())
-    return f'- `{IMPORTS_DIR}/`: the imported files git does not track, saved:\n{listing}'
+    external = any(rel.startswith(os.path.join(IMPORTS_DIR, 'external', '')) for rel in saved)
+    rerun = (
+        f'  Put `{IMPORTS_DIR}/external` on PYTHONPATH to import the files under it by their module names (an'
+        " IMPORTS `.py` path: give the saved copy's path instead).\n"
+        if external
+        else ''
+    )
+    return f'- `{IMPORTS_DIR}/`: the imported files git does not track, saved:\n{listing}{rerun}'
 
 
 def write_code_snapshot(state, snapshot_dir, saved_imports=None):

@@ -66,7 +66,8 @@ def _file_path(name, base_dir):
 def source_files(names, base_dir=None):
     """The source files behind the imported ``names`` (a package gives every ``.py`` file in its folder).
 
-    Names not imported (or without a file) give nothing; the run records save the files git does not track.
+    A dotted name gives its parent packages' ``__init__.py`` too (importing it ran them).  Names not
+    imported (or without a file) give nothing; the run records save the files git does not track.
     """
     files = []
     for name in names or []:
@@ -79,6 +80,9 @@ def source_files(names, base_dir=None):
         path = getattr(sys.modules.get(name), '__file__', None)
         if not path:
             continue
+        parts = name.split('.')
+        parents = (getattr(sys.modules.get('.'.join(parts[:i])), '__file__', None) for i in range(1, len(parts)))
+        files += [parent for parent in parents if parent]
         if os.path.basename(path) == '__init__.py':
             for folder, dirs, names_here in os.walk(os.path.dirname(path)):
                 dirs[:] = sorted(d for d in dirs if d != '__pycache__')
