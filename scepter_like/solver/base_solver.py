@@ -273,9 +273,10 @@ class BaseSolver(HookStages, ScepterProtocol):
         """End training at the next step boundary (the current step, evaluation and checkpoints complete); under
         DDP at the step boundary the ranks agree on (solver/preemption.py), a request in an epoch stage before the
         next epoch.  The first request is logged, on every rank, with its reason and who asked."""
-        asker = describe_caller(sys._getframe(1))
-        if self.progress.stop_reason is None and not self.stop_signals.defer(reason, asker):
-            AgreedStop(0, reason, asker).take(self)
+        if self.progress.stop_reason is None:  # (a hook asking on every step: the caller looked up until then only)
+            asker = describe_caller(sys._getframe(1))
+            if not self.stop_signals.defer(reason, asker):
+                AgreedStop(0, reason, asker).take(self)
 
     def request_probes(self) -> None:
         """Keep what ``register_probe`` is given during the current step (ProbeDataHook dumps it)."""
