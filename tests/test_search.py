@@ -245,31 +245,73 @@ def test_killed_search_continues_with_the_same_command(tmp_path):
     assert trials[0].datetime_complete < killed.datetime_start  # trial 0 was kept, not run again
 
 
+SIGNAL_ONCE = """
+import os, signal
+from scepter_like.solver.base_solver import BaseSolver
+
+def signal_once(real):
+    def method(self, *args, **kwargs):
+        if not os.path.exists(os.environ['SIGNALLED']):  # the first trial only: its rerun goes on
+            open(os.environ['SIGNALLED'], 'w').close()
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *args, **kwargs)
+    return method
+
+name = os.environ['SIGNAL_IN']
+setattr(BaseSolver, name, signal_once(getattr(BaseSolver, name)))
+"""
+
+
+def stop_a_search_by_signal(tmp_path, where):
+    """Run a 3-trial search whose first trial sends itself SIGTERM as ``BaseSolver.<where>`` starts; returns
+    the command, its environment and the study's folder once the command has ended as a signalled search does."""
+    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
+    signaller = tmp_path / 'signal_once.py'
+    signaller.write_text(SIGNAL_ONCE)
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3', '--import', str(signaller)]
+    env = tool_env(SIGNAL_IN=where, SIGNALLED=tmp_path / 'signalled')
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
+    assert '[search] trial 0 stopped by a signal: the search stops here' in res.stdout
+    stopped, queued = load_study(base).get_trials()
+    assert stopped.state.name == 'FAIL' and 'error' not in stopped.user_attrs
+    assert queued.state.name == 'WAITING' and queued.system_attrs.get('failed_trial') == 0
+    return cmd, env, base
+
+
+def test_a_stop_signal_in_a_trials_set_up_ends_the_search_with_the_trial_queued_again(tmp_path):
+    """solve() before the training loop (metrics.jsonl written, evaluation not begun): the trial's solver holds the
+    handlers from its set-up on, as run_train's does, so the command ends with 128 + 15 rather than dying of it."""
+    stop_a_search_by_signal(tmp_path, 'before_solve')
+
+
 def test_a_stop_signal_ends_the_search_and_the_same_command_continues_it_with_new_points(tmp_path):
     """SIGTERM in a trial's training ends the command (128 + 15) with the trial failed and queued again, not
     counted; the same command then runs it again and draws points it had not drawn (a sampler seeded as before
     would draw trial 0's first)."""
-    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
-    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3']
-    proc = subprocess.Popen(cmd, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    first = base / 'space' / 'trial_0000' / 'metrics.jsonl'
-    deadline = time.time() + 240
-    while not first.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # in trial 0's training
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
-    assert '[search] trial 0 stopped by a signal: the search stops here' in out
-    stopped, queued = load_study(base).get_trials()
-    assert stopped.state.name == 'FAIL' and 'error' not in stopped.user_attrs
-    assert queued.state.name == 'WAITING' and queued.system_attrs.get('failed_trial') == 0
-    res = subprocess.run(cmd, env=tool_env(), capture_output=True, text=True, timeout=300)
+    cmd, env, base = stop_a_search_by_signal(tmp_path, '_run_epochs')
+    stopped = load_study(base).get_trials()[0]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     trials = load_study(base).get_trials()
     assert [t.state.name for t in trials] == ['FAIL', 'COMPLETE', 'COMPLETE', 'COMPLETE']
     assert trials[1].params == stopped.params  # the stopped trial, run again
     drawn = [tuple(sorted(t.params.items(), key=str)) for t in trials[1:]]
     assert len(set(drawn)) == 3  # the continuation drew new points
+
+
+def test_a_stop_signal_outside_a_trial_ends_the_search_as_one_in_a_trial_does():
+    """Between trials (optuna's bookkeeping, waiting for another worker's trial) no solver holds the handlers: the
+    search's own handlers turn the signal into the Preempted the tools exit with 128 + signal on."""
+    from scepter_like.errors import Preempted
+    from scepter_like.search.runner import _signals_stop_the_search
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Preempted) as stopped, _signals_stop_the_search():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in this thread before the sleep ends
+    assert stopped.value.exit_status == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 # -- pruning ---------------------------------------------------------------------------------------

@@ -20,12 +20,14 @@ import logging
 import math
 import os
 import re
+import signal
 import socket
 import sys
 import time
 import warnings
 
 from scepter_like.errors import ConfigError, Preempted, TrainingError, UserError
+from scepter_like.utils.launch_env import STOP_SIGNALS
 
 LOCK_NAME = '.trial.lock'
 TRACKING_ATTR = 'tracking_groups'  # study user attr: the parent run / group id of each tracker hook
@@ -72,6 +74,25 @@ class SignalledStop(KeyboardInterrupt):
     def __init__(self, preempted):
         super().__init__(str(preempted))
         self.preempted = preempted
+
+
+@contextlib.contextmanager
+def _signals_stop_the_search():
+    """A stop signal outside a trial's training (a trial's solver installs its own handlers) ends the search at once,
+    as one in training does: the running trial, if any, is failed and queued again, and the command ends with 128 +
+    the signal rather than dying of it."""
+
+    def stop(signum, frame):
+        raise SignalledStop(Preempted(signum))
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    except SignalledStop as e:  # outside a trial: no trial to queue again
+        raise e.preempted from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class SearchSettingsError(ConfigError):
@@ -225,19 +246,20 @@ class Search:
         """Run trials until N count; waits for trials of other workers (they may die and come back)."""
         import optuna
 
-        while True:
-            with self._trial_lock() as lock:
-                optuna.storages.fail_stale_trials(self.study)
-                done, running = counts(self.study.get_trials(deepcopy=False))
-                if done >= self.trials_wanted:
-                    return
-                if done + running >= self.trials_wanted:
-                    lock.release()
-                    time.sleep(POLL_SECONDS)
-                    continue
-                self._run_one(lock)
-            if on_trial_end is not None:
-                on_trial_end()
+        with _signals_stop_the_search():
+            while True:
+                with self._trial_lock() as lock:
+                    optuna.storages.fail_stale_trials(self.study)
+                    done, running = counts(self.study.get_trials(deepcopy=False))
+                    if done >= self.trials_wanted:
+                        return
+                    if done + running >= self.trials_wanted:
+                        lock.release()
+                        time.sleep(POLL_SECONDS)
+                        continue
+                    self._run_one(lock)
+                if on_trial_end is not None:
+                    on_trial_end()
 
     @contextlib.contextmanager
     def _trial_lock(self):
@@ -308,15 +330,16 @@ class Search:
                 if hook.get('NAME') == 'LogHook':  # one line per trial on the console, no progress bars
                     hook['PROGRESS'] = 'off'
             solver = SOLVERS.build(cfg.SOLVER, logger=logger)
-            solver.set_up_pre()
-            reporter = next(h for h in solver.hooks_dict['eval'] if isinstance(h, PruningHook))
-            reporter.attach(trial)
-            for hook in solver.hooks_dict['train']:
-                if isinstance(hook, TrackerHook):  # the objective on the trial's tracked run
-                    hook.add_final_values(lambda solver: self._objective_values(solver, reporter))
-            solver.set_up()
-            self._check_metric(solver)
-            solver.solve()
+            with solver.stop_signals:  # as run_train: a signal in set-up stops at once, in training at a step
+                solver.set_up_pre()
+                reporter = next(h for h in solver.hooks_dict['eval'] if isinstance(h, PruningHook))
+                reporter.attach(trial)
+                for hook in solver.hooks_dict['train']:
+                    if isinstance(hook, TrackerHook):  # the objective on the trial's tracked run
+                        hook.add_final_values(lambda solver: self._objective_values(solver, reporter))
+                solver.set_up()
+                self._check_metric(solver)
+                solver.solve()
             value = self._objective(solver, reporter)
             if not math.isfinite(value):
                 raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
