@@ -70,6 +70,14 @@ def run_tool(tool, *args, cwd=None, timeout=300, env=None):
     return subprocess.run(cmd, cwd=cwd or REPO, env=env or tool_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def run_train_killed_at(kill_at, *args):
+    """``run_train.py`` with ``args`` in a process of its own that SIGKILLs itself at ``kill_at`` (ckpt_support's
+    KillHook: ``train:N``, ``eval:N``); with no ``kill_at``, a run to its end in this process (no start-up cost)."""
+    if not kill_at:
+        return run_cli('run_train.py', *args)
+    return run_tool('run_train.py', *args, env=tool_env(SCEPTER_TEST_KILL_AT=kill_at))
+
+
 class CliResult(NamedTuple):
     """What a command-line run left: its exit status, stdout and stderr (as ``subprocess.run`` gives them)."""
 
@@ -138,6 +146,10 @@ def _process_state_restored():
                     registering.add(getattr(entry, '__module__', ''))
             registry._entries.clear()
             registry._entries.update(entries[name])
+        registered_from = [sys.modules[name] for name in registering if name in sys.modules]
+        for name in set(sys.modules) - modules:  # the names it was entered under too (a file's plain name)
+            if any(sys.modules[name] is module for module in registered_from):
+                del sys.modules[name]
         for module in registering:  # it, and the packages above it that the run imported too
             while module and module not in modules:
                 sys.modules.pop(module, None)

@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, run_train_killed_at
 from helpers import assert_same, write_blobs
 
 SUPPORT = os.path.join(REPO, 'tests', 'ckpt_support.py')
@@ -68,7 +68,7 @@ def train(cfg, work_dir, record, kill_at='', resume=False):
     args = ['--cfg', cfg, '--import', SUPPORT, f'SOLVER.WORK_DIR={work_dir}', f'SOLVER.TRAIN_DATA.RECORD={record}']
     if resume:
         args.append('SOLVER.RESUME_FROM=auto')
-    return run_tool('run_train.py', *args, env=tool_env(SCEPTER_TEST_KILL_AT=kill_at))
+    return run_train_killed_at(kill_at, *args)
 
 
 def served(record):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 from compile_support import COMPILED_GRAPHS, COUNTING_BACKEND
-from conftest import REPO, run_cli, run_tool, tool_env, torchrun_pair
+from conftest import REPO, run_cli, run_tool, run_train_killed_at, torchrun_pair
 from helpers import assert_same
 
 import tasks.mesh_regression  # noqa: F401  (registrations)
@@ -425,19 +425,20 @@ def test_evaluation_from_a_checkpoint_reproduces_the_training_rmse(tiny_manifest
     """run_eval has no TRAIN_DATA: the model takes the run's stats.json, the checkpoint its weights."""
     hooks = [{'NAME': 'BackwardHook'}, {'NAME': 'CheckpointHook', 'INTERVAL': 1}]
     cfg = write_config(tmp_path / 'cfg.yaml', mesh_config(tiny_manifest, tmp_path / 'run', TRAIN_HOOKS=hooks))
-    res = run_tool('run_train.py', '--cfg', cfg)
+    res = run_cli('run_train.py', '--cfg', cfg)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [json.loads(line) for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
     trained = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
-    res = run_tool('run_eval.py', '--cfg', cfg, '--checkpoint', tmp_path / 'run')
+    res = run_cli('run_eval.py', '--cfg', cfg, '--checkpoint', tmp_path / 'run')
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / 'run' / 'metrics.json').read_text())['eval']['rmse'] == trained
 
 
 def test_make_mesh_dataset_writes_the_same_files_for_the_same_options(tmp_path):
+    """The same bytes from a process of its own and from this one (another process's state)."""
     args = ['--subjects', 3, '--phases', 2, '--pca-modes', 2, '--levels', 1, '--val-subjects', 1, '--test-subjects', 1]
-    for name in ('a', 'b'):
-        res = run_tool('make_mesh_dataset.py', '--out', tmp_path / name, *args)
+    for name, run in (('a', run_tool), ('b', run_cli)):
+        res = run('make_mesh_dataset.py', '--out', tmp_path / name, *args)
         assert res.returncode == 0, res.stderr
     names = sorted(os.listdir(tmp_path / 'a'))
     assert len(names) == 3 * 2 + 2 and names == sorted(os.listdir(tmp_path / 'b'))
@@ -445,7 +446,7 @@ def test_make_mesh_dataset_writes_the_same_files_for_the_same_options(tmp_path):
         assert (tmp_path / 'a' / name).read_bytes() == (tmp_path / 'b' / name).read_bytes(), name
     splits = [line.split(',')[3] for line in (tmp_path / 'a' / 'manifest.csv').read_text().splitlines()[1:]]
     assert sorted(set(splits)) == ['test', 'train', 'val'] and splits.count('train') == 2
-    assert_one_error_line(run_tool('make_mesh_dataset.py', '--out', tmp_path / 'a', *args), 'already there')
+    assert_one_error_line(run_cli('make_mesh_dataset.py', '--out', tmp_path / 'a', *args), 'already there')
 
 
 # -- self-describing checkpoints: inference and export from the file alone ------------------------
@@ -463,7 +464,7 @@ def trained_mesh(tiny_manifest, tmp_path_factory):
     cfg = mesh_config(tiny_manifest, tmp / 'run', TRAIN_HOOKS=hooks)
     cfg['SOLVER']['EVAL_DATA']['BATCH_SIZE'] = 1
     path = write_config(tmp / 'cfg.yaml', cfg)
-    res = run_tool('run_train.py', '--cfg', path)
+    res = run_cli('run_train.py', '--cfg', path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(r'decoder +Sequential +[\d,]+ +\[\d+, 3\]', res.stdout)  # the summary's sample is a graph batch
     return path, tmp / 'run'
@@ -475,7 +476,9 @@ def split_files(manifest, split):
 
 
 def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny_manifest, trained_mesh, tmp_path):
-    """No --cfg: the model comes from the checkpoint's description; the val sample files go in as users write them."""
+    """No --cfg: the model comes from the checkpoint's description; the val sample files go in as users write them.
+    The first sample and the exported file infer in a process of their own, which has imported nothing of the task:
+    the description's imports build the model."""
     _, work = trained_mesh
     lines = [json.loads(line) for line in (work / 'metrics.jsonl').read_text().splitlines()]
     evaluated = next(line['values']['rmse'] for line in lines if line['kind'] == 'eval')
@@ -488,7 +491,8 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
     outputs = []
     for i, sample in enumerate(split_files(tiny_manifest, 'val')):  # the eval order: the manifest's
         out = tmp_path / f'y{i}.npz'
-        res = run_tool('run_inference.py', '--checkpoint', work, '--input', sample, '--output', out, cwd=tmp_path)
+        run = run_tool if i == 0 else run_cli
+        res = run('run_inference.py', '--checkpoint', work, '--input', sample, '--output', out, cwd=tmp_path)
         assert res.returncode == 0, res.stderr[-3000:]
         with np.load(out) as y:
             outputs.append(dict(y))
@@ -498,7 +502,7 @@ def test_inference_from_the_checkpoint_alone_reproduces_the_evaluation_rmse(tiny
 
     # export without --cfg: the .safetensors carries the description too, and infers the same
     exported = tmp_path / 'export' / 'mgn.safetensors'
-    res = run_tool('export.py', '--checkpoint', checkpoint, '--format', 'safetensors', '--output', exported)
+    res = run_cli('export.py', '--checkpoint', checkpoint, '--format', 'safetensors', '--output', exported)
     assert res.returncode == 0, res.stderr[-3000:]
     assert not exported.with_suffix('.yaml').exists()  # no config to write beside it
     res = run_tool('run_inference.py', '--checkpoint', exported, '--input', split_files(tiny_manifest, 'val')[0],
@@ -586,8 +590,7 @@ def test_kill_and_resume_with_graph_batches_is_bit_exact(resume_manifest, tmp_pa
 
     def train(work, kill='', resume=False):
         args = ['--cfg', path, '--import', support, f'SOLVER.WORK_DIR={work}']
-        return run_tool('run_train.py', *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []),
-                        env=tool_env(SCEPTER_TEST_KILL_AT=kill))  # fmt: skip
+        return run_train_killed_at(kill, *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []))
 
     assert train(tmp_path / 'alone').returncode == 0
     folder = tmp_path / 'chain' / 'checkpoints'

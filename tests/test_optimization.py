@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_cli, run_tool, tool_env
+from conftest import REPO, run_cli, run_train_killed_at
 from helpers import blob_solver_cfg, build_solver, write_blobs
 from optimization_support import GradCaptureHook
 from test_checkpoint_resume import assert_same
@@ -271,7 +271,7 @@ def run_job(cfg, work_dir, kill_at='', resume=False):
     args = ['--cfg', cfg, '--import', SUPPORT, f'SOLVER.WORK_DIR={work_dir}']
     if resume:
         args.append('SOLVER.RESUME_FROM=auto')
-    res = run_tool('run_train.py', *args, env=tool_env(SCEPTER_TEST_KILL_AT=kill_at))
+    res = run_train_killed_at(kill_at, *args)
     assert res.returncode == (-9 if kill_at else 0), res.stderr[-3000:]
     return res
 

@@ -234,10 +234,10 @@ def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
 
 
 # -- the Poisson task through run_train ------------------------------------------------------
-def poisson_run(work, *overrides):
+def poisson_run(run, work, *overrides):
     """A 4-step run of the Poisson config (2 Adam, 2 L-BFGS) on 80 points and an 11x11 grid, evaluated and
-    checkpointed every 2."""
-    res = run_tool(
+    checkpointed every 2; ``run``: ``run_cli`` (in this process) or ``run_tool`` (in a process of its own)."""
+    res = run(
         'run_train.py',
         '--cfg',
         POISSON_CFG,
@@ -260,14 +260,15 @@ def poisson_run(work, *overrides):
 
 def test_poisson_run_writes_field_plot_and_metrics_and_resumes_exactly(tmp_path):
     work = tmp_path / 'run'
-    evals = poisson_run(work)
+    evals = poisson_run(run_cli, work)
     plots = sorted(os.listdir(work / 'plots'))
     assert plots == ['field-eval-step2.png', 'field-eval-step4.png']
     assert (work / 'plots' / plots[-1]).read_bytes().startswith(PNG_MAGIC)
     assert [r['step'] for r in evals] == [2, 4]
     assert math.isfinite(evals[-1]['values']['relative_l2']) and evals[-1]['values']['max_abs_error'] > 0
-    # a run resumed from the step-2 checkpoint ends with exactly the same field
-    resumed = poisson_run(tmp_path / 'resumed', f'SOLVER.RESUME_FROM={work}/checkpoints/poisson2d-epoch-2.pth')
+    # a run resumed from the step-2 checkpoint, in a process of its own, ends with exactly the same field
+    checkpoint = work / 'checkpoints' / 'poisson2d-epoch-2.pth'
+    resumed = poisson_run(run_tool, tmp_path / 'resumed', f'SOLVER.RESUME_FROM={checkpoint}')
     assert resumed[-1]['step'] == 4 and resumed[-1]['values'] == evals[-1]['values']
 
 

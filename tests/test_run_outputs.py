@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import DIGITS_CFG, REPO, TOOLS, run_tool, tool_env
+from conftest import DIGITS_CFG, REPO, TOOLS, run_cli, run_tool, tool_env
 
 from scepter_like import build_solver
 from scepter_like.solver.run_records import resolved_config
@@ -35,13 +35,13 @@ COMMON = [
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('runs')
     a, b = tmp / 'a', tmp / 'b'
-    first = run_tool('run_train.py', '--cfg', DIGITS_CFG, *COMMON, f'SOLVER.WORK_DIR={a}', 'SOLVER.MAX_EPOCHS=1')
+    first = run_cli('run_train.py', '--cfg', DIGITS_CFG, *COMMON, f'SOLVER.WORK_DIR={a}', 'SOLVER.MAX_EPOCHS=1')
     assert first.returncode == 0, first.stderr
     shutil.copy(a / 'config.yaml', tmp / 'config1.yaml')
     shutil.copy(a / 'checkpoints' / 'digits-last.pth', tmp / 'last1.pth')
     lines1 = (a / 'metrics.jsonl').read_text().splitlines()
     log1 = (a / 'std_log.txt').read_text()
-    resumed = run_tool(
+    resumed = run_cli(
         'run_train.py',
         '--cfg',
         DIGITS_CFG,
@@ -51,6 +51,7 @@ def runs(tmp_path_factory):
         'SOLVER.RESUME_FROM=auto',
     )
     assert resumed.returncode == 0, resumed.stderr
+    # the rerun in a process of its own, as users rerun a run's config.yaml
     rerun = run_tool('run_train.py', '--cfg', tmp / 'config1.yaml', f'SOLVER.WORK_DIR={b}')
     assert rerun.returncode == 0, rerun.stderr
     return {'tmp': tmp, 'a': a, 'b': b, 'first': first, 'lines1': lines1, 'log1': log1}
@@ -190,7 +191,7 @@ def test_progress_bar_is_tqdm_and_keeps_log_lines_off_its_line():
 
 def test_plot_log_writes_a_png(runs, tmp_path):
     out = tmp_path / 'curves.png'
-    res = run_tool('plot_log.py', runs['a'], '--output', out)
+    res = run_cli('plot_log.py', runs['a'], '--output', out)
     assert res.returncode == 0, res.stderr
     data = out.read_bytes()
     assert data[:8] == b'\x89PNG\r\n\x1a\n'
@@ -200,7 +201,7 @@ def test_plot_log_writes_a_png(runs, tmp_path):
 
     with Image.open(out) as img:
         img.verify()
-    missing = run_tool('plot_log.py', tmp_path / 'nowhere')
+    missing = run_cli('plot_log.py', tmp_path / 'nowhere')
     assert (
         missing.returncode == 2 and missing.stderr.startswith('error: ') and 'metrics.jsonl not found' in missing.stderr
     )

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_tool, tool_env
+from conftest import REPO, run_train_killed_at
 from helpers import load_run_train
 from image_support import write_cifar10, write_png_folder
 
@@ -179,8 +179,7 @@ def test_an_augmented_run_killed_mid_epoch_resumes_bit_exactly_with_workers(tmp_
 
     def train(work, kill_at='', resume=False):
         args = ['--cfg', tmp_path / 'job.yaml', '--import', support, f'SOLVER.WORK_DIR={work}']
-        res = run_tool('run_train.py', *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []),
-                       env=tool_env(SCEPTER_TEST_KILL_AT=kill_at))  # fmt: skip
+        res = run_train_killed_at(kill_at, *args, *(['SOLVER.RESUME_FROM=auto'] if resume else []))
         return res.returncode, res.stderr
 
     status, err = train(tmp_path / 'alone')

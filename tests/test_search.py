@@ -124,7 +124,7 @@ def test_cli_errors_are_one_line(tmp_path):
     space = write_space(
         tmp_path / 'space.yaml', **{'SOLVER.OPTIMIZER.WEIGHT_DECAYY': {'type': 'float', 'low': 0, 'high': 1}}
     )
-    res = run_tool('run_search.py', *search_cmd(tmp_path / 'w', space)[1:], '--trials', '2')
+    res = run_cli('run_search.py', *search_cmd(tmp_path / 'w', space)[1:], '--trials', '2')
     assert res.returncode == 2, res.stderr[-2000:]
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(
@@ -176,7 +176,7 @@ def test_two_workers_share_one_study_of_six_trials(two_worker_search):
 def test_best_config_reproduces_the_best_trial(two_worker_search):
     base, _ = two_worker_search
     best = load_study(base).best_trial
-    res = run_tool('run_train.py', '--cfg', base / 'space' / 'best_config.yaml')
+    res = run_cli('run_train.py', '--cfg', base / 'space' / 'best_config.yaml')
     assert res.returncode == 0, res.stderr[-3000:]
     rerun = eval_lines(base / 'space' / 'best_run')[-1]['values']['accuracy']
     assert rerun == best.value == eval_lines(best.user_attrs['work_dir'])[-1]['values']['accuracy']
@@ -327,7 +327,7 @@ def test_a_pruned_trial_stops_before_its_last_epoch(tmp_path):
         **{'SOLVER.OPTIMIZER.LEARNING_RATE': lr, 'SOLVER.MODEL.BACKBONE.HIDDEN_DIMS': width},
     )
     base = tmp_path / 'w'
-    res = run_tool('run_search.py', *search_cmd(base, space)[1:], 'SOLVER.MAX_EPOCHS=3', 'SOLVER.LR_SCHEDULER.T_MAX=3')
+    res = run_cli('run_search.py', *search_cmd(base, space)[1:], 'SOLVER.MAX_EPOCHS=3', 'SOLVER.LR_SCHEDULER.T_MAX=3')
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert 'the grid has 2 point(s): running 2 trial(s), not 20' in res.stdout
     # a trial's warnings reach the console (its log file has them too): 1e-6 is below the config's warmup start

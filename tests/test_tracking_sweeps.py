@@ -11,13 +11,14 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, free_port, run_tool, tool_env
+from conftest import REPO, free_port, tool_env
 from tracking_support import (
     blob_job,
     copy_store,
     empty_mlflow_store,
     jsonl_history,
     run_in_process,
+    run_train,
     tracker_word,
     wandb_folders,
     wandb_run,
@@ -139,18 +140,8 @@ def test_a_dead_trials_child_run_is_ended_killed_when_the_search_retries_it(plac
 
 def test_a_multirun_is_one_parent_with_a_child_per_run(place):
     tmp = place['tmp']
-    res = run_tool(
-        'run_train.py',
-        '--cfg',
-        place['job'],
-        f'SOLVER.WORK_DIR={tmp / "grid"}',
-        '-m',
-        'SOLVER.OPTIMIZER.LEARNING_RATE=0.1,0.05',
-        *place['words'],
-        cwd=tmp,
-        env=tool_env(**{k: os.environ[k] for k in ('WANDB_CONFIG_DIR', 'WANDB_CACHE_DIR', 'WANDB_DATA_DIR')}),
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
+    sweep = ['-m', 'SOLVER.OPTIMIZER.LEARNING_RATE=0.1,0.05']  # the parent here, each run in a process of its own
+    assert run_train(['--cfg', place['job'], f'SOLVER.WORK_DIR={tmp / "grid"}', *sweep, *place['words']]) == 0
     client, parents, children = runs_of(place['uri'])
     (parent,) = parents
     assert parent.info.run_name.startswith('grid-multirun-') and parent.info.status == 'FINISHED'
