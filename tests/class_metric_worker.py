@@ -5,11 +5,11 @@ the reduced values to ``argv[1]`` (JSON): rank 1 meets ``compute`` without havin
 class count, as a rank of a short eval shard does.
 """
 
-import json
 import sys
 
 import torch
 import torch.distributed as dist
+from worker_report import report_and_leave
 
 from scepter_like.metric import METRICS
 
@@ -27,10 +27,7 @@ def main(out):
         for part in (slice(0, 17), slice(17, None)):
             metric.update({'logits': logits[part], 'label': label[part]})
     values = metric.compute()
-    if dist.get_rank() == 0:
-        with open(out, 'w') as f:
-            json.dump(values, f)
-    dist.destroy_process_group()
+    report_and_leave(out, values)
 
 
 if __name__ == '__main__':

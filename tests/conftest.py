@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import io
 import itertools
+import json
 import logging
 import os
 import socket
@@ -195,6 +196,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _starts_processes(item):
             item.add_marker(pytest.mark.slow)
+
+
+def torchrun_worker_values(worker, tmp_path):
+    """Run ``tests/<worker>.py`` in 2 torchrun processes; the values its rank 0 wrote (``worker_report``)."""
+    out = tmp_path / f'{worker}.json'
+    proc = torchrun_pair(os.path.join(REPO, 'tests', f'{worker}.py'), out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
 
 
 def torchrun_pair(*args, options=(), cwd=REPO, timeout=120):

@@ -4,11 +4,11 @@ Each rank takes rows ``rank, rank + W, ...`` (as the eval sampler does) of a fix
 field in two uneven batches, and rank 0 writes the reduced values to ``argv[1]`` (JSON).
 """
 
-import json
 import sys
 
 import torch
 import torch.distributed as dist
+from worker_report import report_and_leave
 
 from scepter_like.metric import METRICS
 
@@ -30,10 +30,7 @@ def main(out):
         for part in (slice(0, cut), slice(cut, None)):
             metric.update({'u': pred[part], 'u_exact': ref[part]})
     values = {k: v for metric in metrics for k, v in metric.compute().items()}
-    if rank == 0:
-        with open(out, 'w') as f:
-            json.dump(values, f)
-    dist.destroy_process_group()
+    report_and_leave(out, values)
 
 
 if __name__ == '__main__':

@@ -5,11 +5,11 @@ Rank 0 sees two batches (8 and 3 samples) with ``val_loss`` and ``aux``; rank 1 
 the reduced means to ``argv[1]`` (JSON).
 """
 
-import json
 import sys
 
 import torch
 import torch.distributed as dist
+from worker_report import report_and_leave
 
 from scepter_like.metric.output_means import OutputMeans
 
@@ -37,10 +37,7 @@ def main(out):
         results = {k: torch.tensor(v) for k, v in values.items()}
         means.update({**results, 'logits': torch.tensor(9.0), 'pred': torch.zeros(samples)}, samples)
     values = means.compute()
-    if dist.get_rank() == 0:
-        with open(out, 'w') as f:
-            json.dump(values, f)
-    dist.destroy_process_group()
+    report_and_leave(out, values)
 
 
 if __name__ == '__main__':

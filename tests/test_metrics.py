@@ -1,12 +1,8 @@
 """Classification metrics against scikit-learn, and exact under torchrun."""
 
-import json
-import os
-import sys
-
 import pytest
 import torch
-from conftest import torchrun_pair
+from conftest import torchrun_worker_values
 from sklearn.metrics import precision_recall_fscore_support
 
 from scepter_like.errors import DataError
@@ -54,24 +50,15 @@ def test_f1_metric_refuses_labels_outside_the_classes():
 
 
 def test_f1_metric_under_two_process_torchrun_with_an_empty_rank(tmp_path):
-    out = tmp_path / 'f1.json'
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'class_metric_worker.py')
-    proc = torchrun_pair(worker, out, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    sys.path.insert(0, os.path.dirname(worker))
+    values = torchrun_worker_values('class_metric_worker', tmp_path)
     from class_metric_worker import scores
 
-    assert json.loads(out.read_text()) == pytest.approx(sklearn_macro(*scores()), rel=1e-12)
+    assert values == pytest.approx(sklearn_macro(*scores()), rel=1e-12)
 
 
 def test_output_means_under_two_process_torchrun_are_exact_over_uneven_ranks(tmp_path):
     """Each name's mean over the samples of every rank, names one rank never saw included."""
-    out = tmp_path / 'means.json'
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'output_means_worker.py')
-    proc = torchrun_pair(worker, out, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    sys.path.insert(0, os.path.dirname(worker))
+    values = torchrun_worker_values('output_means_worker', tmp_path)
     from output_means_worker import expected
 
-    values = json.loads(out.read_text())
     assert list(values) == ['val_loss', 'aux', 'extra'] and values == pytest.approx(expected(), rel=1e-12)

@@ -4,12 +4,11 @@ import json
 import math
 import os
 import re
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_cli, run_tool, torchrun_pair
+from conftest import REPO, run_cli, run_tool, torchrun_worker_values
 
 from scepter_like.config import Config
 from scepter_like.data import DATASETS
@@ -220,15 +219,10 @@ def test_field_metrics_of_one_output_of_a_system_are_named_by_it():
 
 # -- field metrics under torchrun ------------------------------------------------------------
 def test_field_metrics_exact_under_two_process_torchrun(tmp_path):
-    out = tmp_path / 'metrics.json'
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'field_metric_worker.py')
-    proc = torchrun_pair(worker, out, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    sys.path.insert(0, os.path.dirname(worker))
+    got = torchrun_worker_values('field_metric_worker', tmp_path)
     from field_metric_worker import field
 
     pred, ref = (t.double() for t in field())
-    got = json.loads(out.read_text())
     assert got['relative_l2'] == pytest.approx(((pred - ref).norm() / ref.norm()).item(), rel=1e-12)
     assert got['max_abs_error'] == pytest.approx((pred - ref).abs().max().item(), rel=1e-12)
 
