@@ -1,21 +1,30 @@
 #!/usr/bin/env python
-"""2-process DDP (gloo) training throughput: the solver against the hand-written loop under DDP.
+"""2-process DDP (gloo) training throughput: the solver against the hand-written loop under DDP, taking turns.
 
-    python benchmarks/ddp.py [--rounds 15] [--steps 3000] [--nproc 2] [--aa]
+    python benchmarks/ddp.py [--rounds 15] [--steps 3000] [--turn-steps 150] [--nproc 2] [--aa | --no-agreement]
 
 Relaunches itself under torchrun.  Both sides train the MLP workload (common.py: batch
-64 per rank, AdamW, per-epoch cosine) on the same data, inside the same process group:
-the solver as ``tools/run_train.py`` runs it (``SOLVERS.build``, ``set_up_pre``,
-``set_up``, ``solve``; the default train hooks), the hand side ``hand_loop.HandLoop``
-(DistributedDataParallel, each rank every nproc-th sample, a log line's loss all-reduced over
-the ranks as timm's train.py does).  Rounds alternate which side
-goes first after a warm-up round; a round's ratio is solver samples/s over hand
-samples/s, and the median over rounds is reported (target >= 0.97).  Single rounds spread by
-±10-15 % on a 2-vCPU machine, even hand against hand, hence 15 rounds by default (about 7 minutes).
+64 per rank, AdamW, per-epoch cosine) on the same data, inside the same processes and
+process group: the solver as ``tools/run_train.py`` runs it (``SOLVERS.build``,
+``set_up_pre``, ``set_up``, ``solve``; the default train hooks), the hand side
+``hand_loop.HandLoop`` (DistributedDataParallel, each rank every nproc-th sample, a log
+line's loss all-reduced over the ranks as timm's train.py does).
 
-``--aa``: the hand loop against itself the same way (the candidate side runs ``HandLoop``
-too): how far apart two identical runs land on this machine, to read the solver's figure
-against.
+The two take turns within one round: after every TURN_STEPS steps of the solver (an
+after_iter hook, ``HandTurnsHook``), the hand loop trains its next TURN_STEPS steps.  A
+round's figure is the hand loop's time for its steps over the solver's for the same steps
+(the whole ``solve()`` less the hand's turns: set-up aside, the solver's fixed costs in
+``solve()`` count), i.e. solver samples/s over hand samples/s; the median over rounds is
+reported (target >= 0.97).  Turns a second apart see the same machine, so a burst of
+outside load spoils a turn of both sides, not one side's whole run: whole runs in sequence
+spread by ±10 % a round even hand against hand on a 2-vCPU machine, turns by about ±3 %.
+Every other round the hand loop takes the first turn.
+
+``--aa``: the hand loop against itself the same way (the candidate side is another
+``HandLoop``): the method's own spread, to read the solver's figure against.
+``--no-agreement``: a control: the solver with the stop-signal agreement switched off
+(``StopSignals.agreed`` answers None without a collective), so the difference to a plain
+run is what preemption costs under DDP.
 """
 
 import argparse
@@ -27,40 +36,109 @@ import sys
 import tempfile
 import time
 
-from common import BATCH, REPO, prepare, solver_config
+from common import REPO, StepClock, prepare, solver_config
 
 sys.path.insert(0, REPO)
 
 
-def solver_rate(data, steps, work_dir):
+class Turns:
+    """The hand loop's side of a round: ``take()`` trains its next ``steps`` steps and adds their time."""
+
+    def __init__(self, data, steps, turn_steps):
+        from hand_loop import HandLoop
+
+        self.hand = HandLoop('mlp', data, steps, log=io.StringIO())
+        self.turn_steps, self.seconds = turn_steps, 0.0
+
+    def take(self):
+        left = self.hand.total - self.hand.done
+        if left:
+            t0 = time.perf_counter()
+            self.hand.run(min(self.turn_steps, left))
+            self.seconds += time.perf_counter() - t0
+
+    def clock(self):
+        """The candidate's StepClock: it hands over to the hand loop every ``turn_steps`` steps."""
+        return StepClock(self.turn_steps, on_turn_end=self.take)
+
+
+def register_turns_hook():
+    """HandTurnsHook: the solver's after_iter tick that hands over to the hand loop (built with the solver's hooks,
+    so the hand loop is set up with the solver, outside the timing)."""
+    from scepter_like.solver.hooks.hook import Hook
+    from scepter_like.solver.hooks.registry import HOOKS
+
+    @HOOKS.register_class()
+    class HandTurnsHook(Hook):
+        para_dict = {
+            'PRIORITY': {'value': 100000, 'description': 'last of all after_iter hooks'},
+            'DATA': {'value': '', 'description': 'the workload .npz'},
+            'STEPS': {'value': 0, 'description': 'steps of one process'},
+            'TURN_STEPS': {'value': 150, 'description': 'steps of a turn'},
+            'HAND_FIRST': {'value': False, 'description': 'the hand loop takes the first turn'},
+        }
+
+        def __init__(self, cfg, logger=None):
+            super().__init__(cfg, logger)
+            self.turns, self.hand_first = Turns(cfg.DATA, cfg.STEPS, cfg.TURN_STEPS), cfg.HAND_FIRST
+            self._clock = self.turns.clock()
+
+        def before_solve(self, solver):
+            if self.hand_first:
+                self.turns.take()
+
+        def after_iter(self, solver):
+            self._clock.tick()
+
+
+def solver_round(data, steps, turn_steps, hand_first, work_dir):
+    """(solver seconds, hand seconds) of one round: ``solve()`` with the hand loop's turns inside it."""
     from scepter_like.config import Config
     from scepter_like.solver import SOLVERS
     from scepter_like.utils.distributed import barrier
     from scepter_like.utils.logger import get_logger
 
+    cfg = solver_config('mlp', data, work_dir, steps)
+    turns_cfg = {'DATA': data, 'STEPS': steps, 'TURN_STEPS': turn_steps, 'HAND_FIRST': hand_first}
+    cfg['SOLVER']['TRAIN_HOOKS'].append({'NAME': 'HandTurnsHook', **turns_cfg})
     logger = get_logger('scepter_like.bench', rank=int(os.environ['RANK']), stream=io.StringIO())
-    solver = SOLVERS.build(Config(solver_config('mlp', data, work_dir, steps)).SOLVER, logger=logger)
+    solver = SOLVERS.build(Config(cfg).SOLVER, logger=logger)
     solver.set_up_pre()
     solver.set_up()
+    turns = next(h.turns for h in solver.hooks_dict['train'] if type(h).__name__ == 'HandTurnsHook')
     barrier()
     t0 = time.perf_counter()
     solver.solve()
-    barrier()
     seconds = time.perf_counter() - t0
+    barrier()
     solver.close()
-    return solver.progress.total_iter * BATCH * solver.world_size / seconds
+    assert solver.progress.total_iter == turns.hand.done, 'both sides train the same steps'
+    return seconds - turns.seconds, turns.seconds
 
 
-def hand_rate(data, steps):
+def hand_again_round(data, steps, turn_steps, hand_first):
+    """(candidate seconds, hand seconds) of one round of the hand loop against another hand loop."""
     import torch.distributed as dist
     from hand_loop import HandLoop
 
-    loop = HandLoop('mlp', data, steps, log=io.StringIO())
+    turns = Turns(data, steps, turn_steps)
+    candidate = HandLoop('mlp', data, steps, clock=turns.clock(), log=io.StringIO())
     dist.barrier()
     t0 = time.perf_counter()
-    loop.run(loop.total)
+    if hand_first:
+        turns.take()
+    candidate.run(candidate.total)
+    seconds = time.perf_counter() - t0
     dist.barrier()
-    return loop.total * BATCH * loop.world / (time.perf_counter() - t0)
+    return seconds - turns.seconds, turns.seconds
+
+
+def switch_off_agreement():
+    """The control's solver: no stop-signal agreement under DDP (signals and requests are then not acted on)."""
+    from scepter_like.solver.preemption import StopSignals
+
+    StopSignals.agreed = lambda self: None
+    StopSignals.agreed_between_epochs = lambda self: None
 
 
 def worker(args):
@@ -69,26 +147,34 @@ def worker(args):
 
     torch.set_num_threads(1)
     dist.init_process_group('gloo')
-    ratios, label = [], 'hand again' if args.aa else 'solver'
+    register_turns_hook()
+    if args.no_agreement:
+        switch_off_agreement()
+    label = 'hand again' if args.aa else 'solver without the agreement' if args.no_agreement else 'solver'
+    ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds + 1):  # round 0 warms up both sides
-            rate = {}
-            for side in ('solver', 'hand') if r % 2 else ('hand', 'solver'):
-                if side == 'solver' and not args.aa:
-                    rate[side] = solver_rate(args.data, args.steps, os.path.join(tmp, f'run{r}'))
-                else:
-                    rate[side] = hand_rate(args.data, args.steps)
+            hand_first = r % 2 == 1
+            if args.aa:
+                candidate, hand = hand_again_round(args.data, args.steps, args.turn_steps, hand_first)
+            else:
+                work_dir = os.path.join(tmp, f'run{r}')
+                candidate, hand = solver_round(args.data, args.steps, args.turn_steps, hand_first, work_dir)
             if r == 0:
                 continue
-            ratios.append(rate['solver'] / rate['hand'])
+            ratios.append(hand / candidate)  # the same steps on both sides: the ratio of samples/s
             if dist.get_rank() == 0:
                 print(
-                    f'round {r}: {label} {rate["solver"]:.0f} samples/s, hand {rate["hand"]:.0f} samples/s,'
-                    f' ratio {ratios[-1]:.3f}',
+                    f'round {r}: {label} {candidate:.2f} s, hand {hand:.2f} s for the same steps,'
+                    f' ratio {ratios[-1]:.3f}{" (hand first)" if hand_first else ""}',
                     flush=True,
                 )
     if dist.get_rank() == 0:
-        print(f'median ratio ({label} / hand DDP loop) over {len(ratios)} rounds: {statistics.median(ratios):.3f}')
+        quartiles = statistics.quantiles(ratios, n=4)
+        print(
+            f'median ratio ({label} / hand DDP loop, samples/s) over {len(ratios)} rounds:'
+            f' {statistics.median(ratios):.3f} (quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f})'
+        )
     dist.destroy_process_group()
 
 
@@ -96,8 +182,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--rounds', type=int, default=15)
     parser.add_argument('--steps', type=int, default=3000, help='steps of one process (each rank runs 1/nproc)')
+    parser.add_argument('--turn-steps', type=int, default=150, help="steps of each side's turn")
     parser.add_argument('--nproc', type=int, default=2)
-    parser.add_argument('--aa', action='store_true', help="the hand loop against itself: the method's own spread")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument('--aa', action='store_true', help="the hand loop against itself: the method's own spread")
+    group.add_argument('--no-agreement', action='store_true', help='control: the solver without the stop agreement')
     parser.add_argument('--data', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.data:
@@ -105,7 +194,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
         cmd = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={args.nproc}', '--standalone']
         cmd += [os.path.abspath(__file__), f'--rounds={args.rounds}', f'--steps={args.steps}']
-        cmd += ['--aa'] if args.aa else []
+        cmd += [f'--turn-steps={args.turn_steps}']
+        cmd += ['--aa'] * args.aa + ['--no-agreement'] * args.no_agreement
         cmd += [f'--data={prepare("mlp", folder, args.steps)}']
         env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
         return subprocess.call(cmd, env=env)
