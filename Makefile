@@ -33,7 +33,7 @@ test: setup-test  # everything (CI): the tests that start processes too
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 test-fast: setup-test  # while working: the tests that run in this process (tests/conftest.py marks the rest slow)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 lint: setup-test  # ruff, and mypy on the core's annotated API (pyproject.toml [tool.mypy])
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
