@@ -147,7 +147,8 @@ def worker(args):
 
     torch.set_num_threads(1)
     dist.init_process_group('gloo')
-    register_turns_hook()
+    if not args.aa:
+        register_turns_hook()
     if args.no_agreement:
         switch_off_agreement()
     label = 'hand again' if args.aa else 'solver without the agreement' if args.no_agreement else 'solver'
@@ -170,10 +171,13 @@ def worker(args):
                     flush=True,
                 )
     if dist.get_rank() == 0:
-        quartiles = statistics.quantiles(ratios, n=4)
+        spread = ''
+        if len(ratios) > 1:
+            quartiles = statistics.quantiles(ratios, n=4)
+            spread = f' (quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f})'
         print(
             f'median ratio ({label} / hand DDP loop, samples/s) over {len(ratios)} rounds:'
-            f' {statistics.median(ratios):.3f} (quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f})'
+            f' {statistics.median(ratios):.3f}{spread}'
         )
     dist.destroy_process_group()
 
