@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """2-process DDP (gloo) training throughput: the solver against the hand-written loop under DDP, taking turns.
 
-    python benchmarks/ddp.py [--rounds 15] [--steps 3000] [--turn-steps 150] [--nproc 2] [--aa | --no-agreement]
+    python benchmarks/ddp.py [--rounds 15] [--steps 3000] [--turn-steps 150] [--nproc 2]
+                             [--aa | [--no-agreement] [--no-log-line] [--bare-step]]
 
 Relaunches itself under torchrun.  Both sides train the MLP workload (common.py: batch
 64 per rank, AdamW, per-epoch cosine) on the same data, inside the same processes and
@@ -22,9 +23,14 @@ Every other round the hand loop takes the first turn.
 
 ``--aa``: the hand loop against itself the same way (the candidate side is another
 ``HandLoop``): the method's own spread, to read the solver's figure against.
-``--no-agreement``: a control: the solver with the stop-signal agreement switched off
-(``StopSignals.agreed`` answers None without a collective), so the difference to a plain
-run is what preemption costs under DDP.
+Controls, each the solver with one part of its step taken out (any of them together; none is a
+way to train): the difference to a plain run is what that part costs under DDP.
+``--no-agreement``: no stop-signal agreement (``StopSignals.agreed`` answers None without a
+collective): what preemption costs.  ``--no-log-line``: LogHook still all-reduces its means at
+each line, as the hand loop does, but writes nothing (no text, no log record, no metrics.jsonl
+line).  ``--bare-step``: ``train_step`` cut to what the hand loop does (forward, zero_grad,
+backward, optimizer step), then the count and the after_iter hooks: no step plan, stage
+calls, updater, output detaching or agreement.
 """
 
 import argparse
@@ -134,11 +140,41 @@ def hand_again_round(data, steps, turn_steps, hand_first):
 
 
 def switch_off_agreement():
-    """The control's solver: no stop-signal agreement under DDP (signals and requests are then not acted on)."""
+    """--no-agreement: no stop-signal agreement under DDP (signals and requests are then not acted on)."""
     from scepter_like.solver.preemption import StopSignals
 
     StopSignals.agreed = lambda self: None
     StopSignals.agreed_between_epochs = lambda self: None
+
+
+def switch_off_log_lines():
+    """--no-log-line: LogHook's lines keep only the all-reduce of their means (every rank still calls it)."""
+    from scepter_like.solver.hooks.log import LogHook
+
+    LogHook._write_line = lambda self, solver: self._scalars.take(solver.world_size)
+
+
+def bare_train_step():
+    """--bare-step: the hand loop's step on the solver's model, optimizer and batches, then count and after_iter."""
+    from scepter_like.solver.base_solver import BaseSolver
+
+    def train_step(self, batch, batch_idx, data_time=0.0):
+        loss = self.model(**batch)['loss']
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step.outputs = {'loss': loss.detach()}
+        self.progress.count_step('train', True)
+        self.after_iter()
+
+    BaseSolver.train_step = train_step
+
+
+CONTROLS = {  # flag: (what the solver runs without, the switch)
+    'no_agreement': ('the agreement', switch_off_agreement),
+    'no_log_line': ('log lines', switch_off_log_lines),
+    'bare_step': ('its step machinery', bare_train_step),
+}
 
 
 def worker(args):
@@ -149,9 +185,12 @@ def worker(args):
     dist.init_process_group('gloo')
     if not args.aa:
         register_turns_hook()
-    if args.no_agreement:
-        switch_off_agreement()
-    label = 'hand again' if args.aa else 'solver without the agreement' if args.no_agreement else 'solver'
+    controls = [(what, switch) for flag, (what, switch) in CONTROLS.items() if getattr(args, flag)]
+    for _, switch in controls:
+        switch()
+    label = 'hand again' if args.aa else 'solver'
+    if controls:
+        label += ' without ' + ', '.join(what for what, _ in controls)
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds + 1):  # round 0 warms up both sides
@@ -188,18 +227,21 @@ def main():
     parser.add_argument('--steps', type=int, default=3000, help='steps of one process (each rank runs 1/nproc)')
     parser.add_argument('--turn-steps', type=int, default=150, help="steps of each side's turn")
     parser.add_argument('--nproc', type=int, default=2)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument('--aa', action='store_true', help="the hand loop against itself: the method's own spread")
-    group.add_argument('--no-agreement', action='store_true', help='control: the solver without the stop agreement')
+    parser.add_argument('--aa', action='store_true', help="the hand loop against itself: the method's own spread")
+    parser.add_argument('--no-agreement', action='store_true', help='control: the solver without the stop agreement')
+    parser.add_argument('--no-log-line', action='store_true', help="control: LogHook's lines reduced to the all-reduce")
+    parser.add_argument('--bare-step', action='store_true', help="control: train_step cut to the hand loop's step")
     parser.add_argument('--data', help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.aa and any(getattr(args, flag) for flag in CONTROLS):
+        parser.error('--aa runs no solver: it takes none of the controls')
     if args.data:
         return worker(args)
     with tempfile.TemporaryDirectory(prefix='scepter_bench_') as folder:
         cmd = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={args.nproc}', '--standalone']
         cmd += [os.path.abspath(__file__), f'--rounds={args.rounds}', f'--steps={args.steps}']
         cmd += [f'--turn-steps={args.turn_steps}']
-        cmd += ['--aa'] * args.aa + ['--no-agreement'] * args.no_agreement
+        cmd += ['--aa'] * args.aa + [f'--{flag.replace("_", "-")}' for flag in CONTROLS if getattr(args, flag)]
         cmd += [f'--data={prepare("mlp", folder, args.steps)}']
         env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
         return subprocess.call(cmd, env=env)
