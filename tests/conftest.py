@@ -90,12 +90,17 @@ class CliResult(NamedTuple):
 _TOOL_MODULES = {}
 
 
+def load_tool(tool):
+    """``tools/<tool>`` loaded afresh as a module: its ``main`` runs the tool in this process under ``cli.run``."""
+    spec = importlib.util.spec_from_file_location(f'_tool_{tool[:-3]}', os.path.join(TOOLS, tool))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _tool_module(tool):
     if tool not in _TOOL_MODULES:
-        spec = importlib.util.spec_from_file_location(f'_tool_{tool[:-3]}', os.path.join(TOOLS, tool))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _TOOL_MODULES[tool] = module
+        _TOOL_MODULES[tool] = load_tool(tool)
     return _TOOL_MODULES[tool]
 
 

@@ -1,12 +1,10 @@
 """Small in-process building blocks for solver tests."""
 
-import importlib.util
 import logging
-import os
 
 import numpy as np
 import torch
-from conftest import TOOLS
+from conftest import load_tool
 
 from scepter_like.config import Config
 from scepter_like.solver import SOLVERS
@@ -14,10 +12,7 @@ from scepter_like.solver import SOLVERS
 
 def load_run_train():
     """``main`` of tools/run_train.py, to run the tool in this process: ``scepter_like.cli.run(main, argv)``."""
-    spec = importlib.util.spec_from_file_location('run_train_tool', os.path.join(TOOLS, 'run_train.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return load_tool('run_train.py').main
 
 
 def write_blobs(path, n=96, dim=8, classes=3, seed=0):

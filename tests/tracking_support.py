@@ -10,7 +10,6 @@
 """
 
 import glob
-import importlib.util
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import zlib
 from collections import defaultdict
 
 import yaml
-from conftest import REPO, TOOLS
+from conftest import REPO, load_tool
 from helpers import blob_solver_cfg, write_blobs
 
 from scepter_like.cli import run
@@ -48,10 +47,7 @@ PINN_ARGS = [
 
 def run_in_process(tool, argv):
     """``tools/<tool>``'s ``main`` under the CLI's error contract, in this process; the exit status."""
-    spec = importlib.util.spec_from_file_location(f'{tool[:-3]}_tool', os.path.join(TOOLS, tool))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return run(module.main, [str(a) for a in argv])
+    return run(load_tool(tool).main, [str(a) for a in argv])
 
 
 def run_train(argv):
