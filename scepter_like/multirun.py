@@ -10,6 +10,12 @@ runs — status, seconds, final step, last train loss, last eval and test metric
 run's ``metrics.jsonl``) — is rewritten to ``WORK_DIR/multirun_summary.md`` and ``.csv``.
 The exit status is 1 when any run failed, else 0.
 
+A stop signal to the multirun (Ctrl-C, a cluster's SIGTERM or SIGUSR1) is passed on to the
+run in progress, which stops at a step boundary with a checkpoint, as a run started alone
+does; no further run starts, the summary marks that run ``stopped``, and the multirun ends
+with 128 + the signal. The same command with ``SOLVER.RESUME_FROM=auto`` goes on with the
+sweep (``_StopSignals``).
+
 A tracker hook in the config (MLflowLogHook, WandbLogHook) gets one parent for the sweep
 (an MLflow run each run nests under; a W&B group), and each run its own child run, named
 after its folder (``SweepTracking``, solver/hooks/tracking/sweep.py; docs/tracking.md).
@@ -22,8 +28,10 @@ import io
 import itertools
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 from scepter_like.cli import tool_command
@@ -31,6 +39,7 @@ from scepter_like.config import Config, apply_overrides, resolve_references
 from scepter_like.errors import ConfigError
 from scepter_like.search.space import check_path
 from scepter_like.utils.checkpoint import atomic_write_text
+from scepter_like.utils.launch_env import STOP_SIGNALS
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
 
 SUMMARY_NAME = 'multirun_summary'
@@ -212,22 +221,85 @@ def run_multirun(args, tool):
     sweep_name = f'{os.path.basename(base_dir)}-multirun-{time.strftime("%Y%m%d-%H%M%S")}'
     tracking = SweepTracking(cfg, sweep_name, {k: ','.join(values) for k, values in sweeps if k in swept_keys})
     try:
-        rows, table = _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking)
+        with _StopSignals() as stop:
+            rows, table = _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, stop)
     except BaseException:
         tracking.close('KILLED')
         raise
-    failed = sum(row['status'] != 'ok' for row in rows)
     summary = [os.path.join(base_dir, SUMMARY_NAME + ext) for ext in ('.md', '.csv')]
+    if stop.signum:
+        tracking.close('KILLED', files=summary)
+        stopped = f' (#{rows[-1]["index"]} stopped)' if rows and rows[-1]['status'] == 'stopped' else ''
+        print(
+            f'[multirun] stopped by {signal.Signals(stop.signum).name}: {len(rows)} of {len(grid)} run(s) started'
+            f'{stopped}; summary in {base_dir}/{SUMMARY_NAME}.md; to go on with the sweep, run the same'
+            ' command with SOLVER.RESUME_FROM=auto',
+            flush=True,
+        )
+        return 128 + stop.signum
+    failed = sum(row['status'] != 'ok' for row in rows)
     tracking.close('FAILED' if failed else 'FINISHED', files=summary)
     print(f'[multirun] {len(rows) - failed} ok, {failed} failed; summary in {base_dir}/{SUMMARY_NAME}.md\n{table}')
     return 1 if failed else 0
 
 
-def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking):
-    """Run each grid point as its own process; returns the summary rows and the last table."""
+class _StopSignals:
+    """While entered, a stop signal to the multirun is passed on to the run in progress and ends the sweep.
+
+    The run stops at a step boundary with a checkpoint and exits with 128 + the signal, as a
+    run started alone does; ``signum`` (0: none came) tells the loop to start no further run.
+    Runs start in a session of their own, so a signal meant for the whole process group (a
+    terminal's Ctrl-C) reaches a run once, through here: a second Ctrl-C then stops it at
+    once, as it stops a run started alone.
+    """
+
+    def __init__(self):
+        self.signum = 0
+        self._received = []  # every signal since entering, in order
+        self._passed = 0  # how many of them the current run has been sent
+        self._run = None
+
+    def __enter__(self):
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():  # (only there can Python take signals)
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return False
+
+    def _handle(self, signum, frame):
+        self.signum = self.signum or signum
+        self._received.append(signum)
+        self._pass_on()
+
+    def _pass_on(self):
+        while self._run is not None and self._run.poll() is None and self._passed < len(self._received):
+            self._passed += 1
+            self._run.send_signal(self._received[self._passed - 1])
+
+    def run(self, cmd, env):
+        """Run ``cmd`` to its end; (its exit status, its stderr).  A signal that came while it started is sent on."""
+        with subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
+            self._run, self._passed = proc, 0
+            self._pass_on()
+            try:
+                _, stderr = proc.communicate()
+            finally:
+                self._run = None
+        return proc.returncode, stderr
+
+
+def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, stop):
+    """Run each grid point as its own process, until the grid ends or ``stop`` (a _StopSignals) got a signal;
+    returns the summary rows and the last table."""
     command, env = tool_command(tool)
     names, rows, table = set(), [], ''
     for index, pairs in enumerate(grid):
+        if stop.signum:
+            break
         name = run_name(pairs, swept_keys)
         if name in names:
             name = f'{name}-{index}'
@@ -238,23 +310,23 @@ def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking):
         cmd.append(f'SOLVER.WORK_DIR={run_dir}')
         print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
         start, started_at = time.perf_counter(), time.time()
-        res = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        returncode, stderr = stop.run(cmd, env)
         seconds = time.perf_counter() - start
-        sys.stderr.write(res.stderr)
-        ok = res.returncode == 0
+        sys.stderr.write(stderr)
+        status = 'ok' if returncode == 0 else 'stopped' if stop.signum else 'failed'
         rows.append(
             {
                 'index': index,
                 'values': dict(pairs),
                 'name': name,
-                'status': 'ok' if ok else 'failed',
-                'exit': res.returncode,
+                'status': status,
+                'exit': returncode,
                 'seconds': seconds,
                 'metrics': final_metrics(run_dir, since=started_at),
-                'error': '' if ok else _last_error_line(res.stderr),
+                'error': _last_error_line(stderr) if status == 'failed' else '',
             }
         )
-        if not ok:
-            print(f'[multirun] #{index} failed (exit {res.returncode}); going on with the next run', flush=True)
+        if status == 'failed':
+            print(f'[multirun] #{index} failed (exit {returncode}); going on with the next run', flush=True)
         table = write_summary(base_dir, rows, swept_keys)
     return rows, table

@@ -34,7 +34,7 @@ from scepter_like.solver.hooks.registry import HOOKS
 
 KILL_ENV = 'SCEPTER_TEST_KILL_AT'
 SIGNAL_ENV = 'SCEPTER_TEST_SIGNAL_AT'  # 'SIGTERM:N': the process signals itself when train step N+1 begins
-# ('SIGTERM:N:group': its whole process group)
+# ('SIGTERM:N:group': its whole process group; 'SIGTERM:N:parent': its parent, and waits until the signal is back)
 SIGNAL_IN_SAVE_ENV = 'SCEPTER_TEST_SIGNAL_IN_SAVE'  # 'SIGTERM:N' / 'SIGTERM:TEXT': ... mid-write of a torch.save
 SIGNAL_IN_SET_UP_ENV = 'SCEPTER_TEST_SIGNAL_IN_SET_UP'  # 'SIGTERM': ... while the train data is built
 TEAR_ENV = 'SCEPTER_TEST_TEAR_SAVE'
@@ -141,6 +141,11 @@ class KillHook(Hook):
                 if whom == 'group':  # as SLURM, timeout and kill -- -PGID signal: every process, loader workers too
                     signal_group_from_outside(getattr(signal, name))
                     time.sleep(0.5)  # a worker that dies of it is noticed inside this step (SIGCHLD)
+                elif whom == 'parent':  # the process that started this one (a multirun), which passes it on
+                    os.kill(os.getppid(), getattr(signal, name))
+                    deadline = time.monotonic() + 30
+                    while not solver.stop_signals.received and time.monotonic() < deadline:
+                        time.sleep(0.01)  # it stops at this step's boundary, whatever the machine's load
                 else:
                     os.kill(os.getpid(), getattr(signal, name))
 

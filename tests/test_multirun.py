@@ -2,13 +2,18 @@
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import pytest
-from conftest import DIGITS_CFG, run_cli
+from ckpt_support import SIGNAL_ENV
+from conftest import DIGITS_CFG, REPO, run_cli, tool_env
 
 from scepter_like.config import Config
 from scepter_like.errors import ConfigError
 from scepter_like.multirun import expand_grid, final_metrics, parse_sweeps, run_name, split_values
+from scepter_like.utils.checkpoint import latest_checkpoint
 
 SHORT = ['SOLVER.MAX_EPOCHS=1', 'SOLVER.MAX_STEPS=4', 'SOLVER.TRAIN_HOOKS.1.LOG_INTERVAL=2']
 
@@ -51,6 +56,40 @@ def test_a_grid_runs_every_point_and_a_failing_run_leaves_the_rest_going(tmp_pat
     assert len(md) == 2 + 4 and md[0].startswith(f'| run | {bs} | {lr} |')
     assert sum('| failed | 2 |' in line for line in md) == 2
     assert '[multirun] 2 ok, 2 failed' in res.stdout
+
+
+@pytest.mark.slow  # a multirun process to signal, and its runs
+def test_a_stop_signal_to_the_multirun_stops_its_run_with_a_checkpoint_and_resume_auto_goes_on(tmp_path):
+    """SIGTERM to the multirun alone (kill PID): the run in progress gets it, stops at a step boundary with a
+    checkpoint; no further run starts; the summary says so and the exit status is 143.  The same command with
+    RESUME_FROM=auto then continues that run from its checkpoint and runs the rest."""
+    base = tmp_path / 'grid'
+    support = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'ckpt_support.py')
+    command = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', DIGITS_CFG, '--import', support]
+    command += [f'SOLVER.WORK_DIR={base}', 'SOLVER.MAX_EPOCHS=2', 'SOLVER.TRAIN_HOOKS+={"NAME": "KillHook"}']
+    command += ['-m', 'SOLVER.OPTIMIZER.LEARNING_RATE=0.01,0.002']
+    # the first run signals the multirun (its parent) as its step 31 begins, and waits until the signal is passed on
+    env = tool_env(**{SIGNAL_ENV: 'SIGTERM:30:parent'})
+    res = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 143, res.stderr[-3000:]
+    rows = read_csv(base / 'multirun_summary.csv')
+    assert [(r['status'], r['exit'], r['step']) for r in rows] == [('stopped', '143', '31')]
+    first = base / rows[0]['work_dir']
+    assert os.path.basename(latest_checkpoint(str(first / 'checkpoints'))) == 'preempted-step-31.pth'
+    assert sorted(os.listdir(base)) == sorted([first.name, 'multirun_summary.csv', 'multirun_summary.md'])
+    assert '[multirun] stopped by SIGTERM: 1 of 2 run(s) started (#0 stopped)' in res.stdout
+    assert 'SOLVER.RESUME_FROM=auto' in res.stdout.splitlines()[-1]
+
+    res = subprocess.run([*command, 'SOLVER.RESUME_FROM=auto'], env=tool_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_csv(base / 'multirun_summary.csv')
+    epoch = 41  # digits: 41 steps an epoch
+    assert [(r['status'], r['step']) for r in rows] == [('ok', str(2 * epoch))] * 2
+    starts = [json.loads(line) for line in (first / 'metrics.jsonl').read_text().splitlines()]
+    assert [(r['step'], r['resumed_from']) for r in starts if r['kind'] == 'start'] == [
+        (0, None),
+        (31, str(first / 'checkpoints' / 'preempted-step-31.pth')),
+    ]
 
 
 def test_empty_value_list_is_one_error_line(tmp_path):

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import yaml
+from ckpt_support import SIGNAL_ENV
 from conftest import REPO, free_port, tool_env
 from tracking_support import (
     blob_job,
@@ -163,6 +164,24 @@ def test_a_multirun_is_one_parent_with_a_child_per_run(place):
         (folder,) = wandb_folders(work_dir)
         wb = wandb_run(folder)
         assert (wb['group'], wb['name']) == (parent.info.run_name, name) and wb['history'] == expected
+
+
+def test_a_multirun_stopped_by_a_signal_ends_its_parent_and_its_run_killed(place):
+    """kill PID of a multirun: the run in progress stops with a checkpoint and its child run ends KILLED, as does the
+    parent; no RUNNING run is left."""
+    tmp = place['tmp']
+    support = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'ckpt_support.py')
+    cmd = [sys.executable, os.path.join(REPO, 'tools', 'run_train.py'), '--cfg', place['job'], '--import', support]
+    cmd += [f'SOLVER.WORK_DIR={tmp / "grid"}', 'SOLVER.MAX_EPOCHS=3', tracker_word({'NAME': 'KillHook'})]
+    cmd += ['-m', 'SOLVER.OPTIMIZER.LEARNING_RATE=0.1,0.05', place['words'][0]]
+    env = tool_env(**{SIGNAL_ENV: 'SIGTERM:2:parent'})  # the first run signals the multirun as its step 3 begins
+    res = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 143, res.stderr[-3000:]
+    _, (parent,), children = runs_of(place['uri'])
+    assert parent.info.status == 'KILLED'
+    (child,) = children[parent.info.run_id]
+    assert (child.info.run_name, child.info.status) == ('SOLVER.OPTIMIZER.LEARNING_RATE=0.1', 'KILLED')
+    assert child.data.metrics['train/loss'] > 0  # it trained until the stop
 
 
 def test_under_torchrun_only_rank0_tracks(place):
