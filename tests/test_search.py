@@ -279,6 +279,48 @@ def stop_a_search_by_signal(tmp_path, where):
     return cmd, env, base
 
 
+SIGNAL_THE_MAIN_PROCESS = """
+import os, signal, sys, time
+from scepter_like.solver.base_solver import BaseSolver
+
+real = BaseSolver._run_epochs
+
+def run_epochs(self, *args, **kwargs):  # in the second worker's process only, its first trial
+    if '--worker-index' in sys.argv and not os.path.exists(os.environ['SIGNALLED']):
+        with open(os.environ['SIGNALLED'], 'w') as f:
+            f.write(self.work_dir)  # which trial it was
+        os.kill(os.getppid(), signal.SIGTERM)  # the search's main process alone (kill PID)
+        deadline = time.monotonic() + 30
+        while not self.stop_signals.received and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the main process has passed the signal on
+    return real(self, *args, **kwargs)
+
+BaseSolver._run_epochs = run_epochs
+"""
+
+
+@pytest.mark.slow  # a search process to signal, and its worker
+def test_a_stop_signal_to_the_main_process_of_two_workers_stops_both_trials(tmp_path):
+    """kill PID of a --workers 2 search: the main process stops its trial (or its wait for one) and passes the
+    signal on, so the other worker stops its trial at a step boundary too; it is failed and queued again, and the
+    command ends with 128 + 15 instead of waiting for the other worker's trials."""
+    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
+    signaller = tmp_path / 'signal_main.py'
+    signaller.write_text(SIGNAL_THE_MAIN_PROCESS)
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '4', '--workers', '2', '--import', str(signaller)]
+    res = subprocess.run(cmd, env=tool_env(SIGNALLED=tmp_path / 'signalled'), capture_output=True, text=True)
+    assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
+    trials = load_study(base).get_trials()
+    signalled = (tmp_path / 'signalled').read_text()
+    (other,) = [t for t in trials if t.user_attrs.get('work_dir') == signalled and t.state.name != 'WAITING']
+    assert other.state.name == 'FAIL' and 'error' not in other.user_attrs  # stopped, not failed by a mistake
+    assert f'[search] trial {other.number} stopped by a signal: the search stops here' in res.stdout
+    # every trial stopped so (the main process's, when it was in one) is queued again; none is left RUNNING
+    stopped = {t.number for t in trials if t.state.name == 'FAIL'}
+    assert {t.system_attrs.get('failed_trial') for t in trials if t.state.name == 'WAITING'} == stopped
+    assert {t.state.name for t in trials} <= {'COMPLETE', 'FAIL', 'WAITING'} and len(counted(load_study(base))) < 4
+
+
 def test_a_stop_signal_in_a_trials_set_up_ends_the_search_with_the_trial_queued_again(tmp_path):
     """solve() before the training loop (metrics.jsonl written, evaluation not begun): the trial's solver holds the
     handlers from its set-up on, as run_train's does, so the command ends with 128 + 15 rather than dying of it."""
@@ -298,6 +340,21 @@ def test_a_stop_signal_ends_the_search_and_the_same_command_continues_it_with_ne
     assert trials[1].params == stopped.params  # the stopped trial, run again
     drawn = [tuple(sorted(t.params.items(), key=str)) for t in trials[1:]]
     assert len(set(drawn)) == 3  # the continuation drew new points
+
+
+def test_a_stop_signal_after_a_trials_training_keeps_the_trial_and_ends_the_search(tmp_path):
+    """SIGTERM while a trial runs its final test (its training done): the trial ends as it would have and is kept;
+    the search then ends with 128 + 15 rather than going on to the next trial."""
+    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
+    signaller = tmp_path / 'signal_once.py'
+    signaller.write_text(SIGNAL_ONCE)
+    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3', '--import', str(signaller)]
+    env = tool_env(SIGNAL_IN='solve_final_test', SIGNALLED=tmp_path / 'signalled')
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
+    (trial,) = load_study(base).get_trials()
+    assert trial.state.name == 'COMPLETE' and counted(load_study(base)) == [trial]
+    assert '[search] trial 0: a stop signal came after its training; the search stops' in res.stdout
 
 
 def test_a_stop_signal_outside_a_trial_ends_the_search_as_one_in_a_trial_does():
