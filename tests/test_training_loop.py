@@ -567,17 +567,6 @@ def test_a_scalar_of_the_eval_step_is_averaged_over_the_pass_and_reported(blobs,
     assert hook.best_value == best and (tmp_path / 'w' / 'checkpoints' / hook.best_name).is_file()
 
 
-def test_eval_data_without_metrics_whose_step_returns_a_scalar_reports_it_without_a_warning(blobs, tmp_path, caplog):
-    """No METRICS, but the eval step returns val_loss: the evaluation reports it, so no 'reports nothing' warning."""
-    cfg = blob_solver_cfg(blobs, tmp_path / 'w', MAX_EPOCHS=1, METRICS=[], LOSS_WEIGHTS={'loss_l2': 0.5})
-    cfg['SOLVER']['MODEL'] = {'NAME': 'ValLossModel'}
-    solver = build_solver(cfg)
-    assert solver.metric_names('eval') == ['val_loss']
-    assert 'reports nothing' not in caplog.text
-    solver.solve()
-    assert list(solver.epoch_outputs['eval']) == ['val_loss']
-
-
 def test_a_scalar_of_the_eval_step_named_as_a_metric_output_is_the_metrics(blobs, tmp_path, monkeypatch):
     """scepter's Classifier METRIC returns each batch's accuracy beside METRICS' AccuracyMetric: the pass's is exact."""
     monkeypatch.setattr(ValLossModel, 'EVAL_NAME', 'accuracy')

@@ -79,26 +79,6 @@ class TrainValSolver(BaseSolver):
         },
     }
 
-    def set_up(self):
-        super().set_up()
-        self._warn_if_evaluation_reports_nothing()
-
-    def _warn_if_evaluation_reports_nothing(self):
-        """EVAL_DATA with no METRICS, no EVAL_HOOKS and an eval step that returns no scalar to average (``val_loss``,
-        learnt from one eval step: ``metric_names``) would be evaluated for nothing: a warning, with METRICS to add."""
-        cfg = self.cfg
-        if cfg.EVAL_DATA is None or cfg.METRICS or cfg.EVAL_HOOKS or self.runs_own_pass('eval'):
-            return
-        if self.metric_names('eval'):
-            return
-        hint = getattr(self.unwrapped_model, 'metrics_hint', lambda: None)() or (
-            '[{NAME: MSEMetric, KEYS: [pred, target]}] for a regression, [{NAME: AccuracyMetric}] for a classifier'
-        )
-        self.logger.warning(
-            f'{cfg.path_of("EVAL_DATA")} is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation'
-            f' reports nothing; add METRICS, e.g. {hint}'
-        )
-
     def construct_metrics(self):
         super().construct_metrics()
         entries = self.cfg.METRICS or []
@@ -110,6 +90,14 @@ class TrainValSolver(BaseSolver):
         self._eval_outputs_learnt = False
         cfg = self.cfg
         check_distinct_names(self.metrics, cfg.METRICS)
+        if cfg.EVAL_DATA is not None and not entries and not cfg.EVAL_HOOKS and not self.runs_own_pass('eval'):
+            hint = getattr(self.unwrapped_model, 'metrics_hint', lambda: None)() or (
+                '[{NAME: MSEMetric, KEYS: [pred, target]}] for a regression, [{NAME: AccuracyMetric}] for a classifier'
+            )
+            self.logger.warning(
+                f'{cfg.path_of("EVAL_DATA")} is evaluated, but with no METRICS (and no EVAL_HOOKS) the evaluation'
+                f' reports nothing; add METRICS, e.g. {hint}'
+            )
         self.eval_data = None
         self._extras_hide_outputs_checked = False
         if self.cfg.SAVE_EVAL_DATA:
