@@ -11,10 +11,10 @@ run's ``metrics.jsonl``) — is rewritten to ``WORK_DIR/multirun_summary.md`` an
 The exit status is 1 when any run failed, else 0.
 
 A stop signal to the multirun (Ctrl-C, a cluster's SIGTERM or SIGUSR1) is passed on to the
-run in progress, which stops at a step boundary with a checkpoint, as a run started alone
-does; no further run starts, the summary marks that run ``stopped``, and the multirun ends
-with 128 + the signal. The same command with ``SOLVER.RESUME_FROM=auto`` goes on with the
-sweep (``_StopSignals``).
+run in progress (``utils/signal_relay.py``), which stops at a step boundary with a checkpoint,
+as a run started alone does; no further run starts, the summary marks that run ``stopped``,
+and the multirun ends with 128 + the signal. The same command with ``SOLVER.RESUME_FROM=auto``
+goes on with the sweep.
 
 A tracker hook in the config (MLflowLogHook, WandbLogHook) gets one parent for the sweep
 (an MLflow run each run nests under; a W&B group), and each run its own child run, named
@@ -31,7 +31,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from scepter_like.cli import tool_command
@@ -39,8 +38,8 @@ from scepter_like.config import Config, apply_overrides, resolve_references
 from scepter_like.errors import ConfigError
 from scepter_like.search.space import check_path
 from scepter_like.utils.checkpoint import atomic_write_text
-from scepter_like.utils.launch_env import STOP_SIGNALS
 from scepter_like.utils.metrics_log import METRICS_FILE, read_metrics
+from scepter_like.utils.signal_relay import SignalRelay
 
 SUMMARY_NAME = 'multirun_summary'
 _UNSAFE = re.compile(r'[^A-Za-z0-9._=,+-]')
@@ -221,84 +220,35 @@ def run_multirun(args, tool):
     sweep_name = f'{os.path.basename(base_dir)}-multirun-{time.strftime("%Y%m%d-%H%M%S")}'
     tracking = SweepTracking(cfg, sweep_name, {k: ','.join(values) for k, values in sweeps if k in swept_keys})
     try:
-        with _StopSignals() as stop:
-            rows, table = _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, stop)
+        with SignalRelay() as relay:
+            rows, table = _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, relay)
     except BaseException:
         tracking.close('KILLED')
         raise
     summary = [os.path.join(base_dir, SUMMARY_NAME + ext) for ext in ('.md', '.csv')]
-    if stop.signum:
+    if relay.signum and (len(rows) < len(grid) or rows[-1]['status'] == 'stopped'):  # (else every run ended anyway)
         tracking.close('KILLED', files=summary)
         stopped = f' (#{rows[-1]["index"]} stopped)' if rows and rows[-1]['status'] == 'stopped' else ''
         print(
-            f'[multirun] stopped by {signal.Signals(stop.signum).name}: {len(rows)} of {len(grid)} run(s) started'
+            f'[multirun] stopped by {signal.Signals(relay.signum).name}: {len(rows)} of {len(grid)} run(s) started'
             f'{stopped}; summary in {base_dir}/{SUMMARY_NAME}.md; to go on with the sweep, run the same'
             ' command with SOLVER.RESUME_FROM=auto',
             flush=True,
         )
-        return 128 + stop.signum
+        return 128 + relay.signum
     failed = sum(row['status'] != 'ok' for row in rows)
     tracking.close('FAILED' if failed else 'FINISHED', files=summary)
     print(f'[multirun] {len(rows) - failed} ok, {failed} failed; summary in {base_dir}/{SUMMARY_NAME}.md\n{table}')
     return 1 if failed else 0
 
 
-class _StopSignals:
-    """While entered, a stop signal to the multirun is passed on to the run in progress and ends the sweep.
-
-    The run stops at a step boundary with a checkpoint and exits with 128 + the signal, as a
-    run started alone does; ``signum`` (0: none came) tells the loop to start no further run.
-    Runs start in a session of their own, so a signal meant for the whole process group (a
-    terminal's Ctrl-C) reaches a run once, through here: a second Ctrl-C then stops it at
-    once, as it stops a run started alone.
-    """
-
-    def __init__(self):
-        self.signum = 0
-        self._received = []  # every signal since entering, in order
-        self._passed = 0  # how many of them the current run has been sent
-        self._run = None
-
-    def __enter__(self):
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():  # (only there can Python take signals)
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
-        return self
-
-    def __exit__(self, *exc):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        return False
-
-    def _handle(self, signum, frame):
-        self.signum = self.signum or signum
-        self._received.append(signum)
-        self._pass_on()
-
-    def _pass_on(self):
-        while self._run is not None and self._run.poll() is None and self._passed < len(self._received):
-            self._passed += 1
-            self._run.send_signal(self._received[self._passed - 1])
-
-    def run(self, cmd, env):
-        """Run ``cmd`` to its end; (its exit status, its stderr).  A signal that came while it started is sent on."""
-        with subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
-            self._run, self._passed = proc, 0
-            self._pass_on()
-            try:
-                _, stderr = proc.communicate()
-            finally:
-                self._run = None
-        return proc.returncode, stderr
-
-
-def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, stop):
-    """Run each grid point as its own process, until the grid ends or ``stop`` (a _StopSignals) got a signal;
-    returns the summary rows and the last table."""
+def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, relay):
+    """Run each grid point as its own process (started by ``relay``, a SignalRelay), until the grid ends or a stop
+    signal came; returns the summary rows and the last table."""
     command, env = tool_command(tool)
     names, rows, table = set(), [], ''
     for index, pairs in enumerate(grid):
-        if stop.signum:
+        if relay.signum:
             break
         name = run_name(pairs, swept_keys)
         if name in names:
@@ -310,10 +260,11 @@ def _run_grid(args, tool, grid, swept_keys, base_dir, extra_args, tracking, stop
         cmd.append(f'SOLVER.WORK_DIR={run_dir}')
         print(f'[multirun] #{index}: {" ".join(words)} -> {run_dir}', flush=True)
         start, started_at = time.perf_counter(), time.time()
-        returncode, stderr = stop.run(cmd, env)
-        seconds = time.perf_counter() - start
+        run = relay.start(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        _, stderr = run.communicate()
+        returncode, seconds = run.returncode, time.perf_counter() - start
         sys.stderr.write(stderr)
-        status = 'ok' if returncode == 0 else 'stopped' if stop.signum else 'failed'
+        status = 'ok' if returncode == 0 else 'stopped' if relay.signum else 'failed'
         rows.append(
             {
                 'index': index,

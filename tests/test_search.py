@@ -355,6 +355,9 @@ def test_a_stop_signal_after_a_trials_training_keeps_the_trial_and_ends_the_sear
     (trial,) = load_study(base).get_trials()
     assert trial.state.name == 'COMPLETE' and counted(load_study(base)) == [trial]
     assert '[search] trial 0: a stop signal came after its training; the search stops' in res.stdout
+    with open(base / 'space' / 'search_summary.csv', newline='') as f:
+        (row,) = csv.DictReader(f)  # the kept trial is in the summary
+    assert (row['trial'], row['state']) == ('0', 'complete')
 
 
 def test_a_stop_signal_outside_a_trial_ends_the_search_as_one_in_a_trial_does():

@@ -110,6 +110,7 @@ class Search:
         from scepter_like.solver.base_solver import BaseSolver
 
         self.args, self.cfg, self.space = args, cfg, space
+        self.signal_after_training = 0  # a stop signal the last trial's solver got after its training (_run_one)
         self.base_overrides = list(args.overrides)
         self.work_dir = os.path.abspath(cfg.SOLVER.get('WORK_DIR') or BaseSolver.para_dict['WORK_DIR']['value'])
         self.study_name = args.study or os.path.splitext(os.path.basename(args.space))[0]
@@ -260,6 +261,8 @@ class Search:
                     self._run_one(lock)
                 if on_trial_end is not None:
                     on_trial_end()
+                if self.signal_after_training:  # the trial stands as it ended, in the summary; the search stops here
+                    raise Preempted(self.signal_after_training)
 
     @contextlib.contextmanager
     def _trial_lock(self):
@@ -287,8 +290,6 @@ class Search:
             self.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
             if self.settings_error is not None:  # the search's settings are wrong: no trial can go well
                 raise self.settings_error
-            if self.signal_after_training:  # the trial stands as it ended; the search stops after it
-                raise Preempted(self.signal_after_training)
         except KeyboardInterrupt as e:  # the trial was failed (Ctrl-C, a stop signal); queue it again, as a dead one's
             last = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get('worker') == worker_name()]
             if last and last[-1].state == optuna.trial.TrialState.FAIL and 'error' not in last[-1].user_attrs:
@@ -320,7 +321,7 @@ class Search:
         trial.set_user_attr('worker', worker_name())
         print(f'[search] trial {trial.number} started -> {work_dir}', flush=True)
         logger = _trial_logger(trial.number)
-        solver = stopped = None
+        solver = None
         try:
             values = self.space.suggest(trial)
             cfg = self.trial_config(values, work_dir, self.tracking.child_overrides(os.path.basename(work_dir)))
@@ -343,12 +344,20 @@ class Search:
                 solver.set_up()
                 self._check_metric(solver)
                 solver.solve()
+            # a signal after the training loop (in the final evaluation or test) stopped no training: the trial ends
+            # as it would have, and then the search stops (run_worker)
+            self.signal_after_training = solver.stop_signals.received
+            if self.signal_after_training:
+                print(
+                    f'[search] trial {trial.number}: a stop signal came after its training; the search stops once'
+                    ' the trial is recorded',
+                    flush=True,
+                )
             value = self._objective(solver, reporter)
             if not math.isfinite(value):
                 raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
         except Preempted as e:  # a stop signal ends the search, not this trial alone (optuna catches Exceptions)
             print(f'[search] trial {trial.number} stopped by a signal: the search stops here', flush=True)
-            stopped = e
             raise SignalledStop(e) from None
         except RunPruned as e:  # its log and metrics.jsonl say so as the solver closes
             print(f'[search] trial {trial.number} {e} ({time.time() - start:.1f} s)', flush=True)
@@ -364,15 +373,6 @@ class Search:
         finally:
             if solver is not None:
                 solver.close()
-                # a signal after the training loop (in the final evaluation or test) stopped no training: the trial
-                # ends as it would have, and then the search stops (_run_one)
-                self.signal_after_training = 0 if stopped else solver.stop_signals.received
-                if self.signal_after_training:
-                    print(
-                        f'[search] trial {trial.number}: a stop signal came after its training; the search stops'
-                        ' once the trial is recorded',
-                        flush=True,
-                    )
         metric = self.space.settings['METRIC']
         print(f'[search] trial {trial.number} {metric} {value:.6g} ({time.time() - start:.1f} s)', flush=True)
         return value

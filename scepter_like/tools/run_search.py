@@ -12,14 +12,13 @@ See docs/search.md.
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 
 from scepter_like.cli import load_config, make_parser, run, tool_command
 from scepter_like.errors import ConfigError, Preempted
-from scepter_like.utils.launch_env import STOP_SIGNALS
+from scepter_like.utils.signal_relay import SignalRelay
 
 
 def _positive(args, name):
@@ -32,39 +31,6 @@ def _exit_with_parent(parent):
     while os.getppid() == parent:
         time.sleep(1.0)
     os._exit(1)
-
-
-class LocalWorkers:
-    """The search's other worker processes on this machine (``--workers K``: K - 1 of them).
-
-    Each starts in a session of its own, so a stop signal reaches it once, from this process:
-    when this process is stopped by a signal (its own trial stopped, ``Preempted``), it passes
-    the signal on and each worker stops its trial at a step boundary, as this one did; a signal
-    while this process waits for them is passed on too.
-    """
-
-    def __init__(self, command, env, count):
-        self.procs = [
-            subprocess.Popen([*command, '--worker-index', str(i)], env=env, start_new_session=True)
-            for i in range(1, count)
-        ]
-
-    def send(self, signum):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    def wait(self):
-        """Wait until every worker has ended; a stop signal meanwhile is passed on to them."""
-        previous = {}
-        if threading.current_thread() is threading.main_thread():  # (only there can Python take signals)
-            previous = {signum: signal.signal(signum, lambda n, frame: self.send(n)) for signum in STOP_SIGNALS}
-        try:
-            for proc in self.procs:
-                proc.wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
 
 def main(argv):
@@ -108,14 +74,20 @@ def main(argv):
     )
     start = time.time()
     command, env = tool_command('scepter_like.tools.run_search')
-    workers = LocalWorkers([*command, *argv], env, args.workers)
+    workers = SignalRelay()  # the other local workers: a stop signal reaches them through this process
+    for i in range(1, args.workers):
+        workers.start([*command, *argv, '--worker-index', str(i)], env=env)
     try:
         search.run_worker(on_trial_end=summary.update)
     except (Preempted, KeyboardInterrupt) as e:  # a stop signal stopped this worker (a second Ctrl-C: at once)
         workers.send(getattr(e, 'signum', signal.SIGINT))  # the others stop too, each at a step boundary
         raise
     finally:
-        workers.wait()
+        with workers:  # a stop signal while waiting for their trials is passed on to them
+            for worker in workers.children:
+                worker.wait()
+    if workers.signum:  # and then this command ends as a stopped search does
+        raise Preempted(workers.signum)
     table = summary.update(final=True)
     best = best_trial(search.study)
     search.close_tracking(best)
