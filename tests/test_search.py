@@ -342,19 +342,20 @@ def test_a_stop_signal_ends_the_search_and_the_same_command_continues_it_with_ne
     assert len(set(drawn)) == 3  # the continuation drew new points
 
 
-def test_a_stop_signal_after_a_trials_training_keeps_the_trial_and_ends_the_search(tmp_path):
-    """SIGTERM while a trial runs its final test (its training done): the trial ends as it would have and is kept;
-    the search then ends with 128 + 15 rather than going on to the next trial."""
+@pytest.mark.parametrize('where', ['solve_final_test', 'close'])
+def test_a_stop_signal_after_a_trials_training_keeps_the_trial_and_ends_the_search(tmp_path, where):
+    """SIGTERM while a trial runs its final test or closes (its training done): the trial ends as it would have and
+    is kept; the search then ends with 128 + 15 rather than going on to the next trial."""
     base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
     signaller = tmp_path / 'signal_once.py'
     signaller.write_text(SIGNAL_ONCE)
     cmd = [sys.executable, *search_cmd(base, space), '--trials', '3', '--import', str(signaller)]
-    env = tool_env(SIGNAL_IN='solve_final_test', SIGNALLED=tmp_path / 'signalled')
+    env = tool_env(SIGNAL_IN=where, SIGNALLED=tmp_path / 'signalled')
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
     (trial,) = load_study(base).get_trials()
     assert trial.state.name == 'COMPLETE' and counted(load_study(base)) == [trial]
-    assert '[search] trial 0: a stop signal came after its training; the search stops' in res.stdout
+    assert '[search] a stop signal came after its trial trained: that trial is recorded' in res.stdout
     with open(base / 'space' / 'search_summary.csv', newline='') as f:
         (row,) = csv.DictReader(f)  # the kept trial is in the summary
     assert (row['trial'], row['state']) == ('0', 'complete')

@@ -28,6 +28,7 @@ import warnings
 
 from scepter_like.errors import ConfigError, Preempted, TrainingError, UserError
 from scepter_like.utils.launch_env import STOP_SIGNALS
+from scepter_like.utils.signal_relay import SignalRelay
 
 LOCK_NAME = '.trial.lock'
 TRACKING_ATTR = 'tracking_groups'  # study user attr: the parent run / group id of each tracker hook
@@ -262,6 +263,11 @@ class Search:
                 if on_trial_end is not None:
                     on_trial_end()
                 if self.signal_after_training:  # the trial stands as it ended, in the summary; the search stops here
+                    print(
+                        '[search] a stop signal came after its trial trained: that trial is recorded, and the'
+                        ' search stops here',
+                        flush=True,
+                    )
                     raise Preempted(self.signal_after_training)
 
     @contextlib.contextmanager
@@ -347,12 +353,6 @@ class Search:
             # a signal after the training loop (in the final evaluation or test) stopped no training: the trial ends
             # as it would have, and then the search stops (run_worker)
             self.signal_after_training = solver.stop_signals.received
-            if self.signal_after_training:
-                print(
-                    f'[search] trial {trial.number}: a stop signal came after its training; the search stops once'
-                    ' the trial is recorded',
-                    flush=True,
-                )
             value = self._objective(solver, reporter)
             if not math.isfinite(value):
                 raise TrainingError(f'the objective {self.space.settings["METRIC"]} is {value}')
@@ -372,7 +372,9 @@ class Search:
             raise
         finally:
             if solver is not None:
-                solver.close()
+                with SignalRelay() as closing:  # (no child) a signal while it closes waits, as one after training
+                    solver.close()
+                self.signal_after_training = self.signal_after_training or closing.signum
         metric = self.space.settings['METRIC']
         print(f'[search] trial {trial.number} {metric} {value:.6g} ({time.time() - start:.1f} s)', flush=True)
         return value

@@ -21,7 +21,8 @@ class SignalRelay:
 
     While entered (main thread only), the stop signals this process gets are recorded
     (``signum``: the first, 0 for none) and passed on; ``send`` passes one on by hand (the
-    parent was stopped while something else held the handlers: a trial's solver).
+    parent was stopped while something else held the handlers: a trial's solver).  With no
+    child it only records them: what it encloses runs to its end (a search trial's close).
     """
 
     def __init__(self):
