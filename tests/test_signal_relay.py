@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from scepter_like.utils.signal_relay import SignalRelay
 
 # a child that records every SIGTERM / SIGINT it gets, says it is ready, and ends on the file 'stop' (or a kill)
@@ -19,6 +21,17 @@ print('ready', flush=True)
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.01)
 """
+
+
+@pytest.fixture
+def relay():
+    """A SignalRelay whose children are killed at the end, whatever the test's outcome."""
+    relay = SignalRelay()
+    yield relay
+    for child in relay.children:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def start_child(relay, tmp_path):
@@ -37,9 +50,9 @@ def signals_got(tmp_path, count, timeout=10.0):
     return got
 
 
-def test_a_signal_to_this_process_reaches_the_child_once_and_the_handlers_come_back(tmp_path):
+def test_a_signal_to_this_process_reaches_the_child_once_and_the_handlers_come_back(relay, tmp_path):
     before = signal.getsignal(signal.SIGTERM)
-    with SignalRelay() as relay:
+    with relay:
         child = start_child(relay, tmp_path)
         assert os.getsid(child.pid) == child.pid  # a session of its own: a signal to our group does not reach it
         os.kill(os.getpid(), signal.SIGTERM)
@@ -51,8 +64,8 @@ def test_a_signal_to_this_process_reaches_the_child_once_and_the_handlers_come_b
     assert (tmp_path / 'got').read_text().split() == ['SIGTERM']  # once: not again by some other way
 
 
-def test_a_third_ctrl_c_kills_the_child(tmp_path):
-    with SignalRelay() as relay:
+def test_a_third_ctrl_c_kills_the_child(relay, tmp_path):
+    with relay:
         child = start_child(relay, tmp_path)
         for count in (1, 2):  # one at a time: two pending signals of a kind are one
             os.kill(os.getpid(), signal.SIGINT)
@@ -62,10 +75,10 @@ def test_a_third_ctrl_c_kills_the_child(tmp_path):
     assert relay.signum == signal.SIGINT
 
 
-def test_a_signal_before_a_child_starts_is_passed_on_when_it_starts(tmp_path):
+def test_a_signal_before_a_child_starts_is_passed_on_when_it_starts(relay, tmp_path):
     """The race of a signal between a multirun's check and its next run's start: the run gets it as it starts."""
     (tmp_path / 'stop').touch()  # a child that got to its handlers records the signal and ends
-    with SignalRelay() as relay:
+    with relay:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)  # handled, with no child to pass it on to
         child = relay.start([sys.executable, '-c', CHILD, tmp_path / 'got', tmp_path / 'stop'])
