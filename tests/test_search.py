@@ -262,9 +262,10 @@ setattr(BaseSolver, name, signal_once(getattr(BaseSolver, name)))
 """
 
 
-def stop_a_search_by_signal(tmp_path, where):
-    """Run a 3-trial search whose first trial sends itself SIGTERM as ``BaseSolver.<where>`` starts; returns
-    the command, its environment and the study's folder once the command has ended as a signalled search does."""
+def signalled_search(tmp_path, where):
+    """Run a 3-trial search whose first trial sends itself SIGTERM as ``BaseSolver.<where>`` starts, to the end
+    of the command, which ends as a signalled search does (128 + 15); returns the command, its environment, the
+    study's folder and the result."""
     base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
     signaller = tmp_path / 'signal_once.py'
     signaller.write_text(SIGNAL_ONCE)
@@ -272,6 +273,13 @@ def stop_a_search_by_signal(tmp_path, where):
     env = tool_env(SIGNAL_IN=where, SIGNALLED=tmp_path / 'signalled')
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
+    return cmd, env, base, res
+
+
+def stop_a_search_by_signal(tmp_path, where):
+    """``signalled_search`` of a signal in the trial's training or set-up: the trial is failed and queued again;
+    returns the command, its environment and the study's folder."""
+    cmd, env, base, res = signalled_search(tmp_path, where)
     assert '[search] trial 0 stopped by a signal: the search stops here' in res.stdout
     stopped, queued = load_study(base).get_trials()
     assert stopped.state.name == 'FAIL' and 'error' not in stopped.user_attrs
@@ -346,13 +354,7 @@ def test_a_stop_signal_ends_the_search_and_the_same_command_continues_it_with_ne
 def test_a_stop_signal_after_a_trials_training_keeps_the_trial_and_ends_the_search(tmp_path, where):
     """SIGTERM while a trial runs its final test or closes (its training done): the trial ends as it would have and
     is kept; the search then ends with 128 + 15 rather than going on to the next trial."""
-    base, space = tmp_path / 'w', write_space(tmp_path / 'space.yaml', PRUNER='none', SAMPLER='random')
-    signaller = tmp_path / 'signal_once.py'
-    signaller.write_text(SIGNAL_ONCE)
-    cmd = [sys.executable, *search_cmd(base, space), '--trials', '3', '--import', str(signaller)]
-    env = tool_env(SIGNAL_IN=where, SIGNALLED=tmp_path / 'signalled')
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 128 + signal.SIGTERM, res.stdout[-3000:] + res.stderr[-3000:]
+    _, _, base, res = signalled_search(tmp_path, where)
     (trial,) = load_study(base).get_trials()
     assert trial.state.name == 'COMPLETE' and counted(load_study(base)) == [trial]
     assert '[search] a stop signal came after its trial trained: that trial is recorded' in res.stdout
